@@ -1,0 +1,47 @@
+"""The LLM protocol: chat messages in, a `Completion` out, optionally constrained to a list of choices.
+
+Back ends register a *scheme*; a spec string `scheme[:argument]` picks one, e.g. `smollm2`, `gguf:/models/x.gguf`,
+`openai:http://127.0.0.1:8000/v1#qwen`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Callable, Sequence
+
+from ttlearn.registry import Registry
+from ttlearn.types import Completion
+
+Message = dict[str, str]
+LLMS: Registry[Callable[[str], "LLM"]] = Registry("LLM back end", "ttlearn.llm")
+
+
+class LLMError(RuntimeError):
+    """The back end could not answer (dead server, missing model, crashed runtime); the message says what to do."""
+
+
+class LLM(ABC):
+    spec: str = "?"
+    supports_choices: bool = False
+    """True when `complete(..., choices=...)` returns one of the choices, scored or constrained by the back end."""
+
+    @abstractmethod
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        choices: Sequence[str] | None = None,
+    ) -> Completion:
+        """Answer the conversation. With `choices` and `supports_choices`, `text` is one of them."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release processes, sockets or model memory."""
+
+
+def make_llm(spec: str) -> LLM:
+    scheme, _, arg = spec.partition(":")
+    return LLMS.get(scheme)(arg)

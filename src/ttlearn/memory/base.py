@@ -1,0 +1,49 @@
+"""The memory protocol: what carries over from one episode to the next.
+
+A memory answers `context(query)` with the text the player sees (the query describes the current situation, so
+retrieval memories can use it), learns in `observe(episode)`, and round-trips its whole state through JSON with
+`state()` / `load()` so every game's memory can be snapshotted, forked and rolled back.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from ttlearn.llm.base import LLM
+from ttlearn.registry import Registry
+from ttlearn.types import Episode
+
+MEMORIES: Registry[type["Memory"]] = Registry("memory method", "ttlearn.memory")
+
+
+class Memory(ABC):
+    name: ClassVar[str]
+    needs_llm: ClassVar[bool] = False
+    """True when `observe` writes with an LLM (the session then hands it a recorded writer)."""
+
+    def __init__(self, llm: LLM | None = None) -> None:
+        self.llm = llm
+
+    @abstractmethod
+    def context(self, query: str) -> str:
+        """Text shown to the player before acting; empty when the memory has nothing to say."""
+
+    @abstractmethod
+    def observe(self, episode: Episode) -> None:
+        """Learn from a finished episode."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """The whole learnable state as JSON-ready data."""
+
+    @abstractmethod
+    def load(self, state: dict[str, Any]) -> None:
+        """Restore a state produced by `state()`."""
+
+
+def make_memory(name: str, llm: LLM | None = None, **options: Any) -> Memory:
+    """Build a registered memory method; `llm` is its writer (required when the method `needs_llm`)."""
+    if MEMORIES.get(name).needs_llm and llm is None:
+        raise ValueError(f"memory {name!r} writes with an LLM; give it one")
+    return MEMORIES.build(name, reserved=("llm",), llm=llm, **options)
