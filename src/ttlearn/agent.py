@@ -40,6 +40,9 @@ class Player(ABC):
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
         """Pick one of `obs.legal_actions`."""
 
+    def end_episode(self, env: Env, obs: Observation) -> None:  # noqa: B027 - optional hook
+        """Called with the final observation; learning players absorb the last step."""
+
     def state(self) -> dict[str, Any]:
         """Cross-episode state (only learning scripted players have any), snapshotted with the memory."""
         return {}

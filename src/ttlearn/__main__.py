@@ -1,0 +1,3 @@
+from ttlearn.cli import app
+
+app()

@@ -1,0 +1,192 @@
+"""The `ttlearn` command line: run, resume, replay and inspect test-time-learning sessions."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ttlearn import summary as summary_mod
+from ttlearn.llm.base import LLMError
+from ttlearn.llm.cache import ReplayBook
+from ttlearn.registry import UnknownNameError
+from ttlearn.runs import Run, RunConfig
+from ttlearn.session import DEFAULT_LLM, build_session
+
+app = typer.Typer(
+    help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError)
+
+
+def friendly(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the errors a user can cause into one red line and exit code 2, instead of a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except USER_ERRORS as exc:
+            console.print(f"[bold red]error:[/] {exc}")
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
+        options[key.replace("-", "_")] = yaml.safe_load(value)
+    return options
+
+
+def play(run: Run, replay: ReplayBook | None = None) -> None:
+    """Play the missing games of `run` with a progress bar, then print and store the summary."""
+    with console.status("loading models…"):
+        session = build_session(run, replay)
+    start = time.perf_counter()
+    try:
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"), console=console, transient=False,
+        ) as progress:
+            bar = progress.add_task(
+                f"{run.config.env} · {run.config.memory}", total=run.config.games, completed=len(run.episodes), last=""
+            )
+            session.play(lambda ep: progress.update(bar, advance=1, last=f"game {ep.index}: {ep.score:+g}"))
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted after {len(run.episodes)} games; continue with:[/] ttlearn resume {run.path}")
+        raise typer.Exit(130) from None
+    finally:
+        session.close()
+    summary = summary_mod.summarize(run, wall_s=time.perf_counter() - start)
+    run.write_summary(summary)
+    summary_mod.print_summary(console, summary, run.path)
+
+
+@app.command()
+@friendly
+def run(
+    env: str = typer.Argument(..., help="Environment: rps, holdem, sokoban, minesweeper (see `ttlearn list`)."),
+    opponent: Optional[str] = typer.Option(None, help="Opponent of a game env, e.g. cycle3, beat-last, probe."),
+    rounds: Optional[int] = typer.Option(None, help="RPS: rounds per game (default 20)."),
+    hands: Optional[int] = typer.Option(None, help="Hold'em: hands per game."),
+    duplicate: Optional[bool] = typer.Option(None, "--duplicate", help="Hold'em: replay every deal with seats swapped."),
+    env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="Any other environment option, KEY=VALUE."),
+    memory: str = typer.Option("none", help="Memory method: none, history, reflexion, … (see `ttlearn list`)."),
+    memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="A memory option, KEY=VALUE."),
+    memory_from: Optional[Path] = typer.Option(None, help="Start from the memory of a run dir or snapshot file."),
+    games: int = typer.Option(6, min=1, help="Games (episodes) in the sequence."),
+    llm: str = typer.Option(
+        DEFAULT_LLM, help="Player: smollm2, gemma270m, gguf:PATH, openai:URL#MODEL, or scripted:random|oracle|learner."
+    ),
+    writer: Optional[str] = typer.Option(None, help="LLM that writes the memory (default: the player's LLM)."),
+    temperature: float = typer.Option(0.0, min=0.0, help="Player sampling temperature (0 = greedy)."),
+    seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
+    out: Optional[Path] = typer.Option(None, help="Run directory (default runs/ENV-MEMORY-TIME)."),
+) -> None:
+    """Play a sequence of games with a frozen player and a memory; record everything in a run directory."""
+    env_options = parse_options(env_opt, "--env-opt")
+    for key, value in {"opponent": opponent, "rounds": rounds, "hands": hands, "duplicate": duplicate}.items():
+        if value is not None:
+            env_options[key] = value
+    config = RunConfig(
+        env=env, env_options=env_options, memory=memory, memory_options=parse_options(memory_opt, "--memory-opt"),
+        player=llm, writer=writer, games=games, seed=seed, temperature=temperature,
+        memory_from=str(memory_from) if memory_from else None,
+    )
+    out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
+    play(Run.create(out, config))
+
+
+@app.command()
+@friendly
+def resume(run_dir: Path = typer.Argument(..., help="A run directory left by an interrupted `ttlearn run`.")) -> None:
+    """Finish an interrupted run: no game is lost or played twice."""
+    run = Run.open(run_dir)
+    if run.finished:
+        console.print(f"{run_dir} is already complete ({len(run.episodes)} games).")
+        summary_mod.print_summary(console, summary_mod.summarize(run), run.path)
+        return
+    console.print(f"resuming {run_dir} at game {len(run.episodes) + 1} of {run.config.games}")
+    play(run)
+
+
+@app.command()
+@friendly
+def replay(
+    run_dir: Path = typer.Argument(..., help="A finished run to replay from its recorded LLM calls."),
+    out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
+) -> None:
+    """Re-run a recorded run without calling any model, and check that every score is reproduced."""
+    source = Run.open(run_dir)
+    book = ReplayBook(e for e in source.events() if e.get("type") == "call")
+    target = Run.create(out or Path(f"{run_dir}-replay"), source.config)
+    play(target, replay=book)
+    same = [a.score for a in source.episodes] == [b.score for b in target.episodes]
+    console.print("[green]scores reproduced exactly[/]" if same else "[red]scores differ from the recording[/]")
+    if not same:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def show(
+    run_dir: Path = typer.Argument(..., help="A run directory."),
+    game: Optional[int] = typer.Option(None, help="Show this game's steps, prompts and replies."),
+    prompts: bool = typer.Option(False, help="With --game: print the full prompts too."),
+) -> None:
+    """Print a run's summary, or one game's prompts and replies."""
+    run = Run.open(run_dir)
+    if game is None:
+        summary_mod.print_summary(console, summary_mod.summarize(run), run.path)
+        return
+    if not 1 <= game <= len(run.episodes):
+        raise ValueError(f"game must be between 1 and {len(run.episodes)}")
+    for event in run.events(game):
+        if event["type"] == "call":
+            console.rule(f"LLM call ({event['role']}) · {event['completion']['latency_s']:.2f}s")
+            if prompts:
+                for message in event["messages"]:
+                    console.print(f"[bold]{message['role']}:[/] {message['content']}", markup=False, highlight=False)
+            console.print(f"[bold]reply:[/] {event['completion']['text']!r}", highlight=False)
+        elif event["type"] == "step":
+            flag = "" if event["valid"] else " [red](invalid → fallback)[/]"
+            console.print(f"step {event['step']}: {event['action']} → {event['reward']:+g}{flag}")
+        elif event["type"] == "game":
+            console.print(f"[bold]game {game} score {event['episode']['score']:+g}[/]")
+
+
+@app.command("list")
+def list_parts() -> None:
+    """List the registered environments, memory methods, LLM back ends and scripted players."""
+    from ttlearn.agent import PLAYERS
+    from ttlearn.envs.base import ENVS
+    from ttlearn.llm.base import LLMS
+    from ttlearn.memory.base import MEMORIES
+
+    for title, registry in (("environments", ENVS), ("memories", MEMORIES), ("llms", LLMS), ("scripted players", PLAYERS)):
+        console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
+
+
+def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

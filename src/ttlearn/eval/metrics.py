@@ -1,0 +1,152 @@
+"""Per-run metrics, computed from recorded scores only (pure numpy + math, no scipy).
+
+Each function states its equation; the choice between pass@k and success@k matters (REFERENCE §6): pass@k assumes
+k *independent* samples of one task, success@k counts *sequential* attempts where later ones may use feedback.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Hashable, Iterable, Sequence
+
+import numpy as np
+
+
+def cumulative_performance(scores: Sequence[float]) -> np.ndarray:
+    """Running average of per-game scores: c_t = (1/t) · Σ_{i=1..t} s_i for t = 1..T.
+
+    The learning curve of a session: a learner's curve rises towards its per-game ceiling, a non-learner's stays flat.
+    """
+    s = np.asarray(scores, dtype=float)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError(f"scores must be a non-empty 1-D sequence, got shape {s.shape}")
+    return np.cumsum(s) / np.arange(1, s.size + 1)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of Chen et al. (2021) from n independent samples of which c are correct.
+
+    pass@k = 1 − C(n−c, k) / C(n, k) = 1 − Π_{i=n−c+1..n} (1 − k/i).
+
+    The product form avoids the huge binomials; it is 1 as soon as n − c < k (every k-subset holds a success).
+    """
+    if not (isinstance(n, int) and isinstance(c, int) and isinstance(k, int)):
+        raise ValueError(f"n, c, k must be integers, got {n!r}, {c!r}, {k!r}")
+    if n < 1 or not 0 <= c <= n:
+        raise ValueError(f"need n >= 1 and 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def mean_pass_at_k(samples: Iterable[tuple[int, int]], k: int) -> float:
+    """Task-averaged pass@k: (1/|tasks|) · Σ_tasks pass@k(n_task, c_task, k), from (n, c) per task."""
+    values = [pass_at_k(n, c, k) for n, c in samples]
+    if not values:
+        raise ValueError("no tasks given")
+    return float(np.mean(values))
+
+
+def success_at_k(first_success: Sequence[int | None], k_max: int) -> np.ndarray:
+    """Fraction of tasks solved within the first k sequential attempts, for k = 1..k_max.
+
+    success@k = (1/|tasks|) · #{tasks with 1 ≤ a_task ≤ k}, where a_task is the (1-based) attempt of the first
+    success and None or 0 means never solved. Entry k−1 of the result is success@k; it never decreases in k.
+    """
+    if not isinstance(k_max, int) or k_max < 1:
+        raise ValueError(f"k_max must be a positive integer, got {k_max!r}")
+    if len(first_success) == 0:
+        raise ValueError("no tasks given")
+    attempts = np.array([0 if a is None else a for a in first_success])
+    if attempts.dtype.kind not in "iu" or (attempts < 0).any():
+        raise ValueError("first-success attempts must be non-negative integers or None")
+    solved = attempts[attempts > 0]
+    ks = np.arange(1, k_max + 1)
+    return (solved[None, :] <= ks[:, None]).sum(axis=1) / attempts.size
+
+
+def trajectory_entropy(action_sequences: Iterable[Sequence[Hashable]]) -> float:
+    """Shannon entropy, in bits, of the empirical distribution of distinct action sequences on one instance.
+
+    H = − Σ_τ p(τ) · log2 p(τ), with p(τ) = (number of runs whose whole action sequence equals τ) / (number of runs).
+    0 means every run played the same trajectory; log2(R) means R runs, all different. It measures how much a
+    player explores (or how noisy it is) on a fixed instance, not how well it does.
+    """
+    counts = np.array(list(Counter(tuple(seq) for seq in action_sequences).values()), dtype=float)
+    if counts.size == 0:
+        raise ValueError("no action sequences given")
+    p = counts / counts.sum()
+    return float(-(p * np.log2(p)).sum() + 0.0)  # + 0.0 turns -0.0 into 0.0
+
+
+def mean_trajectory_entropy(instances: Iterable[Iterable[Sequence[Hashable]]]) -> float:
+    """Average of `trajectory_entropy` over instances: (1/|I|) · Σ_i H_i."""
+    values = [trajectory_entropy(runs) for runs in instances]
+    if not values:
+        raise ValueError("no instances given")
+    return float(np.mean(values))
+
+
+def student_t_cdf_two_sided(t: float, df: int) -> float:
+    """A(t | ν) = P(|T| ≤ t) for Student's t with integer ν degrees of freedom (Abramowitz & Stegun 26.7.3–4).
+
+    With θ = arctan(t/√ν) and c = cos²θ:
+      ν even: A = sinθ · Σ_{k=0..(ν−2)/2} a_k c^k,  a_0 = 1, a_k = a_{k−1} · (2k−1)/(2k);
+      ν odd:  A = (2/π) · [θ + sinθ cosθ · Σ_{k=0..(ν−3)/2} b_k c^k],  b_0 = 1, b_k = b_{k−1} · 2k/(2k+1)
+              (the sum is empty for ν = 1).
+    """
+    if not isinstance(df, int) or df < 1:
+        raise ValueError(f"degrees of freedom must be a positive integer, got {df!r}")
+    theta = math.atan(abs(t) / math.sqrt(df))
+    c = math.cos(theta) ** 2
+    if df % 2 == 0:
+        k = np.arange(1, df // 2)
+        coefficients = np.cumprod(np.concatenate([[1.0], (2 * k - 1) / (2 * k) * c]))
+        return float(math.sin(theta) * coefficients.sum())
+    k = np.arange(1, (df - 1) // 2)
+    series = np.cumprod(np.concatenate([[1.0], 2 * k / (2 * k + 1) * c])).sum() if df > 1 else 0.0
+    return float(2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series))
+
+
+def student_t_critical(level: float, df: int) -> float:
+    """The t* with P(|T| ≤ t*) = level for ν = df, by bisection on `student_t_cdf_two_sided` (monotone in t)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    low, high = 0.0, 1.0
+    while student_t_cdf_two_sided(high, df) < level:
+        low, high = high, 2 * high
+    for _ in range(200):
+        mid = (low + high) / 2
+        if student_t_cdf_two_sided(mid, df) < level:
+            low = mid
+        else:
+            high = mid
+        if high - low < 1e-12 * high:
+            break
+    return (low + high) / 2
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """Mean and the half-width of its Student-t confidence interval: x̄ ± t*_{level, n−1} · s / √n.
+
+    s is the sample standard deviation (ddof = 1). t rather than normal because runs are often few (5 seeds:
+    t* = 2.78 against 1.96); for large n the two agree. Assumes independent values — average dependent games per
+    sequence first, or use the block bootstrap of `ttlearn.eval.rating`.
+    """
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or x.size < 2:
+        raise ValueError(f"need at least two values for a confidence interval, got {x.size}")
+    if not np.isfinite(x).all():
+        raise ValueError("values must be finite")
+    half_width = student_t_critical(level, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return float(x.mean()), float(half_width)
+
+
+def mbb_per_hand(bb_total: float, hands: int) -> float:
+    """Poker win rate in milli-big-blinds per hand: mbb/hand = 1000 · (big blinds won) / hands."""
+    if not isinstance(hands, int) or hands < 1:
+        raise ValueError(f"hands must be a positive integer, got {hands!r}")
+    return 1000.0 * bb_total / hands

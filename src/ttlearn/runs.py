@@ -1,0 +1,150 @@
+"""The run directory: everything a session did, on disk, append-only, so runs resume and evaluate offline.
+
+    RUN_DIR/
+      config.json            the RunConfig that built the session
+      events.jsonl           every LLM call and step of every finished game, then one "game" record per game
+      snapshots/game_0001.json   the memory (and player) state after game 1, with its content hash
+      summary.json           written when the run finishes
+
+A game becomes durable when its "game" record is on disk: its events are buffered in memory while it is played and
+written in one append, snapshot first. A process killed mid-game leaves at worst a torn last line, which `open`
+truncates; the game is then replayed from its own seed, so no game is ever lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ttlearn import __version__
+from ttlearn.types import Episode
+
+
+class RunConfig(BaseModel):
+    """Everything needed to rebuild a session. Validated, so a bad value fails before any model loads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str
+    env_options: dict[str, Any] = Field(default_factory=dict)
+    memory: str = "none"
+    memory_options: dict[str, Any] = Field(default_factory=dict)
+    player: str = "smollm2"
+    writer: str | None = None
+    """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
+    games: int = Field(6, ge=1)
+    seed: int = 0
+    temperature: float = Field(0.0, ge=0.0)
+    memory_from: str | None = None
+    """A snapshot file or run directory whose latest memory state seeds this run."""
+    version: str = __version__
+
+
+def canonical_hash(data: Any) -> str:
+    blob = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass
+class Run:
+    path: Path
+    config: RunConfig
+    episodes: list[Episode] = field(default_factory=list)
+    _buffer: list[dict[str, Any]] = field(default_factory=list)
+
+    # ---- creation and reopening -------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: Path, config: RunConfig) -> Run:
+        path = Path(path)
+        if (path / "config.json").exists():
+            raise FileExistsError(f"{path} already holds a run; use `ttlearn resume {path}` or another --out")
+        (path / "snapshots").mkdir(parents=True, exist_ok=True)
+        _write_atomic(path / "config.json", config.model_dump_json(indent=2))
+        (path / "events.jsonl").touch()
+        return cls(path, config)
+
+    @classmethod
+    def open(cls, path: Path) -> Run:
+        """Reopen a run, dropping any torn tail after its last finished game."""
+        path = Path(path)
+        cfg_file = path / "config.json"
+        if not cfg_file.exists():
+            raise FileNotFoundError(f"{path} is not a run directory (no config.json)")
+        run = cls(path, RunConfig.model_validate_json(cfg_file.read_text()))
+        events = path / "events.jsonl"
+        good_end = 0
+        offset = 0
+        with open(events, "rb") as fh:
+            for line in fh:
+                offset += len(line)
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                if record.get("type") == "game":
+                    run.episodes.append(Episode.from_json(record["episode"]))
+                    good_end = offset
+        if good_end < events.stat().st_size:
+            with open(events, "r+b") as fh:
+                fh.truncate(good_end)
+        return run
+
+    # ---- recording -------------------------------------------------------------------------------------------
+    def record(self, event: dict[str, Any]) -> None:
+        """Buffer an event of the game in progress (LLM calls, steps); written when the game finishes."""
+        self._buffer.append({"game": len(self.episodes) + 1, "t": time.time(), **event})
+
+    def finish_game(self, episode: Episode, state: dict[str, Any]) -> None:
+        """Make a finished game durable: snapshot, then its events and game record in one append."""
+        snapshot = {"game": episode.index, "hash": canonical_hash(state), "config": self.config.model_dump(), "state": state}
+        _write_atomic(self.snapshot_path(episode.index), json.dumps(snapshot, ensure_ascii=False))
+        self._buffer.append({"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]})
+        block = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self._buffer)
+        with open(self.path / "events.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(block)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._buffer.clear()
+        self.episodes.append(episode)
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        _write_atomic(self.path / "summary.json", json.dumps(summary, indent=2))
+
+    # ---- reading ---------------------------------------------------------------------------------------------
+    def snapshot_path(self, game: int) -> Path:
+        return self.path / "snapshots" / f"game_{game:04d}.json"
+
+    def snapshot(self, game: int) -> dict[str, Any]:
+        path = self.snapshot_path(game)
+        if not path.exists():
+            raise FileNotFoundError(f"no memory snapshot for game {game} in {self.path}")
+        return json.loads(path.read_text())
+
+    def events(self, game: int | None = None) -> Iterator[dict[str, Any]]:
+        with open(self.path / "events.jsonl", encoding="utf-8") as fh:
+            for line in fh:
+                record = json.loads(line)
+                if game is None or record.get("game") == game:
+                    yield record
+
+    @property
+    def finished(self) -> bool:
+        return len(self.episodes) >= self.config.games

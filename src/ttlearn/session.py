@@ -1,0 +1,155 @@
+"""The test-time-learning loop: the one place where environment, player, memory and run directory meet.
+
+For each game g: reset the environment with the game's own seed, let the player act with the memory's context until
+the episode ends, let the memory observe the episode, then make the game durable (snapshot + events). Every seed is
+derived from (run seed, game, step), never from the order of earlier calls, so a resumed run plays exactly the games
+an uninterrupted one would have played.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ttlearn.agent import PLAYERS, LLMPlayer, Player
+from ttlearn.envs.base import Env, make_env
+from ttlearn.llm.base import LLM, make_llm
+from ttlearn.llm.cache import RecordingLLM, ReplayBook
+from ttlearn.memory.base import MEMORIES, Memory, make_memory
+from ttlearn.runs import Run, RunConfig
+from ttlearn.types import Episode, Step
+
+DEFAULT_LLM = "smollm2"
+SCRIPTED = "scripted:"
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from any tuple of values, stable across processes and Python versions."""
+    digest = hashlib.sha256(json.dumps(parts).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+@dataclass
+class GameStats:
+    """Accounting of the LLM calls of the game in progress, filled by the recording sink."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_s: float = 0.0
+
+    def add(self, call: dict[str, Any]) -> None:
+        self.calls += 1
+        self.prompt_tokens += call["completion"]["prompt_tokens"]
+        self.completion_tokens += call["completion"]["completion_tokens"]
+        self.llm_s += call["wall_s"]
+
+
+@dataclass
+class Session:
+    run: Run
+    env: Env
+    player: Player
+    memory: Memory
+    llms: list[LLM] = field(default_factory=list)
+    stats: GameStats = field(default_factory=GameStats)
+
+    def _sink(self, event: dict[str, Any]) -> None:
+        self.stats.add(event)
+        self.run.record(event)
+
+    # ---- the loop ---------------------------------------------------------------------------------------------
+    def play_game(self, index: int) -> Episode:
+        cfg = self.run.config
+        self.stats = GameStats()
+        start = time.perf_counter()
+        seed = derive_seed(cfg.seed, "game", index)
+        obs = self.env.reset(seed)
+        self.player.begin_episode(self.env)
+        task = self.env.task()
+        steps: list[Step] = []
+        done = False
+        while not done:
+            context = self.memory.context(self.env.task())
+            decision = self.player.act(self.env, obs, context, seed=derive_seed(cfg.seed, "act", index, len(steps)))
+            result = self.env.step(decision.action)
+            step = Step(obs.text, decision.action, result.reward, decision.valid, decision.raw, dict(result.info))
+            steps.append(step)
+            self.run.record({"type": "step", "step": len(steps), "memory": context, **step.__dict__})
+            obs, done = result.observation, result.done
+        self.player.end_episode(self.env, obs)
+        info = {"rules": self.env.describe(), "transcript": self.env.transcript()}
+        episode = Episode(index, seed, task, tuple(steps), self.env.score(), self.env.success(), info)
+        self.memory.observe(episode)
+        info.update(
+            wall_s=time.perf_counter() - start,
+            llm_s=self.stats.llm_s,
+            llm_calls=self.stats.calls,
+            prompt_tokens=self.stats.prompt_tokens,
+            completion_tokens=self.stats.completion_tokens,
+        )
+        self.run.finish_game(episode, {"memory": self.memory.state(), "player": self.player.state()})
+        return episode
+
+    def play(self, on_game: Callable[[Episode], None] | None = None) -> list[Episode]:
+        """Play the games still missing from the run; returns all episodes of the run."""
+        for index in range(len(self.run.episodes) + 1, self.run.config.games + 1):
+            episode = self.play_game(index)
+            if on_game is not None:
+                on_game(episode)
+        return self.run.episodes
+
+    def close(self) -> None:
+        for llm in self.llms:
+            llm.close()
+
+
+# ---- building a session from its config --------------------------------------------------------------------------
+def _latest_state(source: Path) -> dict[str, Any]:
+    """The state of a snapshot file, or of the latest snapshot of a run directory."""
+    source = Path(source)
+    if source.is_dir():
+        snaps = sorted((source / "snapshots").glob("game_*.json"))
+        if not snaps:
+            raise FileNotFoundError(f"{source} holds no memory snapshot")
+        source = snaps[-1]
+    return json.loads(source.read_text())["state"]
+
+
+def build_session(run: Run, replay: ReplayBook | None = None, llm_factory: Callable[[str], LLM] = make_llm) -> Session:
+    """Turn a run's config into live parts; on a reopened run, restore the state after its last finished game."""
+    cfg = run.config
+    env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
+    loaded: dict[str, LLM] = {}
+    session_llms: list[LLM] = []
+
+    def recorded(spec: str, role: str) -> LLM:
+        if replay is None and spec not in loaded:
+            loaded[spec] = llm_factory(spec)
+        wrapper = RecordingLLM(loaded.get(spec), role, lambda e: session._sink(e), spec, replay)
+        return wrapper
+
+    if cfg.player.startswith(SCRIPTED):
+        player: Player = PLAYERS.build(cfg.player[len(SCRIPTED):])
+    else:
+        player = LLMPlayer(recorded(cfg.player, "player"), temperature=cfg.temperature)
+    writer: LLM | None = None
+    if MEMORIES.get(cfg.memory).needs_llm:
+        spec = cfg.writer or (DEFAULT_LLM if cfg.player.startswith(SCRIPTED) else cfg.player)
+        writer = recorded(spec, "memory")
+    memory = make_memory(cfg.memory, writer, **cfg.memory_options)
+    session_llms.extend(loaded.values())
+    session = Session(run, env, player, memory, session_llms)
+    state = None
+    if run.episodes:
+        state = run.snapshot(len(run.episodes))["state"]
+    elif cfg.memory_from:
+        state = _latest_state(Path(cfg.memory_from))
+    if state is not None:
+        memory.load(state["memory"])
+        player.load(state.get("player", {}))
+    return session

@@ -1,0 +1,191 @@
+"""Advantages and returns: rewards in, one number per trained sample out.
+
+Pure numpy, so trainers, tests and offline analyses share one implementation without importing torch. Every estimator
+is one formula, stated in its docstring. Groups, trials and anchors are named by any hashable (int, str, tuple);
+samples are flat arrays aligned with the rewards, which is how a trainer holds its batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from typing import Literal
+
+import numpy as np
+
+Scale = Literal["group", "batch", "none"]
+SCALES: tuple[str, ...] = ("group", "batch", "none")
+
+
+def _floats(name: str, values: Iterable[float], ndim: int = 1) -> np.ndarray:
+    array = np.asarray(values, dtype=float)
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-dimensional, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite, got {array}")
+    return array
+
+
+def _keys(name: str, keys: Iterable[Hashable], n: int) -> list[Hashable]:
+    keys = list(keys)
+    if len(keys) != n:
+        raise ValueError(f"{name} has {len(keys)} entries, expected {n} (one per reward)")
+    return keys
+
+
+def _labels(name: str, keys: Iterable[Hashable]) -> np.ndarray:
+    """0, 1, 2, … per distinct key in order of first appearance, so any hashable can name a group."""
+    index: dict[Hashable, int] = {}
+    try:
+        return np.array([index.setdefault(key, len(index)) for key in keys], dtype=np.int64)
+    except TypeError as error:
+        raise ValueError(f"{name} must be hashable (int, str, tuple): {error}") from None
+
+
+def _group_mean(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Mean of `values` over each element's group, broadcast back to the elements."""
+    return (np.bincount(labels, weights=values) / np.bincount(labels))[labels]
+
+
+def _group_std(values: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Sample std (Bessel: ÷ (n − 1)) of each element's group; 0 for a group of one (see `group_advantages`)."""
+    squares = np.bincount(labels, weights=(values - _group_mean(values, labels)) ** 2)
+    counts = np.bincount(labels)
+    variance = np.divide(squares, counts - 1, out=np.zeros_like(squares), where=counts > 1)
+    return np.sqrt(variance)[labels]
+
+
+def group_advantages(
+    rewards: Iterable[float], groups: Iterable[Hashable], scale: Scale = "group", eps: float = 1e-4
+) -> np.ndarray:
+    """TRL's GRPO advantage: A_i = (r_i − mean_{j∈g(i)} r_j) / (s + eps).
+
+    s is the sample std (Bessel's correction) of r over the group g(i) for scale="group", over the whole batch for
+    "batch"; "none" skips the division (Dr. GRPO). A group of one gets std 0, hence A = 0: TRL does the same when it has
+    one generation per prompt (torch.std of one element would be nan and poison the batch).
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    r = _floats("rewards", rewards)
+    labels = _labels("groups", _keys("groups", groups, len(r)))
+    centred = r - _group_mean(r, labels)
+    if scale == "none":
+        return centred
+    std = _group_std(r, labels if scale == "group" else np.zeros_like(labels))
+    return centred / (std + eps)
+
+
+def turn_level_advantages(rewards: Iterable[Iterable[float]], scale: Scale = "group", eps: float = 1e-4) -> np.ndarray:
+    """MemoPilot's context-independent turn-level advantage, for G rollouts of one sequence, rewards shaped [G, T]:
+
+    A[i, t] = (r[i, t] − mean_j r[j, t]) / (std_j r[j, t] + eps)
+
+    Rollouts are compared turn by turn (same game index, same opponent and seeds) although their memories differ;
+    "batch" divides by the std of all G·T rewards instead, "none" only centres.
+    """
+    r = _floats("rewards", rewards, ndim=2)
+    rollouts, turns = r.shape
+    turn_of_each = np.tile(np.arange(turns), rollouts)  # row-major: element (i, t) → t
+    return group_advantages(r.ravel(), turn_of_each, scale=scale, eps=eps).reshape(rollouts, turns)
+
+
+def cross_episode_returns(
+    rewards: Iterable[float],
+    attempts: Iterable[int],
+    is_reflection: Iterable[bool] | None = None,
+    *,
+    gamma_step: float = 0.95,
+    gamma_traj: float = 0.6,
+) -> np.ndarray:
+    """LaMer's return over one trial (its attempts at one instance, in order), computed backwards:
+
+    G_t = r_t + γ_step · G_{t'}   if the next action step t' is in the same attempt,
+    G_t = r_t + γ_traj · G_{t'}   if t' starts the next attempt,
+    G_t = r_t                     for the last action step of the trial,
+
+    so early attempts are credited for what later attempts achieve. A reflection step (written between attempts) takes
+    the return of the action step that follows it, undiscounted, and is skipped by the discount chain: it carries no
+    reward of its own (non-zero → ValueError). `attempts` gives each step's attempt index, non-decreasing (a
+    reflection may carry the index of either attempt it sits between).
+    """
+    for name, gamma in (("gamma_step", gamma_step), ("gamma_traj", gamma_traj)):
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {gamma}")
+    r = _floats("rewards", rewards)
+    attempt = np.asarray(list(attempts))
+    reflection = np.zeros(len(r), bool) if is_reflection is None else np.asarray(list(is_reflection), bool)
+    if attempt.shape != r.shape or reflection.shape != r.shape:
+        raise ValueError(f"attempts and is_reflection need one entry per reward ({len(r)})")
+    if np.any(np.diff(attempt) < 0):
+        raise ValueError(f"attempts must be non-decreasing (steps in trial order), got {attempt.tolist()}")
+    if np.any(r[reflection] != 0):
+        raise ValueError("reflection steps carry no reward; put rewards on action steps")
+
+    returns = np.zeros_like(r)
+    following_return, following_attempt = 0.0, None  # the next action step, seen from the back
+    for t in range(len(r) - 1, -1, -1):
+        if reflection[t]:
+            returns[t] = following_return
+            continue
+        gamma = gamma_step if following_attempt == attempt[t] else gamma_traj
+        returns[t] = r[t] + gamma * following_return
+        following_return, following_attempt = returns[t], attempt[t]
+    return returns
+
+
+def _trial_totals(
+    rewards: np.ndarray, groups: list[Hashable], trials: Iterable[Hashable]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(total reward per trial, group label per trial, trial label per step); a trial is keyed by (group, trial)."""
+    group_of_step = _labels("groups", groups)
+    trial_of_step = _labels("trials", zip(groups, _keys("trials", trials, len(rewards))))
+    totals = np.bincount(trial_of_step, weights=rewards)
+    group_of_trial = np.empty(len(totals), np.int64)
+    group_of_trial[trial_of_step] = group_of_step
+    return totals, group_of_trial, trial_of_step
+
+
+def gigpo_advantages(
+    rewards: Iterable[float],
+    returns: Iterable[float],
+    groups: Iterable[Hashable],
+    trials: Iterable[Hashable],
+    anchors: Iterable[Hashable],
+) -> np.ndarray:
+    """LaMer's GiGPO advantage per step, without std normalisation: A = A_episode + A_step, where
+
+    A_episode = R(τ) − mean_{τ' in the group} R(τ'),  R(τ) = Σ rewards of the step's trial τ (each trial counts once),
+    A_step    = G_t − mean{G_s : s in the same group with the same anchor observation},
+
+    with G the step returns (e.g. `cross_episode_returns`). A step whose anchor occurs once in its group gets
+    A_step = 0 (it is its own mean). A group is all trials of one instance; all arrays are per step.
+    """
+    r = _floats("rewards", rewards)
+    g = _floats("returns", returns)
+    if g.shape != r.shape:
+        raise ValueError(f"returns has {len(g)} entries, expected {len(r)} (one per reward)")
+    groups = _keys("groups", groups, len(r))
+    totals, group_of_trial, trial_of_step = _trial_totals(r, groups, trials)
+    episode = (totals - _group_mean(totals, group_of_trial))[trial_of_step]
+    anchor_of_step = _labels("anchors", zip(groups, _keys("anchors", anchors, len(r))))
+    step = g - _group_mean(g, anchor_of_step)
+    return episode + step
+
+
+def grpo_episode_advantages(
+    rewards: Iterable[float],
+    groups: Iterable[Hashable],
+    trials: Iterable[Hashable],
+    scale: Scale = "group",
+    eps: float = 1e-4,
+) -> np.ndarray:
+    """LaMer's GRPO variant, per step: every step of trial τ gets `group_advantages` of its trial's total reward,
+
+    A = (R(τ) − mean_{τ' in the group} R(τ')) / (std_{τ'} R(τ') + eps),  R(τ) = Σ rewards of τ,
+
+    with each trial counted once however many steps it has.
+    """
+    r = _floats("rewards", rewards)
+    totals, group_of_trial, trial_of_step = _trial_totals(r, _keys("groups", groups, len(r)), trials)
+    return group_advantages(totals, group_of_trial, scale=scale, eps=eps)[trial_of_step]

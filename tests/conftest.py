@@ -1,0 +1,21 @@
+"""Shared test settings: one BLAS/torch thread (2 shared cores), an isolated cache, and the embedded model's path."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TTLEARN_THREADS", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The embedded default model, loaded once for the whole test session."""
+    from ttlearn.llm import make_llm
+
+    llm = make_llm("smollm2")
+    yield llm
+    llm.close()

@@ -1,0 +1,138 @@
+"""Advantage and return estimators against numbers worked out by hand (arithmetic in the comments)."""
+
+import numpy as np
+import pytest
+
+from ttlearn.train.advantages import (
+    cross_episode_returns,
+    gigpo_advantages,
+    group_advantages,
+    grpo_episode_advantages,
+    turn_level_advantages,
+)
+
+EPS = 1e-4
+
+
+class TestGroupAdvantages:
+    REWARDS = (1.0, 2.0, 3.0, 5.0, 5.0)
+    GROUPS = ("a", "a", "a", "b", "b")
+
+    def test_group_scale(self):
+        # group a: mean 2, std = sqrt((1 + 0 + 1) / 2) = 1 → (−1, 0, 1) / 1.0001
+        # group b: mean 5, std 0 → 0 / 1e-4 = 0
+        a = group_advantages(self.REWARDS, self.GROUPS, scale="group")
+        np.testing.assert_allclose(a, [-1 / 1.0001, 0, 1 / 1.0001, 0, 0], atol=1e-12)
+
+    def test_batch_scale_divides_by_the_batch_std(self):
+        # batch mean 3.2, squared deviations 4.84 + 1.44 + 0.04 + 3.24 + 3.24 = 12.8, / (5 − 1) = 3.2 → std √3.2
+        # centring stays per group: group a → (−1, 0, 1), group b → (0, 0)
+        a = group_advantages(self.REWARDS, self.GROUPS, scale="batch")
+        s = np.sqrt(3.2) + EPS
+        np.testing.assert_allclose(a, [-1 / s, 0, 1 / s, 0, 0], atol=1e-12)
+
+    def test_none_scale_only_centres(self):
+        np.testing.assert_allclose(group_advantages(self.REWARDS, self.GROUPS, scale="none"), [-1, 0, 1, 0, 0])
+
+    def test_singleton_group_gets_zero_not_nan(self):
+        # group 0 = {4}: std of one sample taken as 0 → A = 0; group 1 = {1, 3}: mean 2, std √2
+        a = group_advantages([4.0, 1.0, 3.0], [0, 1, 1])
+        np.testing.assert_allclose(a, [0.0, -1 / (np.sqrt(2) + EPS), 1 / (np.sqrt(2) + EPS)], atol=1e-12)
+
+    def test_bad_input(self):
+        with pytest.raises(ValueError, match="scale"):
+            group_advantages([1.0, 2.0], [0, 0], scale="std")
+        with pytest.raises(ValueError, match="groups has 1 entries"):
+            group_advantages([1.0, 2.0], [0])
+        with pytest.raises(ValueError, match="finite"):
+            group_advantages([1.0, float("nan")], [0, 0])
+        with pytest.raises(ValueError, match="hashable"):
+            group_advantages([1.0, 2.0], [[0], [0]])
+
+
+class TestTurnLevelAdvantages:
+    # G = 3 rollouts of one sequence, T = 2 turns
+    REWARDS = ((1.0, 0.0), (0.0, 0.0), (2.0, 3.0))
+
+    def test_normalises_each_turn_across_rollouts(self):
+        # turn 0: (1, 0, 2), mean 1, std sqrt((0 + 1 + 1) / 2) = 1 → (0, −1, 1) / 1.0001
+        # turn 1: (0, 0, 3), mean 1, std sqrt((1 + 1 + 4) / 2) = √3 → (−1, −1, 2) / (√3 + 1e-4)
+        a = turn_level_advantages(self.REWARDS)
+        s = np.sqrt(3) + EPS
+        np.testing.assert_allclose(a, [[0, -1 / s], [-1 / 1.0001, -1 / s], [1 / 1.0001, 2 / s]], atol=1e-12)
+
+    def test_batch_scale(self):
+        # all six rewards: mean 1, squared deviations 0 + 1 + 1 + 1 + 1 + 4 = 8, / 5 = 1.6; centring stays per turn
+        s = np.sqrt(1.6) + EPS
+        np.testing.assert_allclose(
+            turn_level_advantages(self.REWARDS, scale="batch"), [[0, -1 / s], [-1 / s, -1 / s], [1 / s, 2 / s]]
+        )
+
+    def test_needs_a_matrix(self):
+        with pytest.raises(ValueError, match="2-dimensional"):
+            turn_level_advantages([1.0, 2.0])
+
+
+class TestCrossEpisodeReturns:
+    def test_discounts_inside_and_across_attempts_and_credits_the_reflection(self):
+        # attempt 0: rewards −0.1, −1; a reflection; attempt 1: rewards 1, 10. γ_step = 0.95, γ_traj = 0.6.
+        # G4 = 10; G3 = 1 + 0.95·10 = 10.5; reflection G2 = G3 = 10.5 (undiscounted);
+        # G1 = −1 + 0.6·10.5 = 5.3 (boundary, skipping the reflection); G0 = −0.1 + 0.95·5.3 = 4.935
+        g = cross_episode_returns(
+            [-0.1, -1.0, 0.0, 1.0, 10.0],
+            attempts=[0, 0, 0, 1, 1],
+            is_reflection=[False, False, True, False, False],
+            gamma_step=0.95,
+            gamma_traj=0.6,
+        )
+        np.testing.assert_allclose(g, [4.935, 5.3, 10.5, 10.5, 10.0])
+
+    def test_boundary_without_reflection_uses_gamma_traj(self):
+        # same rewards (1, 2): one attempt → 1 + 0.95·2 = 2.9; two attempts → 1 + 0.6·2 = 2.2
+        np.testing.assert_allclose(cross_episode_returns([1.0, 2.0], [0, 0]), [2.9, 2.0])
+        np.testing.assert_allclose(cross_episode_returns([1.0, 2.0], [0, 1]), [2.2, 2.0])
+
+    def test_three_attempts(self):
+        # rewards 0 | 0 | 1 in attempts 0, 1, 2, γ_traj = 0.9: G = (0.81, 0.9, 1)
+        np.testing.assert_allclose(cross_episode_returns([0.0, 0.0, 1.0], [0, 1, 2], gamma_traj=0.9), [0.81, 0.9, 1.0])
+
+    def test_bad_input(self):
+        with pytest.raises(ValueError, match="non-decreasing"):
+            cross_episode_returns([1.0, 2.0], [1, 0])
+        with pytest.raises(ValueError, match="reflection steps carry no reward"):
+            cross_episode_returns([1.0, 2.0], [0, 0], [True, False])
+        with pytest.raises(ValueError, match="gamma_traj"):
+            cross_episode_returns([1.0], [0], gamma_traj=1.5)
+        with pytest.raises(ValueError, match="one entry per reward"):
+            cross_episode_returns([1.0, 2.0], [0])
+
+
+class TestGiGPO:
+    # instance "i1": trial 0 = steps (s0, s1), trial 1 = steps (s0, s2, s3); instance "i2": trial 0 = one step (s0).
+    # Trial ids and the anchor "s0" repeat across instances on purpose: they must not be pooled.
+    REWARDS = (0.0, 1.0, 0.0, 1.0, 2.0, 5.0)
+    RETURNS = (0.95, 1.0, 2.85, 3.0, 2.0, 5.0)
+    GROUPS = ("i1", "i1", "i1", "i1", "i1", "i2")
+    TRIALS = (0, 0, 1, 1, 1, 0)
+    ANCHORS = ("s0", "s1", "s0", "s2", "s3", "s0")
+
+    def test_episode_plus_step_advantage(self):
+        # i1 trial totals 1 and 3, mean over trials (not steps) 2 → A_episode −1 (trial 0), +1 (trial 1)
+        # anchor s0 in i1: returns 0.95, 2.85, mean 1.9 → A_step −0.95, +0.95; s1, s2, s3 are singletons → 0
+        # i2: a single trial and a single s0 → 0 + 0
+        a = gigpo_advantages(self.REWARDS, self.RETURNS, self.GROUPS, self.TRIALS, self.ANCHORS)
+        np.testing.assert_allclose(a, [-1.95, -1.0, 1.95, 1.0, 1.0, 0.0], atol=1e-12)
+
+    def test_grpo_variant_normalises_trial_totals(self):
+        # i1 totals (1, 3): mean 2, std √2 → ∓1 / (√2 + 1e-4) on every step of the trial; i2 singleton → 0
+        a = grpo_episode_advantages(self.REWARDS, self.GROUPS, self.TRIALS)
+        s = np.sqrt(2) + EPS
+        np.testing.assert_allclose(a, [-1 / s, -1 / s, 1 / s, 1 / s, 1 / s, 0.0], atol=1e-12)
+
+    def test_bad_input(self):
+        with pytest.raises(ValueError, match="returns has 2 entries"):
+            gigpo_advantages([1.0], [1.0, 2.0], [0], [0], ["s"])
+        with pytest.raises(ValueError, match="anchors has 2 entries"):
+            gigpo_advantages([1.0], [1.0], [0], [0], ["s", "t"])
+        with pytest.raises(ValueError, match="trials has 0 entries"):
+            grpo_episode_advantages([1.0], [0], [])

@@ -1,0 +1,88 @@
+"""The action parser and the LLM player's retry / fallback rules."""
+
+from __future__ import annotations
+
+import random
+import string
+from typing import Sequence
+
+from ttlearn.agent import LLMPlayer, build_messages, parse_action
+from ttlearn.envs import make_env
+from ttlearn.llm.base import LLM
+from ttlearn.types import Completion
+
+RPS = ("rock", "paper", "scissors")
+
+
+def test_exact_and_embedded_answers():
+    assert parse_action("Paper.", RPS) == "paper"
+    assert parse_action("  SCISSORS!!", RPS) == "scissors"
+    assert parse_action("I will play rock this time", RPS) == "rock"
+    assert parse_action("rock beats scissors, so rock", RPS) == "rock"  # earliest mention wins
+    assert parse_action("rocks and papers", RPS) is None  # word boundaries: no partial matches
+    assert parse_action("", RPS) is None
+    assert parse_action("anything", ()) is None
+
+
+def test_multi_word_actions_prefer_the_longest_match():
+    legal = ("call", "raise", "reveal 1 2", "reveal 1 2 3")
+    assert parse_action("I'll raise.", legal) == "raise"
+    assert parse_action("reveal 1 2 3", legal) == "reveal 1 2 3"
+    assert parse_action("Reveal (1, 2)!", legal) == "reveal 1 2"
+    assert parse_action("raised earlier", legal) is None
+
+
+class ReplyList(LLM):
+    """Test aid: a free-text back end that answers from a fixed list (no choice scoring)."""
+
+    spec = "replies"
+
+    def __init__(self, replies: Sequence[str]):
+        self.replies = list(replies)
+        self.calls = 0
+
+    def complete(self, messages, *, max_tokens=128, temperature=0.0, seed=0, stop=(), choices=None):
+        reply = self.replies[self.calls % len(self.replies)]
+        self.calls += 1
+        return Completion(reply)
+
+
+def fuzz_reply(rng: random.Random) -> str:
+    pieces = [
+        "".join(rng.choice(string.printable) for _ in range(rng.randint(0, 40))),
+        rng.choice(["rock", "Paper", "SCISSORS", "rocky", "pap er", "✂️", "石头", "\x00", "\n\n", "{\"action\": 1}"]),
+        "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(rng.randint(0, 20))),
+    ]
+    rng.shuffle(pieces)
+    return "".join(pieces[: rng.randint(0, 3)])
+
+
+def test_ten_thousand_fuzzed_replies_never_raise_and_invalids_are_counted():
+    rng = random.Random(7)
+    replies = [fuzz_reply(rng) for _ in range(10_000)]
+    expected_valid = sum(parse_action(r, RPS) is not None for r in replies)
+    env = make_env("rps", opponent="constant", rounds=10_000)
+    obs = env.reset(0)
+    player = LLMPlayer(ReplyList(replies), retries=0)
+    decisions = [player.act(env, obs, "", seed=i) for i in range(10_000)]
+    assert all(d.action in RPS for d in decisions)
+    assert sum(d.valid for d in decisions) == expected_valid
+    assert 0 < expected_valid < 10_000  # the fuzz really produces both kinds
+
+
+def test_retries_then_fallback_is_marked_invalid():
+    env = make_env("rps", opponent="constant")
+    obs = env.reset(0)
+    player = LLMPlayer(ReplyList(["hmm", "no idea", "paper"]), retries=2)
+    decision = player.act(env, obs, "", seed=1)
+    assert decision.valid and decision.action == "paper" and decision.info["attempts"] == 3
+    stubborn = LLMPlayer(ReplyList(["hmm"]), retries=1)
+    decision = stubborn.act(env, obs, "", seed=1)
+    assert not decision.valid and decision.action in RPS
+
+
+def test_prompt_carries_rules_memory_and_options():
+    messages = build_messages("RULES", "opponent loves rock", "round 3", ["paper", "rock", "scissors"])
+    assert "RULES" in messages[0]["content"] and "opponent loves rock" in messages[0]["content"]
+    assert "paper, rock, scissors" in messages[1]["content"]
+    assert "notes" not in build_messages("RULES", "  ", "round 3", RPS)[0]["content"]

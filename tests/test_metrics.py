@@ -1,0 +1,90 @@
+import math
+
+import numpy as np
+import pytest
+
+from ttlearn.eval.metrics import (
+    cumulative_performance,
+    mbb_per_hand,
+    mean_ci,
+    mean_pass_at_k,
+    mean_trajectory_entropy,
+    pass_at_k,
+    student_t_critical,
+    success_at_k,
+    trajectory_entropy,
+)
+
+
+def test_cumulative_performance_is_the_running_mean():
+    np.testing.assert_allclose(cumulative_performance([1, 0, 1, 1, -1]), [1, 0.5, 2 / 3, 0.75, 0.4])
+
+
+@pytest.mark.parametrize("n, c, k, expected", [
+    (10, 3, 1, 0.3),
+    (10, 3, 5, 1 - 21 / 252),  # 1 − C(7,5)/C(10,5)
+    (10, 0, 4, 0.0),
+    (10, 10, 1, 1.0),
+    (10, 8, 3, 1.0),  # n − c < k: every 3-subset holds a success
+])
+def test_pass_at_k_known_values(n, c, k, expected):
+    assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+
+
+def test_pass_at_k_matches_the_binomial_form():
+    for n in range(1, 12):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(exact, abs=1e-12)
+
+
+def test_pass_at_k_stays_finite_for_large_n():
+    assert pass_at_k(2000, 1, 1) == pytest.approx(0.0005)
+    assert 0 < pass_at_k(5000, 3, 100) < 1
+
+
+@pytest.mark.parametrize("n, c, k", [(0, 0, 1), (5, 6, 1), (5, 2, 0), (5, 2, 6), (5.0, 2, 1)])
+def test_pass_at_k_rejects_bad_input(n, c, k):
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def test_mean_pass_at_k_averages_tasks():
+    assert mean_pass_at_k([(10, 3), (5, 0)], k=1) == pytest.approx(0.15)
+    with pytest.raises(ValueError):
+        mean_pass_at_k([], k=1)
+
+
+def test_success_at_k_counts_first_successes_within_k():
+    np.testing.assert_allclose(success_at_k([1, 3, None, 0, 2], k_max=4), [0.2, 0.4, 0.6, 0.6])
+    with pytest.raises(ValueError):
+        success_at_k([1, -1], k_max=2)
+
+
+def test_trajectory_entropy_hand_examples():
+    assert trajectory_entropy([["a"], ["a"], ["b"], ["b"]]) == pytest.approx(1.0)
+    # distinct whole sequences with frequencies 1/2, 1/4, 1/4 → 1.5 bits
+    assert trajectory_entropy([["r", "p"], ["r", "p"], ["r", "s"], ["p", "p"]]) == pytest.approx(1.5)
+    assert trajectory_entropy([["a", "b"]] * 5) == 0.0
+    assert mean_trajectory_entropy([[["a"], ["b"]], [["a"], ["a"]]]) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423),
+                                          (100000, 1.9600)])
+def test_student_t_critical_matches_tables(df, expected):
+    assert student_t_critical(0.95, df) == pytest.approx(expected, abs=1e-4)
+
+
+def test_mean_ci_uses_student_t():
+    mean, half = mean_ci([1, 2, 3, 4, 5])
+    assert mean == 3.0
+    assert half == pytest.approx(2.776445 * math.sqrt(2.5) / math.sqrt(5), rel=1e-6)
+    with pytest.raises(ValueError):
+        mean_ci([1.0])
+
+
+def test_mbb_per_hand():
+    assert mbb_per_hand(-12.5, 500) == pytest.approx(-25.0)
+    with pytest.raises(ValueError):
+        mbb_per_hand(1.0, 0)

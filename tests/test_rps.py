@@ -1,0 +1,254 @@
+"""Repeated RPS: the maths, the opponent suite's ceilings, the environment contract and the ideal learner."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from ttlearn.agent import PLAYERS, Player
+from ttlearn.envs import ENVS, make_env
+from ttlearn.envs.rps import RPSEnv
+from ttlearn.envs.rps_bots import (
+    BOTS,
+    CYCLES,
+    PAPER,
+    ROCK,
+    SCISSORS,
+    best_responses,
+    expected_payoffs,
+    make_bot,
+    markov_prediction,
+    match_prediction,
+    parse_pattern,
+    payoff,
+)
+from ttlearn.players.basic import OraclePlayer, RandomPlayer
+from ttlearn.players.rps_learner import RPSLearner, kt_probabilities, mix
+
+
+def play(env: RPSEnv, player: Player, games: int, first_seed: int = 0) -> list[list[float]]:
+    """A tiny session loop: the rewards of each round of each game (the lead's session module may not exist yet)."""
+    games_rewards = []
+    for game in range(games):
+        obs = env.reset(first_seed + game)
+        player.begin_episode(env)
+        rewards = []
+        while obs.legal_actions:
+            decision = player.act(env, obs, "", seed=10_000 * game + len(rewards))
+            result = env.step(decision.action)
+            obs = result.observation
+            rewards.append(result.reward)
+        end = getattr(player, "end_episode", None)
+        if end is not None:
+            end(env, obs)
+        games_rewards.append(rewards)
+    return games_rewards
+
+
+# --- maths, against hand-computed numbers ---------------------------------------------------------------------------
+
+
+def test_payoff_table():
+    assert [payoff(PAPER, ROCK), payoff(ROCK, SCISSORS), payoff(SCISSORS, PAPER)] == [1, 1, 1]
+    assert [payoff(ROCK, PAPER), payoff(SCISSORS, ROCK), payoff(PAPER, SCISSORS)] == [-1, -1, -1]
+    assert [payoff(m, m) for m in range(3)] == [0, 0, 0]
+
+
+def test_expected_payoffs_and_best_response():
+    # vs 60/20/20: rock 0.2 − 0.2 = 0, paper 0.6 − 0.2 = 0.4, scissors 0.2 − 0.6 = −0.4
+    assert np.allclose(expected_payoffs([0.6, 0.2, 0.2]), [0.0, 0.4, -0.4])
+    # vs 50/50 rock-paper: paper 0.5 beats scissors 0 and rock −0.5
+    assert best_responses([0.5, 0.5, 0.0]) == [PAPER]
+    assert best_responses([1 / 3] * 3) == [ROCK, PAPER, SCISSORS]
+
+
+def test_kt_and_mixture():
+    assert np.allclose(kt_probabilities([2, 0, 0]), [2.5 / 3.5, 0.5 / 3.5, 0.5 / 3.5])
+    assert np.allclose(kt_probabilities([0, 0, 0]), [1 / 3] * 3)
+    # weights 3 : 1 on "rock" and "paper" experts
+    assert np.allclose(mix(np.array([[1.0, 0, 0], [0, 1.0, 0]]), np.array([math.log(3), 0.0])), [0.75, 0.25, 0])
+
+
+def test_bot_predictors():
+    # R P R P R: R was followed by P twice, so both orders predict paper
+    assert markov_prediction([0, 1, 0, 1, 0], order=1) == PAPER
+    assert markov_prediction([0, 1, 0, 1, 0], order=2) == PAPER
+    assert markov_prediction([2], order=2) == SCISSORS  # nothing to follow yet: plain frequency
+    assert markov_prediction([], order=2) is None
+    # the suffix (0, 1) occurred at positions 0–1, followed by 2
+    assert match_prediction([0, 1, 2, 0, 1], [0, 1, 2, 0, 1]) == 2
+    assert match_prediction([0], [1]) is None
+
+
+@pytest.mark.parametrize("period", sorted(CYCLES))
+def test_cycle_patterns_have_their_stated_period(period):
+    pattern = parse_pattern(CYCLES[period])
+    assert len(pattern) == period
+    assert all(pattern != pattern[shift:] + pattern[:shift] for shift in range(1, period))
+
+
+# --- the opponent suite ---------------------------------------------------------------------------------------------
+
+
+def round_sd(bot_name: str) -> float:
+    """Per-round SD of the best responder's score, √(P(win) + P(loss) − ceiling²), against the bot's first-round
+    distribution: the same in every round for the stochastic bots, 0 for the deterministic ones (exact ceiling)."""
+    bot = make_bot(bot_name, seed=0)
+    dist = bot.distribution()
+    move = best_responses(dist)[0]
+    p_win, p_loss = dist[(move - 1) % 3], dist[(move + 1) % 3]
+    return math.sqrt(max(p_win + p_loss - bot.ceiling**2, 0.0))
+
+
+@pytest.mark.parametrize("name", list(BOTS))
+def test_oracle_reaches_the_documented_ceiling(name):
+    """Per-round mean over N rounds within 3·σ/√N of the ceiling, σ the binomial-style SD of one round (0.80 for
+    60/20/20, 0.83 for 40/30/30, 0.76 for half-random, 0.82 for Nash): exact for the deterministic bots."""
+    stochastic = round_sd(name) > 0
+    games, rounds = (4, 400) if stochastic else (2, 60)
+    env = make_env("rps", opponent=name, rounds=rounds, seed=7)
+    rewards = np.concatenate(play(env, OraclePlayer(), games))
+    tolerance = 3 * round_sd(name) / math.sqrt(rewards.size) + 1e-12
+    assert abs(rewards.mean() - env.bot.ceiling) <= tolerance, (name, rewards.mean(), env.bot.ceiling, tolerance)
+
+
+def test_documented_ceilings():
+    assert {n: make_bot(n, 0).ceiling for n in ("constant", "biased", "biased-40", "half-random", "nash")} == (
+        pytest.approx({"constant": 1.0, "biased": 0.4, "biased-40": 0.1, "half-random": 0.5, "nash": 0.0})
+    )
+
+
+@pytest.mark.parametrize("name", ["cycle3", "beat-last", "iocaine", "biased"])
+def test_nash_random_scores_zero_within_the_noise_band(name):
+    rounds = 1000
+    env = make_env("rps", opponent=name, rounds=rounds, seed=1)
+    (rewards,) = play(env, RandomPlayer(), 1)
+    assert abs(sum(rewards)) <= 1.96 * 0.816 * math.sqrt(rounds)
+
+
+def test_probe_replays_one_string_per_env_seed():
+    env = make_env("rps", opponent="probe", rounds=30, seed=5)
+    play(env, RandomPlayer(), 1, first_seed=0)
+    first = list(env.opp_moves)
+    play(env, RandomPlayer(), 1, first_seed=99)
+    assert env.opp_moves == first
+    assert len(set(first)) == 3  # it uses every move: not a trivial constant
+    other = make_env("rps", opponent="probe", rounds=30, seed=6)
+    play(other, RandomPlayer(), 1)
+    assert other.opp_moves != first
+
+
+# --- the environment contract ---------------------------------------------------------------------------------------
+
+
+def test_registered_and_configurable():
+    env = make_env("rps", opponent="wsls", rounds=5, seed=3)
+    assert ENVS.get("rps") is RPSEnv
+    assert env.config() == {"opponent": "wsls", "rounds": 5, "seed": 3}
+    assert RPSEnv(**env.config()).config() == env.config()
+
+
+def test_bad_options_raise_clear_errors():
+    with pytest.raises(ValueError, match="cycle3.*iocaine.*probe"):
+        make_env("rps", opponent="shiny")
+    with pytest.raises(ValueError, match="rounds"):
+        make_env("rps", rounds=0)
+    with pytest.raises(ValueError, match="accepts"):
+        make_env("rps", players=2)
+    env = make_env("rps", rounds=1)
+    with pytest.raises(ValueError, match="reset"):
+        env.restart()
+    env.reset(0)
+    with pytest.raises(ValueError, match="illegal"):
+        env.step("lizard")
+    env.step("rock")
+    with pytest.raises(ValueError, match="illegal"):
+        env.step("rock")
+
+
+def test_one_game_scores_rewards_and_texts():
+    env = make_env("rps", opponent="constant", rounds=3)
+    obs = env.reset(0)
+    assert obs.legal_actions == ("rock", "paper", "scissors")
+    assert obs.text.startswith("Round 1 of 3.")
+    assert [env.step(a).reward for a in ("paper", "rock", "scissors")] == [1.0, 0.0, -1.0]
+    assert env.score() == 0.0 and env.success() is False
+    assert env.transcript() == (
+        "R1 you=paper opp=rock win; R2 you=rock opp=rock draw; R3 you=scissors opp=rock loss; final score +0"
+    )
+    assert env.legal_actions() == () and env.done
+    with pytest.raises(ValueError):
+        env.step("paper")
+    obs = env.restart()
+    assert obs.data == {"round": 1, "rounds": 3, "my_moves": [], "opp_moves": [], "score": 0}
+    env.step("paper")
+    assert env.success() is True
+
+
+def test_observation_shows_recent_history_and_task_hides_the_bot():
+    env = make_env("rps", opponent="iocaine", rounds=20)
+    obs = env.reset(0)
+    for _ in range(12):
+        obs = env.step("rock").observation
+    assert obs.data["round"] == 13 and len(obs.data["opp_moves"]) == 12
+    assert "R12 you=rock" in obs.text and "R2 you=" not in obs.text  # the last 10 rounds only
+    assert "round 13 of 20" in env.task() and "iocaine" not in env.task().lower()
+    assert len(env.describe()) < 500
+
+
+@pytest.mark.parametrize("name", ["biased", "half-random", "nash"])
+def test_deterministic_by_seed_and_restart_replays_the_game(name):
+    def moves(env_seed: int, game_seed: int) -> list[int]:
+        env = make_env("rps", opponent=name, rounds=40, seed=env_seed)
+        play(env, RandomPlayer(), 1, first_seed=game_seed)
+        return env.opp_moves
+
+    assert moves(0, 0) == moves(0, 0)
+    assert moves(0, 0) != moves(0, 1) and moves(0, 0) != moves(1, 0)
+
+    env = make_env("rps", opponent=name, rounds=40)
+    play(env, RandomPlayer(), 1, first_seed=3)
+    first, actions = env.transcript(), [("rock", "paper", "scissors")[m] for m in env.my_moves]
+    env.restart()  # same instance and bot object: restart must reset the bot and the Generator
+    for action in actions:
+        env.step(action)
+    assert env.transcript() == first
+
+
+# --- the ideal learner ----------------------------------------------------------------------------------------------
+
+
+def test_learner_is_registered():
+    assert PLAYERS.get("learner") is RPSLearner
+
+
+def test_learner_beats_cycle3_after_ten_rounds():
+    (rewards,) = play(make_env("rps", opponent="cycle3", rounds=30), RPSLearner(), 1)
+    assert np.mean(rewards[10:]) >= 0.8
+
+
+def test_learner_beats_beat_last_within_a_game():
+    (rewards,) = play(make_env("rps", opponent="beat-last", rounds=20), RPSLearner(), 1)
+    assert sum(rewards) >= 10
+
+
+def test_learner_learns_the_probe_across_games():
+    scores = [sum(r) for r in play(make_env("rps", opponent="probe", rounds=20, seed=2), RPSLearner(), 3)]
+    assert scores[2] >= scores[0] + 10 and scores[2] >= 15
+
+
+def test_learner_state_round_trips_through_json():
+    learner = RPSLearner()
+    env = make_env("rps", opponent="cycle5", rounds=15)
+    play(env, learner, 2)
+    copy = RPSLearner()
+    copy.load(json.loads(json.dumps(learner.state())))
+    obs = env.reset(9)
+    learner.begin_episode(env)
+    copy.begin_episode(env)
+    assert copy.act(env, obs, "", seed=1) == learner.act(env, obs, "", seed=1)
+    with pytest.raises(ValueError, match="unknown experts"):
+        copy.load({"counts": {"oracle": {}}})
