@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
+import json
 import sys
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ from ttlearn.llm.base import LLMError
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.registry import UnknownNameError
 from ttlearn.runs import Run, RunConfig
-from ttlearn.session import DEFAULT_LLM, build_session
+from ttlearn.session import DEFAULT_LLM, build_session, validate
 
 app = typer.Typer(
     help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
@@ -95,13 +97,17 @@ def run(
     llm: str = typer.Option(
         DEFAULT_LLM, help="Player: smollm2, gemma270m, gguf:PATH, openai:URL#MODEL, or scripted:random|oracle|learner."
     ),
-    writer: Optional[str] = typer.Option(None, help="LLM that writes the memory (default: the player's LLM)."),
+    writer: Optional[str] = typer.Option(
+        None, help="LLM that writes the memory (default: the player's LLM); a folder means a trained hf: writer."
+    ),
     temperature: float = typer.Option(0.0, min=0.0, help="Player sampling temperature (0 = greedy)."),
     seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
     out: Optional[Path] = typer.Option(None, help="Run directory (default runs/ENV-MEMORY-TIME)."),
 ) -> None:
     """Play a sequence of games with a frozen player and a memory; record everything in a run directory."""
     env_options = parse_options(env_opt, "--env-opt")
+    if writer and Path(writer).is_dir():
+        writer = f"hf:{writer}"
     for key, value in {"opponent": opponent, "rounds": rounds, "hands": hands, "duplicate": duplicate}.items():
         if value is not None:
             env_options[key] = value
@@ -110,6 +116,7 @@ def run(
         player=llm, writer=writer, games=games, seed=seed, temperature=temperature,
         memory_from=str(memory_from) if memory_from else None,
     )
+    validate(config)
     out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
     play(Run.create(out, config))
 
@@ -170,6 +177,39 @@ def show(
             console.print(f"step {event['step']}: {event['action']} → {event['reward']:+g}{flag}")
         elif event["type"] == "game":
             console.print(f"[bold]game {game} score {event['episode']['score']:+g}[/]")
+
+
+memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+
+
+@memory_app.command("fork")
+@friendly
+def memory_fork(
+    run_dir: Path = typer.Argument(..., help="The run whose memory to fork."),
+    game: int = typer.Option(..., help="Fork the memory as it was after this game."),
+    out: Path = typer.Option(..., help="Folder for the fork; pass it to `ttlearn run --memory-from`."),
+) -> None:
+    """Copy the memory after game N into a new folder, to continue from it with `run --memory-from` (new seed)."""
+    snapshot = Run.open(run_dir).snapshot(game)
+    (out / "snapshots").mkdir(parents=True, exist_ok=False)
+    (out / "snapshots" / f"game_{game:04d}.json").write_text(json.dumps(snapshot, ensure_ascii=False))
+    (out / "fork.json").write_text(json.dumps({"source": str(run_dir), "game": game, "hash": snapshot["hash"]}))
+    console.print(f"forked memory of {run_dir} after game {game} (hash {snapshot['hash'][:12]}) → {out}")
+
+
+@memory_app.command("diff")
+@friendly
+def memory_diff(
+    run_dir: Path = typer.Argument(..., help="A run directory."),
+    a: int = typer.Option(..., "--from", help="Earlier game."),
+    b: int = typer.Option(..., "--to", help="Later game."),
+) -> None:
+    """Show what changed in the memory between two games (a unified diff of the snapshots)."""
+    run = Run.open(run_dir)
+    before, after = (json.dumps(run.snapshot(g)["state"], indent=1, sort_keys=True).splitlines() for g in (a, b))
+    lines = list(difflib.unified_diff(before, after, f"after game {a}", f"after game {b}", lineterm=""))
+    console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
 
 
 @app.command("list")

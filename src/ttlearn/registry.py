@@ -59,11 +59,8 @@ class Registry(Generic[T]):
         self._discover()
         return sorted(self._entries)
 
-    def build(self, name: str, *, reserved: tuple[str, ...] = (), **options: Any) -> Any:
-        """Call the registered factory with `options`, refusing unknown ones with the list of accepted ones.
-
-        `reserved` names are passed through but not offered to users (e.g. the writer LLM of a memory).
-        """
+    def check(self, name: str, options: dict[str, Any], *, reserved: tuple[str, ...] = ()) -> None:
+        """Refuse options the factory does not take, naming the accepted ones; `reserved` ones are not offered."""
         factory = self.get(name)
         target = factory.__init__ if inspect.isclass(factory) else factory
         accepted = [p for p in inspect.signature(target).parameters if p != "self" and p not in reserved]
@@ -73,4 +70,8 @@ class Registry(Generic[T]):
                 f"{self.kind} {name!r} has no option {', '.join(unknown)}; "
                 f"it accepts: {', '.join(accepted) or 'none'}"
             )
-        return factory(**options)
+
+    def build(self, name: str, *, reserved: tuple[str, ...] = (), **options: Any) -> Any:
+        """Call the registered factory with `options` after `check`ing them."""
+        self.check(name, options, reserved=reserved)
+        return self.get(name)(**options)

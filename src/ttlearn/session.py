@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ttlearn.agent import PLAYERS, LLMPlayer, Player
 from ttlearn.envs.base import Env, make_env
-from ttlearn.llm.base import LLM, make_llm
+from ttlearn.llm.base import LLM, LLMS, make_llm
 from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
 from ttlearn.runs import Run, RunConfig
@@ -120,10 +120,26 @@ def _latest_state(source: Path) -> dict[str, Any]:
     return json.loads(source.read_text())["state"]
 
 
+def validate(cfg: RunConfig) -> Env:
+    """Check every name and option of a config before any model loads or any directory is written."""
+    env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
+    MEMORIES.check(cfg.memory, cfg.memory_options, reserved=("llm",))
+    for spec in (cfg.player, cfg.writer):
+        if spec is None:
+            continue
+        if spec.startswith(SCRIPTED):
+            PLAYERS.get(spec[len(SCRIPTED):])
+        else:
+            LLMS.get(spec.partition(":")[0])
+    if cfg.memory_from and not Path(cfg.memory_from).exists():
+        raise FileNotFoundError(f"--memory-from {cfg.memory_from} does not exist")
+    return env
+
+
 def build_session(run: Run, replay: ReplayBook | None = None, llm_factory: Callable[[str], LLM] = make_llm) -> Session:
     """Turn a run's config into live parts; on a reopened run, restore the state after its last finished game."""
     cfg = run.config
-    env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
+    env = validate(cfg)
     loaded: dict[str, LLM] = {}
     session_llms: list[LLM] = []
 

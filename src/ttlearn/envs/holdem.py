@@ -2,8 +2,8 @@
 
 pokerkit runs the rules (blinds, fixed bet sizes, turn order) and ranks the hands. This module deals the cards from
 its own seeded deck (so a game replays exactly and a deal can be mirrored), caps every round at 4 bets (pokerkit
-allows a fifth pre-flop), settles showdowns itself (pokerkit's automatic showdown ranks each hand ~14 times, we need
-2), and writes the text an LLM reads.
+allows a fifth pre-flop), settles showdowns itself with pokerkit's ranking (its automatic showdown ranks seven-card
+hands 14 times per hand, we need 2), and writes the text an LLM reads.
 
 Duplicate dealing: deal d is played twice, first with the player on the button, then with seats swapped, and the
 cards and the random stream stay with the *seat*. A bot playing a copy of itself therefore replays the first hand in
@@ -12,14 +12,15 @@ mirror and the pair nets exactly zero; against another player, card luck cancels
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from pokerkit import Automation, FixedLimitTexasHoldem
 
 from ttlearn.envs.base import ENVS, Env
-from ttlearn.envs.holdem_bots import DECK, Situation, get_bot, hand_entry, hand_class
+from ttlearn.envs.holdem_bots import DECK, Situation, get_bot, hand_class, hand_entry
 from ttlearn.types import Observation, StepResult
 
 SMALL_BLIND, BIG_BLIND = 1, 2  # chips; 1 big blind = 2 chips
@@ -52,8 +53,22 @@ def hands_needed(sd_bb: float, margin_bb: float = 0.1, z: float = 1.96) -> float
     return (z * sd_bb / margin_bb) ** 2
 
 
+def per_hand_sd(nets_bb: Sequence[float], duplicate: bool = False) -> float:
+    """The per-hand standard deviation that sets how many hands a win rate needs (sample SD, ddof = 1).
+
+    Plain dealing: SD of the hand results h_i. Duplicate dealing, hands in mirrored pairs (h_2d, h_2d+1):
+    SD_hand = √2 · SD((h_2d + h_2d+1) / 2), the SD one hand would need to give the same precision per hand played.
+    """
+    nets = np.asarray(nets_bb, dtype=float)
+    if duplicate:
+        if len(nets) % 2:
+            raise ValueError(f"duplicate results come in pairs, got {len(nets)} hands")
+        return float(np.sqrt(2) * nets.reshape(-1, 2).mean(axis=1).std(ddof=1))
+    return float(nets.std(ddof=1))
+
+
 class Act(NamedTuple):
-    """One betting action: `amount` is chips put in (calls, blinds) or the raise-to total of the round (bet/raise)."""
+    """One betting action; `amount` is the chips a call puts in, the round's raise-to total of a bet or raise, else 0."""
 
     street: int
     seat: int
@@ -80,7 +95,7 @@ class LimitHand:
         self.put_in = {BUTTON: SMALL_BLIND, BIG_BLIND_SEAT: BIG_BLIND}
         self.history: list[Act] = []
         self.folded: int | None = None
-        self._legal = self._compute_legal_actions()
+        self._refresh()
 
     @property
     def street(self) -> int:
@@ -108,21 +123,20 @@ class LimitHand:
         """Bets made this round, the big blind counting as the first pre-flop one."""
         return max(self.state.bets) // self.bet_size
 
-    @property
-    def to_call(self) -> int:
-        return 0 if self.over else self.state.checking_or_calling_amount
-
     def legal_actions(self) -> tuple[str, ...]:
         return self._legal
 
-    def _compute_legal_actions(self) -> tuple[str, ...]:
-        """Asked once per state: pokerkit's move checks are the slowest part of a hand."""
+    def _refresh(self) -> None:
+        """Ask pokerkit once per state what it costs to call and what is legal: its move checks are the slowest
+        part of a hand, and prompts, bots and validation all need the answers."""
         if self.over:
-            return ()
+            self.to_call, self._legal = 0, ()
+            return
+        self.to_call = self.state.checking_or_calling_amount
         actions = ["fold", "call"] if self.to_call else ["check"]
         if self.state.can_complete_bet_or_raise_to() and self.bets_this_round < MAX_BETS:
             actions.append("raise" if max(self.state.bets) else "bet")
-        return tuple(actions)
+        self._legal = tuple(actions)
 
     def situation(self, seat: int) -> Situation:
         return Situation(self.holes[seat], self.board, self.street, seat == BUTTON, self.legal_actions())
@@ -145,7 +159,7 @@ class LimitHand:
             self.put_in[seat] += amount - already
         self.history.append(Act(street, seat, action, amount))
         self._deal_pending_board()
-        self._legal = self._compute_legal_actions()
+        self._refresh()
 
     def _deal_pending_board(self) -> None:
         while self.state.actor_index is None and self.state.status:
@@ -207,17 +221,18 @@ def _describe_act(act: Act, player_seat: int) -> str:
 
 def betting_text(history: Sequence[Act], player_seat: int, board: Sequence[str]) -> str:
     """The hand's betting so far, street by street, from the player's side ("you" / "opponent")."""
-    parts = [
-        f"pre-flop: {_says(BUTTON, player_seat, 'post')} small blind {SMALL_BLIND}, "
-        f"{_says(BIG_BLIND_SEAT, player_seat, 'post')} big blind {BIG_BLIND}"
+
+    def said(street: int) -> list[str]:
+        return [_describe_act(a, player_seat) for a in history if a.street == street]
+
+    blinds = [
+        f"{_says(BUTTON, player_seat, 'post')} small blind {SMALL_BLIND}",
+        f"{_says(BIG_BLIND_SEAT, player_seat, 'post')} big blind {BIG_BLIND}",
     ]
-    for street, name in enumerate(STREETS):
-        acts = [_describe_act(a, player_seat) for a in history if a.street == street]
-        if street == 0:
-            parts[0] += "".join(f", {a}" for a in acts)
-        elif len(board) >= 2 + street:
-            cards = " ".join(board[: 2 + street]) if street == 1 else board[1 + street]
-            parts.append(f"{name} ({cards}): {', '.join(acts) or '-'}")
+    parts = [f"pre-flop: {', '.join(blinds + said(0))}"]
+    for street, cards in ((1, board[:3]), (2, board[3:4]), (3, board[4:5])):
+        if cards:
+            parts.append(f"{STREETS[street]} ({' '.join(cards)}): {', '.join(said(street)) or '-'}")
     return " | ".join(parts)
 
 
@@ -237,7 +252,10 @@ class HoldemEnv(Env):
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         self.opponent, self.hands, self.duplicate, self.seed = opponent, hands, bool(duplicate), seed
         self._game_seed: int | None = None
-        self._hand: LimitHand | None = None
+        self._hand: LimitHand | None = None  # None before reset and after the last hand
+        self._number = 0  # 0-based index of the current hand
+        self._player_seat = BUTTON
+        self._rngs: dict[int, np.random.Generator] = {}  # each seat's random stream for the current hand
         self._records: list[HandRecord] = []
         self._net_chips = 0
 
@@ -380,8 +398,9 @@ class HoldemEnv(Env):
     def _record_text(self, r: HandRecord) -> str:
         showdown = ""
         if r.opponent_cards is not None:
-            yours, theirs = (hand_entry(cards, r.board).label.value.lower()
-                             for cards in (r.player_cards, r.opponent_cards))
+            yours, theirs = (
+                hand_entry(cards, r.board).label.value.lower() for cards in (r.player_cards, r.opponent_cards)
+            )
             showdown = f"; showdown: opponent shows {' '.join(r.opponent_cards)} ({theirs}) vs your {yours}"
         return (
             f"Hand {r.number} ({SEAT_NAMES[r.player_seat]}), you hold {' '.join(r.player_cards)}, "
@@ -398,16 +417,20 @@ class HoldemEnv(Env):
             return Observation(text, (), {"done": True, "net_bb": self.score(), "hands_played": played})
         hand, seat = self._hand, self._player_seat
         other = 1 - seat
-        order = "first before the flop and last after it" if seat == BUTTON else "last before the flop and first after it"
+        order = (
+            "first before the flop and last after it" if seat == BUTTON else "last before the flop and first after it"
+        )
         legal = hand.legal_actions()
         text = "\n".join(
             [
                 f"Hand {self._number + 1}/{self.total_hands}. You are the {SEAT_NAMES[seat]}: you act {order}.",
                 f"Your cards: {' '.join(hand.holes[seat])}",
                 f"Board: {' '.join(hand.board) or '(none yet)'} — {STREETS[hand.street]}",
-                f"Pot: {hand.put_in[seat] + hand.put_in[other]} chips (you put in {hand.put_in[seat]}, the opponent "
-                f"{hand.put_in[other]}). To call: {hand.to_call}. Bets this round: {hand.bets_this_round} of "
-                f"{MAX_BETS}.",
+                (
+                    f"Pot: {hand.put_in[seat] + hand.put_in[other]} chips (you put in {hand.put_in[seat]}, the "
+                    f"opponent {hand.put_in[other]}). To call: {hand.to_call}. Bets this round: "
+                    f"{hand.bets_this_round} of {MAX_BETS}."
+                ),
                 f"Betting: {betting_text(hand.history, seat, hand.board)}",
                 f"{so_far}{last}",
                 f"Legal actions: {', '.join(legal)}",

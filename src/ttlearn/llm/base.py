@@ -6,7 +6,9 @@ Back ends register a *scheme*; a spec string `scheme[:argument]` picks one, e.g.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Callable, Sequence
 
 from ttlearn.registry import Registry
@@ -45,3 +47,18 @@ class LLM(ABC):
 def make_llm(spec: str) -> LLM:
     scheme, _, arg = spec.partition(":")
     return LLMS.get(scheme)(arg)
+
+
+def cache_root() -> Path:
+    """Where converted models and runtime probes are cached: $TTLEARN_CACHE, default ~/.cache/ttlearn."""
+    return Path(os.environ.get("TTLEARN_CACHE", Path.home() / ".cache" / "ttlearn"))
+
+
+def plain_prompt(messages: Sequence[Message]) -> str:
+    """The layout for base models without a chat template: the turns, then "Answer:"."""
+    return "\n\n".join(m["content"].strip() for m in messages) + "\nAnswer:"
+
+
+def plain_answer(choice: str) -> str:
+    """How a base model writes `choice` after `plain_prompt`: a space before, a newline to end the answer."""
+    return " " + choice + "\n"

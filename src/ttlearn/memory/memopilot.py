@@ -1,0 +1,69 @@
+"""MemoPilot: a memory model G_θ rewrites the whole memory after every game, m_t ~ G_θ(· | e_t, m_{t−1}).
+
+The player never changes; only the text it is shown does. Untrained, G_θ is any LLM following the prompt below; the
+trainer (`ttlearn.train.memopilot`) improves it by multi-turn GRPO with the reward of the *next* game, and a trained
+writer is used here by giving `--writer runs/x/final` (an `hf:` spec). The first game is played with no memory.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ttlearn.llm.base import LLM, Message
+from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.history import episode_log
+from ttlearn.types import Episode
+
+WRITER_PROMPT = (
+    "You keep the notes a player reads before the next game.\n\n"
+    "Current notes:\n{memory}\n\n"
+    "The game that was just played:\n{log}\n\n"
+    "Rewrite the notes for the next game: what the opponent does and exactly which move to play. "
+    "At most {words} words. Write only the notes."
+)
+
+
+def writer_messages(rules: str, memory: str, episode: Episode, words: int) -> list[Message]:
+    """The input of G_θ: the game's rules, the previous memory m_{t−1} and the trajectory e_t."""
+    return [
+        {"role": "system", "content": rules},
+        {"role": "user", "content": WRITER_PROMPT.format(memory=memory or "(none yet)", log=episode_log(episode), words=words)},
+    ]
+
+
+def bound_memory(text: str, max_chars: int) -> str:
+    """Collapse whitespace and cut at a word boundary so the memory never exceeds `max_chars`."""
+    text = " ".join(text.split())
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars].rsplit(" ", 1)[0]
+    return cut or text[:max_chars]
+
+
+@MEMORIES.register("memopilot")
+class MemoPilotMemory(Memory):
+    name = "memopilot"
+    needs_llm = True
+
+    def __init__(self, llm: LLM | None = None, max_chars: int = 400, words: int = 40, max_tokens: int = 80,
+                 temperature: float = 0.0) -> None:
+        super().__init__(llm)
+        if max_chars < 20 or words < 3 or max_tokens < 8:
+            raise ValueError("memopilot needs max_chars >= 20, words >= 3 and max_tokens >= 8")
+        self.max_chars, self.words, self.max_tokens, self.temperature = max_chars, words, max_tokens, temperature
+        self.text = ""
+
+    def context(self, query: str) -> str:
+        return self.text
+
+    def observe(self, episode: Episode) -> None:
+        assert self.llm is not None
+        messages = writer_messages(episode.info.get("rules", episode.task), self.text, episode, self.words)
+        reply = self.llm.complete(messages, max_tokens=self.max_tokens, temperature=self.temperature, seed=episode.seed)
+        self.text = bound_memory(reply.text, self.max_chars)
+
+    def state(self) -> dict[str, Any]:
+        return {"text": self.text}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.text = str(state.get("text", ""))

@@ -1,0 +1,375 @@
+"""MemRL (arXiv 2601.03192): episodic memories whose usefulness is learned from reward at run time.
+
+Each item is (intent key, experience text, Q). Retrieval is two-phase: phase A keeps the intent keys most similar to
+the query, phase B ranks their items by similarity *and* learned Q. After an episode, every item retrieved for it
+gets Q ← (1−α)Q + α(r + γ·max Q′), and the episode itself is written as a new item (a strategy script on success, a
+reflection on failure, each followed by the trajectory). No model weights change.
+
+Queries. The session passes `env.task()` to `context` before every decision, so for repeated games the query should
+describe the *current situation*, not only the game: e.g. for RPS "rock-paper-scissors vs this opponent; round 4;
+opponent's last moves: rock, paper, paper; my last moves: …". The intent key of a written item is the episode's
+`task` (its situation at the start). Similar situations then retrieve the experiences (and their Q) of past games.
+
+Snapshots. `state()` is a pointer, not a copy: the store path, namespace, embedder, run id, the items retrieved
+during the unfinished episode and the exploration RNG. The SQLite store is the durable, shared part and is not
+rolled back by `load()`; fork a store by copying its file first.
+
+Baselines as configurations of the same class: `memp` = MemRL with α = 0 (Q stays at q_init, ranking reduces to
+similarity), `rag` = similarity only (w_q = 0, no Q filter, α = 0).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ttlearn.llm.base import LLM
+from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.embed import make_embedder
+from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem
+from ttlearn.types import Episode
+
+Z_CLIP = 3.0
+
+
+# -- the maths --------------------------------------------------------------------------------------------------
+
+
+def phase_a(sims: Sequence[float] | np.ndarray, delta: float, k1: int) -> np.ndarray:
+    """Phase A, similarity recall: I_A = top-k1 { i : sim_i ≥ δ } by sim_i, best first (ties: lower index first)."""
+    if k1 < 1:
+        raise ValueError(f"k1 must be ≥ 1, got {k1}")
+    sims = np.asarray(sims, dtype=np.float64)
+    eligible = np.flatnonzero(sims >= delta)
+    order = eligible[np.lexsort((eligible, -sims[eligible]))]
+    return order[:k1]
+
+
+@dataclass(frozen=True)
+class PhaseB:
+    chosen: list[int]
+    """Indices into the candidates, in rank order (random order when `explored`)."""
+    scores: list[float | None]
+    """score_i per candidate; None for candidates dropped by q_min."""
+    explored: bool
+
+
+def phase_b(
+    candidates: Sequence[tuple[float, float]],
+    q_min: float,
+    w_sim: float,
+    w_q: float,
+    sim_mean: float,
+    sim_std: float,
+    k2: int,
+    epsilon: float,
+    rng: np.random.Generator,
+) -> PhaseB:
+    """Phase B, utility ranking over (sim, Q) candidates.
+
+    Keep C = { i : Q_i ≥ q_min }. For i ∈ C:
+        z_sim_i = (sim_i − sim_mean) / sim_std                        (fixed normalisation stats)
+        z_Q_i   = clip((Q_i − mean_C Q) / std_C Q, −3, 3)              (population std over C; 0 when std = 0)
+        score_i = w_sim · z_sim_i + w_q · z_Q_i
+    With probability ε return k2 items of C drawn uniformly without replacement (exploration), else the top-k2 by
+    score (ties: lower index first). No random number is drawn when ε = 0, so ε = 0 is deterministic.
+    """
+    if k2 < 1:
+        raise ValueError(f"k2 must be ≥ 1, got {k2}")
+    if sim_std <= 0:
+        raise ValueError(f"sim_std must be positive, got {sim_std}")
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    # Plain Python, not numpy: there are a handful of candidates and numpy's per-call overhead would dominate.
+    kept = [i for i, (_, q) in enumerate(candidates) if q >= q_min]
+    scores: list[float | None] = [None] * len(candidates)
+    if not kept:
+        return PhaseB([], scores, False)
+    q_kept = [candidates[i][1] for i in kept]
+    q_mean = sum(q_kept) / len(q_kept)
+    q_std = math.sqrt(sum((q - q_mean) ** 2 for q in q_kept) / len(q_kept))
+    for i, q in zip(kept, q_kept):
+        z_q = min(Z_CLIP, max(-Z_CLIP, (q - q_mean) / q_std)) if q_std > 0 else 0.0
+        scores[i] = w_sim * (candidates[i][0] - sim_mean) / sim_std + w_q * z_q
+    explored = epsilon > 0 and rng.random() < epsilon
+    if explored:
+        picks = [int(i) for i in rng.choice(kept, size=min(k2, len(kept)), replace=False)]
+    else:
+        picks = sorted(kept, key=lambda i: (-scores[i], i))[:k2]
+    return PhaseB(picks, scores, bool(explored))
+
+
+def q_update(q: float | np.ndarray, r: float, alpha: float, gamma: float, max_next_q: float) -> float | np.ndarray:
+    """Q ← (1 − α)·Q + α·(r + γ·max Q′)  (α = 0 leaves Q unchanged; γ = 0 in the paper's released configs)."""
+    return (1.0 - alpha) * q + alpha * (r + gamma * max_next_q)
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    k1: int = 5
+    k2: int = 3
+    delta: float = 0.4
+    q_min: float = -0.5
+    w_sim: float = 0.5
+    w_q: float = 0.5
+    sim_mean: float = 0.5
+    sim_std: float = 0.15
+    epsilon: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.k2 <= self.k1:
+            raise ValueError(f"need 1 ≤ k2 ≤ k1, got k1 = {self.k1}, k2 = {self.k2}")
+        if self.sim_std <= 0:
+            raise ValueError(f"sim_std must be positive, got {self.sim_std}")
+        if not 0.0 <= self.epsilon <= 1.0:
+            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
+
+
+def two_phase_retrieve(
+    ns: Namespace, query: str | np.ndarray, cfg: RetrievalConfig, rng: np.random.Generator
+) -> tuple[list[Candidate], PhaseB]:
+    """Phase A over intent keys (their items inherit the key's similarity), then phase B over those items."""
+    intent_ids, sims = ns.nearest(query, cfg.k1)
+    keep = phase_a(sims, cfg.delta, cfg.k1)
+    candidates = ns.items_of(intent_ids[keep], sims[keep])
+    ranked = phase_b(
+        [(c.sim, c.q_value) for c in candidates],
+        cfg.q_min,
+        cfg.w_sim,
+        cfg.w_q,
+        cfg.sim_mean,
+        cfg.sim_std,
+        cfg.k2,
+        cfg.epsilon,
+        rng,
+    )
+    return candidates, ranked
+
+
+@dataclass(frozen=True)
+class ProtocolResult:
+    last_epoch_success: float
+    """Success rate in the final epoch: runtime learning."""
+    best_validation_success: float | None
+    """Best success rate over validation epochs (held-out tasks): transfer. None without validation epochs."""
+    cumulative_success: float
+    """Fraction of tasks solved in at least one epoch."""
+    per_epoch: list[float]
+
+
+def run_protocol(epochs: Sequence[Mapping[str, bool]], validation: Sequence[Mapping[str, bool]] = ()) -> ProtocolResult:
+    """MemRL's protocol metrics from per-epoch success records {task id: solved} over the same task set.
+
+    last = mean_t s_{E,t};  best validation = max_e mean_t v_{e,t};  cumulative = |{t : ∃e s_{e,t}}| / |T|.
+    """
+    if not epochs or any(not epoch for epoch in epochs):
+        raise ValueError("run_protocol needs at least one epoch, each with at least one task")
+    rates = [sum(map(bool, e.values())) / len(e) for e in epochs]
+    tasks = set().union(*epochs)
+    solved = {t for e in epochs for t, ok in e.items() if ok}
+    best = max((sum(map(bool, v.values())) / len(v) for v in validation if v), default=None)
+    return ProtocolResult(rates[-1], best, len(solved) / len(tasks), rates)
+
+
+# -- the memory -------------------------------------------------------------------------------------------------
+
+_STRATEGY_PROMPT = (
+    "You solved this task. Write a short strategy script of 3 to 5 numbered steps that would solve the same kind "
+    "of task again. Be concrete (name the moves or actions); no preamble."
+)
+_REFLECTION_PROMPT = (
+    "You failed this task. Write a short reflection with three labelled lines: "
+    "'Wrong assumptions:', 'Do better:', 'Avoid:'. Be concrete (name the moves or actions); no preamble."
+)
+
+
+@MEMORIES.register("memrl")
+class MemRLMemory(Memory):
+    """Q-valued episodic memory in a shared SQLite store (see the module docstring).
+
+    Defaults follow the paper's released configs where it gives them (α = 0.3, γ = 0, r = ±1, Q_init = 0,
+    k1/k2 = 5/3, δ = 0.4, weights 0.5/0.5); q_min = −0.5 (an item is dropped after two failures in a row),
+    sim_mean/sim_std = 0.5/0.15 and ε = 0.05 are ours. `store=None` means `<run_dir>/memrl.sqlite` once the session
+    calls `bind_run`, else a fresh temporary file.
+    """
+
+    name: ClassVar[str] = "memrl"
+    needs_llm: ClassVar[bool] = True
+    fixed: ClassVar[dict[str, float]] = {}
+    """Options a baseline pins (memp: alpha; rag: alpha, w_q, q_min); passing another value is an error."""
+    _defaults: ClassVar[dict[str, float]] = {"alpha": 0.3, "w_q": 0.5, "q_min": -0.5}
+
+    def __init__(
+        self,
+        llm: LLM | None = None,
+        *,
+        store: str | None = None,
+        namespace: str = "default",
+        embedder: str = "minilm",
+        k1: int = 5,
+        k2: int = 3,
+        delta: float = 0.4,
+        q_min: float | None = None,
+        w_sim: float = 0.5,
+        w_q: float | None = None,
+        sim_mean: float = 0.5,
+        sim_std: float = 0.15,
+        epsilon: float = 0.05,
+        alpha: float | None = None,
+        gamma: float = 0.0,
+        q_init: float = 0.0,
+        reward_success: float = 1.0,
+        reward_failure: float = -1.0,
+        success_threshold: float = 0.0,
+        join_threshold: float = 0.9,
+        max_trajectory_chars: int = 1500,
+        run_id: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(llm)
+        resolved = {key: self._resolve(key, value) for key, value in (("alpha", alpha), ("w_q", w_q), ("q_min", q_min))}
+        self.alpha, self.gamma = resolved["alpha"], gamma
+        if not 0.0 <= self.alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
+        self.cfg = RetrievalConfig(k1, k2, delta, resolved["q_min"], w_sim, resolved["w_q"], sim_mean, sim_std, epsilon)
+        self.q_init = q_init
+        self.rewards = (reward_success, reward_failure)
+        self.success_threshold = success_threshold
+        self.join_threshold = join_threshold
+        self.max_trajectory_chars = max_trajectory_chars
+        self.store_path = store
+        self.namespace_name = namespace
+        self.embedder_name = embedder
+        self.run_id = run_id
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self._ns: Namespace | None = None
+        self._retrieved: list[int] = []
+        self._log_ids: list[int] = []
+
+    def _resolve(self, key: str, value: float | None) -> float:
+        if key in self.fixed:
+            if value is not None and value != self.fixed[key]:
+                raise ValueError(f"memory {self.name!r} fixes {key} = {self.fixed[key]}; use 'memrl' to change it")
+            return self.fixed[key]
+        return self._defaults[key] if value is None else value
+
+    def bind_run(self, run_dir: str | Path, run_id: str) -> None:
+        """Called by the session before the first episode: provenance, and the default store location."""
+        self.run_id = run_id
+        if self.store_path is None:
+            self.store_path = str(Path(run_dir) / "memrl.sqlite")
+
+    @property
+    def ns(self) -> Namespace:
+        if self._ns is None:
+            if self.store_path is None:
+                self.store_path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
+            store = MemoryStore(self.store_path)
+            self._ns = store.namespace(self.namespace_name, make_embedder(self.embedder_name))
+        return self._ns
+
+    def context(self, query: str) -> str:
+        candidates, ranked = two_phase_retrieve(self.ns, query, self.cfg, self.rng)
+        chosen = [candidates[i] for i in ranked.chosen]
+        self._log_ids.append(
+            self.ns.log_retrieval(
+                query,
+                [
+                    {"id": c.item_id, "sim": round(c.sim, 4), "q": round(c.q_value, 4), "score": s}
+                    for c, s in zip(candidates, ranked.scores)
+                ],
+                [c.item_id for c in chosen],
+                explored=ranked.explored,
+                run_id=self.run_id,
+            )
+        )
+        for c in chosen:
+            if c.item_id not in self._retrieved:
+                self._retrieved.append(c.item_id)
+        if not chosen:
+            return ""
+        return "Relevant past experiences:\n" + "\n\n".join(f"[{n}] {c.experience}" for n, c in enumerate(chosen, 1))
+
+    def succeeded(self, episode: Episode) -> bool:
+        return episode.success if episode.success is not None else episode.score > self.success_threshold
+
+    def observe(self, episode: Episode) -> None:
+        success = self.succeeded(episode)
+        reward = self.rewards[0] if success else self.rewards[1]
+        if self._retrieved:
+            self.ns.update_q(
+                self._retrieved, reward, lambda q: q_update(q, reward, self.alpha, self.gamma, float(q.max()))
+            )
+        self.ns.add(
+            NewItem(episode.task, self._write_experience(episode, success), self.q_init, self.run_id, episode.index),
+            join_threshold=self.join_threshold,
+        )
+        self.ns.assign_episode(self._log_ids, episode.index)
+        self._retrieved, self._log_ids = [], []
+
+    def _write_experience(self, episode: Episode, success: bool) -> str:
+        trajectory = episode.info.get("transcript") or "\n".join(
+            f"{s.observation} -> {s.action} (reward {s.reward:g})" for s in episode.steps
+        )
+        if len(trajectory) > self.max_trajectory_chars:
+            trajectory = trajectory[: self.max_trajectory_chars] + " …"
+        if self.llm is None:
+            raise ValueError(f"memory {self.name!r} writes with an LLM; give it one")
+        outcome = "success" if success else "failure"
+        messages = [
+            {"role": "system", "content": "You write concise notes that help an agent do better next time."},
+            {
+                "role": "user",
+                "content": f"Task: {episode.task}\nOutcome: {outcome} (score {episode.score:g})\n"
+                f"Trajectory:\n{trajectory}\n\n{_STRATEGY_PROMPT if success else _REFLECTION_PROMPT}",
+            },
+        ]
+        note = self.llm.complete(messages, max_tokens=160, temperature=0.0, seed=self.seed + episode.index).text
+        label = "Strategy" if success else "Reflection"
+        return (
+            f"Task: {episode.task}\nOutcome: {outcome} (score {episode.score:g})\n"
+            f"{label}:\n{note.strip()}\nTrajectory:\n{trajectory}"
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "store": self.ns.store.path,
+            "namespace": self.namespace_name,
+            "embedder": self.embedder_name,
+            "run_id": self.run_id,
+            "retrieved": list(self._retrieved),
+            "log_ids": list(self._log_ids),
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load(self, state: dict[str, Any]) -> None:
+        if self._ns is not None and (state["store"], state["namespace"]) != (self.store_path, self.namespace_name):
+            self._ns.store.close()
+            self._ns = None
+        self.store_path, self.namespace_name = state["store"], state["namespace"]
+        self.embedder_name, self.run_id = state["embedder"], state["run_id"]
+        self._retrieved, self._log_ids = list(state["retrieved"]), list(state["log_ids"])
+        self.rng.bit_generator.state = state["rng"]
+
+
+@MEMORIES.register("memp")
+class MemPMemory(MemRLMemory):
+    """MemP baseline: MemRL with α = 0, so Q never leaves q_init and ranking reduces to similarity."""
+
+    name: ClassVar[str] = "memp"
+    fixed: ClassVar[dict[str, float]] = {"alpha": 0.0}
+
+
+@MEMORIES.register("rag")
+class RAGMemory(MemRLMemory):
+    """Plain retrieval: top-k2 by similarity among keys with sim ≥ δ; Q is neither used nor learned."""
+
+    name: ClassVar[str] = "rag"
+    fixed: ClassVar[dict[str, float]] = {"alpha": 0.0, "w_q": 0.0, "q_min": -math.inf}

@@ -1,0 +1,602 @@
+"""A durable episodic memory store: one SQLite file shared by processes, plus an in-memory vector index per namespace.
+
+Layout (schema version 1):
+- `namespaces`: name, the embedder that wrote its vectors (name + dim) and a `generation` bumped by `reembed`.
+- `intents`: intent keys, the text and its unit-norm float32 embedding; items whose intent is ≥ 0.90 similar join one.
+- `items`: experience text, q_value, visits, last_reward and provenance (run id, episode, created time).
+- `retrievals`: every retrieval with its candidates (similarity, Q, score), the chosen ids, run and episode.
+
+Concurrency: WAL journal, a busy timeout, and every write is one short `BEGIN IMMEDIATE` transaction retried on
+SQLITE_BUSY, so several processes can read and write one file; a killed writer leaves either its whole transaction
+or nothing. Embeddings are computed before the write lock is taken.
+
+The vector index lives in each process's memory and is rebuilt from the file on first use. It catches up with other
+processes' writes when `PRAGMA data_version` says another connection committed (intents are append-only; `reembed`
+bumps the generation, which forces a full rebuild). Brute-force numpy dot products below `ann_threshold` intents;
+above it a usearch HNSW graph (built single-threaded, so it is deterministic), whose hits are re-scored exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttlearn.memory.embed import Embedder
+
+SCHEMA_VERSION = 1
+DEFAULT_JOIN_THRESHOLD = 0.90
+DEFAULT_ANN_THRESHOLD = 20_000
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS namespaces (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    embedder TEXT NOT NULL,
+    dim INTEGER NOT NULL CHECK (dim > 0),
+    generation INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS intents (
+    id INTEGER PRIMARY KEY,
+    namespace_id INTEGER NOT NULL REFERENCES namespaces(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    embedding BLOB NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS intents_by_namespace ON intents(namespace_id, id);
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY,
+    namespace_id INTEGER NOT NULL REFERENCES namespaces(id) ON DELETE CASCADE,
+    intent_id INTEGER NOT NULL REFERENCES intents(id) ON DELETE CASCADE,
+    experience TEXT NOT NULL,
+    q_value REAL NOT NULL,
+    visits INTEGER NOT NULL DEFAULT 0,
+    last_reward REAL,
+    run_id TEXT,
+    episode INTEGER,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS items_by_intent ON items(intent_id);
+CREATE INDEX IF NOT EXISTS items_by_namespace ON items(namespace_id, id);
+CREATE TABLE IF NOT EXISTS retrievals (
+    id INTEGER PRIMARY KEY,
+    namespace_id INTEGER NOT NULL REFERENCES namespaces(id) ON DELETE CASCADE,
+    run_id TEXT,
+    episode INTEGER,
+    query TEXT NOT NULL,
+    candidates TEXT NOT NULL,
+    chosen TEXT NOT NULL,
+    explored INTEGER NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS retrievals_by_episode ON retrievals(namespace_id, run_id, episode);
+"""
+
+
+class EmbedderMismatchError(ValueError):
+    """A namespace was opened with an embedder other than the one that wrote its vectors."""
+
+
+@dataclass(frozen=True)
+class NewItem:
+    """An item to write; `vector` is the intent's embedding when the caller already has it."""
+
+    intent: str
+    experience: str
+    q_value: float
+    run_id: str | None = None
+    episode: int | None = None
+    vector: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Added:
+    item_id: int
+    intent_id: int
+    joined: bool
+    """True when the item joined an existing intent key (similarity ≥ the join threshold)."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An item reached through its intent key, with that key's cosine similarity to the query."""
+
+    item_id: int
+    intent_id: int
+    sim: float
+    q_value: float
+    visits: int
+    experience: str
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    id: int
+    intent_id: int
+    intent: str
+    experience: str
+    q_value: float
+    visits: int
+    last_reward: float | None
+    run_id: str | None
+    episode: int | None
+    created: float
+
+
+@dataclass(frozen=True)
+class RetrievalRecord:
+    id: int
+    run_id: str | None
+    episode: int | None
+    query: str
+    candidates: list[dict[str, Any]]
+    chosen: list[int]
+    explored: bool
+    created: float
+
+
+class VectorIndex:
+    """Unit vectors by row, their intent ids, and (above `ann_threshold` rows) an HNSW graph over the rows."""
+
+    def __init__(self, dim: int, generation: int, ann_threshold: int) -> None:
+        self.dim = dim
+        self.generation = generation
+        self.ann_threshold = ann_threshold
+        self.seen_version: int | None = None
+        self._size = 0
+        self._ids = np.zeros(16, dtype=np.int64)
+        self._vectors = np.zeros((16, dim), dtype=np.float32)
+        self._ann: Any = None
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids[: self._size]
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._vectors[: self._size]
+
+    @property
+    def max_id(self) -> int:
+        return int(self._ids[self._size - 1]) if self._size else 0
+
+    @property
+    def uses_ann(self) -> bool:
+        return self._ann is not None
+
+    def extend(self, ids: Sequence[int], vectors: np.ndarray) -> None:
+        """Append rows; storage doubles when full, so n single appends cost O(n) copies, not O(n²)."""
+        count = len(ids)
+        if not count:
+            return
+        start, end = self._size, self._size + count
+        if end > len(self._ids):
+            capacity = max(end, 2 * len(self._ids))
+            self._ids = np.resize(self._ids, capacity)
+            grown = np.zeros((capacity, self.dim), dtype=np.float32)
+            grown[:start] = self._vectors[:start]
+            self._vectors = grown
+        self._ids[start:end] = ids
+        self._vectors[start:end] = np.asarray(vectors, dtype=np.float32).reshape(count, self.dim)
+        self._size = end
+        if self._ann is not None:
+            self._ann.add(np.arange(start, end), self._vectors[start:end], threads=1)
+        elif end >= self.ann_threshold:
+            self._ann = _new_ann(self.dim)
+            self._ann.add(np.arange(end), self.vectors, threads=1)
+
+    def nearest(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k intent ids most similar to `vector`, with exact cosine similarities, best first."""
+        k = min(k, len(self.ids))
+        if k <= 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        if self._ann is not None:
+            rows = np.asarray(self._ann.search(vector, k).keys, dtype=np.int64)
+            sims = self.vectors[rows] @ vector
+        else:
+            all_sims = self.vectors @ vector
+            n = len(all_sims)
+            rows = np.argpartition(all_sims, n - k)[n - k :] if k < n else np.arange(n)
+            sims = all_sims[rows]
+        order = np.lexsort((rows, -sims))  # best first; ties by insertion order, so results are reproducible
+        return self.ids[rows[order]], sims[order]
+
+    def best_matches(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each row of `vectors`, the most similar indexed intent id and its exact cosine (−inf when empty)."""
+        count = len(vectors)
+        if not self._size:
+            return np.zeros(count, dtype=np.int64), np.full(count, -np.inf, dtype=np.float32)
+        if self._ann is not None:
+            rows = np.asarray(self._ann.search(vectors, 1, threads=1).keys, dtype=np.int64).reshape(count, -1)[:, 0]
+        else:  # blocks of 256 queries bound the similarity matrix to 256 × n floats
+            rows = np.concatenate(
+                [(self.vectors @ vectors[lo : lo + 256].T).argmax(axis=0) for lo in range(0, count, 256)]
+            )
+        return self._ids[rows], np.einsum("ij,ij->i", self._vectors[rows], vectors)
+
+
+def _new_ann(dim: int) -> Any:
+    from usearch.index import Index
+
+    return Index(ndim=dim, metric="ip", dtype="f32", connectivity=16, expansion_add=64, expansion_search=64)
+
+
+class MemoryStore:
+    """One SQLite store file; `namespace(name, embedder)` hands out the per-namespace read/write API."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        timeout_s: float = 60.0,
+        ann_threshold: int = DEFAULT_ANN_THRESHOLD,
+    ) -> None:
+        self.path = str(path)
+        self.timeout_s = timeout_s
+        self.ann_threshold = ann_threshold
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL"))
+        self._conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
+        self._write(self._create_schema)
+        self._indexes: dict[int, VectorIndex] = {}
+
+    # -- transactions -------------------------------------------------------------------------------------------
+
+    def _retry(self, action: Callable[[], Any]) -> Any:
+        """Run `action`, retrying with jittered backoff while SQLite says the database is busy or locked."""
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.001
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.05)
+
+    def _write(self, body: Callable[[sqlite3.Connection], Any]) -> Any:
+        """Run `body` inside one BEGIN IMMEDIATE transaction (retried while busy); commit, or roll back and raise."""
+
+        def attempt() -> Any:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = body(self._conn)
+                self._conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+
+        return self._retry(attempt)
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        for statement in _SCHEMA.split(";"):  # not executescript: it would commit our transaction
+            if statement.strip():
+                conn.execute(statement)
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        elif int(row[0]) != SCHEMA_VERSION:
+            raise ValueError(
+                f"{self.path} has memory-store schema version {row[0]}; this ttlearn reads version {SCHEMA_VERSION}"
+            )
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- namespaces ---------------------------------------------------------------------------------------------
+
+    def namespace(self, name: str, embedder: Embedder) -> Namespace:
+        """Open (creating if new) namespace `name`; refuses an embedder other than the one that wrote it."""
+        if not name:
+            raise ValueError("a memory namespace needs a non-empty name")
+
+        def open_or_create(conn: sqlite3.Connection) -> int:
+            row = conn.execute("SELECT id, embedder, dim FROM namespaces WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                cursor = conn.execute(
+                    "INSERT INTO namespaces (name, embedder, dim, created) VALUES (?, ?, ?, ?)",
+                    (name, embedder.name, embedder.dim, time.time()),
+                )
+                return int(cursor.lastrowid)
+            ns_id, stored_name, stored_dim = row
+            if (stored_name, stored_dim) != (embedder.name, embedder.dim):
+                raise EmbedderMismatchError(
+                    f"namespace {name!r} in {self.path} was embedded with {stored_name!r} ({stored_dim}-d), not "
+                    f"{embedder.name!r} ({embedder.dim}-d); vectors of different embedders are not comparable. "
+                    f"Keep {stored_name!r}, or migrate explicitly with "
+                    f"MemoryStore({self.path!r}).reembed({name!r}, make_embedder({embedder.name!r})) "
+                    f"(CLI: ttlearn memory reembed {self.path} --namespace {name} --embedder {embedder.name})"
+                )
+            return int(ns_id)
+
+        return Namespace(self, self._write(open_or_create), name, embedder)
+
+    def namespaces(self) -> list[dict[str, Any]]:
+        rows = self._conn.execute(
+            "SELECT n.name, n.embedder, n.dim, n.generation, COUNT(i.id) FROM namespaces n "
+            "LEFT JOIN items i ON i.namespace_id = n.id GROUP BY n.id ORDER BY n.name"
+        ).fetchall()
+        return [dict(zip(("name", "embedder", "dim", "generation", "items"), row)) for row in rows]
+
+    def _namespace_id(self, name: str) -> int:
+        row = self._conn.execute("SELECT id FROM namespaces WHERE name = ?", (name,)).fetchone()
+        if row is None:
+            known = ", ".join(n["name"] for n in self.namespaces()) or "none"
+            raise ValueError(f"no namespace {name!r} in {self.path}; it has: {known}")
+        return int(row[0])
+
+    def reembed(self, name: str, embedder: Embedder, *, batch_size: int = 256) -> int:
+        """Migrate namespace `name` to `embedder`: re-embed every intent key's text; returns how many.
+
+        Texts are embedded outside the write lock; keys another process adds meanwhile are embedded inside it.
+        """
+        ns_id = self._namespace_id(name)
+        rows = self._conn.execute(
+            "SELECT id, text FROM intents WHERE namespace_id = ? ORDER BY id", (ns_id,)
+        ).fetchall()
+        vectors = _embed_batched(embedder, [text for _, text in rows], batch_size)
+
+        def migrate(conn: sqlite3.Connection) -> int:
+            newer = conn.execute(
+                "SELECT id, text FROM intents WHERE namespace_id = ? AND id > ? ORDER BY id",
+                (ns_id, rows[-1][0] if rows else 0),
+            ).fetchall()
+            all_rows = rows + newer
+            all_vectors = np.concatenate([vectors, _embed_batched(embedder, [t for _, t in newer], batch_size)])
+            conn.executemany(
+                "UPDATE intents SET embedding = ? WHERE id = ?",
+                [(vec.tobytes(), intent_id) for (intent_id, _), vec in zip(all_rows, all_vectors)],
+            )
+            conn.execute(
+                "UPDATE namespaces SET embedder = ?, dim = ?, generation = generation + 1 WHERE id = ?",
+                (embedder.name, embedder.dim, ns_id),
+            )
+            return len(all_rows)
+
+        count = self._write(migrate)
+        self._indexes.pop(ns_id, None)
+        return int(count)
+
+    # -- reading without an embedder (inspect / explain) ---------------------------------------------------------
+
+    def inspect(self, name: str, limit: int | None = None) -> list[MemoryItem]:
+        """The namespace's items, newest first."""
+        rows = self._conn.execute(
+            "SELECT i.id, i.intent_id, k.text, i.experience, i.q_value, i.visits, i.last_reward, i.run_id, "
+            "i.episode, i.created FROM items i JOIN intents k ON k.id = i.intent_id "
+            "WHERE i.namespace_id = ? ORDER BY i.id DESC LIMIT ?",
+            (self._namespace_id(name), -1 if limit is None else limit),
+        ).fetchall()
+        return [MemoryItem(*row) for row in rows]
+
+    def retrievals(self, name: str, *, run_id: str | None = None, episode: int | None = None) -> list[RetrievalRecord]:
+        """Logged retrievals of a namespace in order, optionally of one run and/or one episode."""
+        sql = "SELECT id, run_id, episode, query, candidates, chosen, explored, created FROM retrievals WHERE namespace_id = ?"
+        params: list[Any] = [self._namespace_id(name)]
+        for column, value in (("run_id", run_id), ("episode", episode)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
+        rows = self._conn.execute(sql + " ORDER BY id", params).fetchall()
+        return [
+            RetrievalRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), bool(r[6]), r[7]) for r in rows
+        ]
+
+    def integrity_check(self) -> str:
+        return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    # -- the vector index ------------------------------------------------------------------------------------------
+
+    def _index(self, ns_id: int, *, writing: bool = False) -> VectorIndex:
+        """The namespace's index, caught up with the file (always inside a write transaction, where it is exact)."""
+        index = self._indexes.get(ns_id)
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if index is not None and not writing and index.seen_version == version:
+            return index
+        generation, dim = self._conn.execute("SELECT generation, dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
+        if index is None or index.generation != generation:
+            index = self._indexes[ns_id] = VectorIndex(dim, generation, self.ann_threshold)
+        rows = self._conn.execute(
+            "SELECT id, embedding FROM intents WHERE namespace_id = ? AND id > ? ORDER BY id", (ns_id, index.max_id)
+        ).fetchall()
+        if rows:
+            blob = b"".join(row[1] for row in rows)
+            index.extend([row[0] for row in rows], np.frombuffer(blob, dtype=np.float32).reshape(len(rows), dim))
+        index.seen_version = version
+        return index
+
+
+class Namespace:
+    """Read/write access to one namespace with the embedder that owns it."""
+
+    def __init__(self, store: MemoryStore, ns_id: int, name: str, embedder: Embedder) -> None:
+        self.store = store
+        self.id = ns_id
+        self.name = name
+        self.embedder = embedder
+
+    def __len__(self) -> int:
+        return int(
+            self.store._conn.execute("SELECT COUNT(*) FROM items WHERE namespace_id = ?", (self.id,)).fetchone()[0]
+        )
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return self.embedder.embed(list(texts))
+
+    def add(self, item: NewItem, *, join_threshold: float = DEFAULT_JOIN_THRESHOLD) -> Added:
+        return self.add_many([item], join_threshold=join_threshold)[0]
+
+    def add_many(self, items: Sequence[NewItem], *, join_threshold: float = DEFAULT_JOIN_THRESHOLD) -> list[Added]:
+        """Write items in one transaction; each joins the most similar intent key if its similarity ≥ threshold,
+        else creates a new key (so a batch of near-duplicates shares one key)."""
+        missing = [i for i, item in enumerate(items) if item.vector is None]
+        computed = dict(zip(missing, self.embed([items[i].intent for i in missing]))) if missing else {}
+        vectors = [
+            computed[i] if item.vector is None else _unit(item.vector, self.embedder.dim)
+            for i, item in enumerate(items)
+        ]
+
+        matrix = np.stack(vectors) if vectors else np.zeros((0, self.embedder.dim), dtype=np.float32)
+
+        def write(conn: sqlite3.Connection) -> list[Added]:
+            index = self.store._index(self.id, writing=True)
+            best_ids, best_sims = index.best_matches(matrix)  # against the keys that existed before this batch
+            first_new = len(index)
+            added = []
+            now = time.time()
+            for item, vector, best_id, best_sim in zip(items, matrix, best_ids, best_sims):
+                if len(index) > first_new:  # keys created earlier in this batch
+                    fresh = index.vectors[first_new:] @ vector
+                    row = int(fresh.argmax())
+                    if fresh[row] > best_sim:
+                        best_id, best_sim = index.ids[first_new + row], fresh[row]
+                joined = float(best_sim) >= join_threshold
+                if joined:
+                    intent_id = int(best_id)
+                else:
+                    intent_id = int(
+                        conn.execute(
+                            "INSERT INTO intents (namespace_id, text, embedding, created) VALUES (?, ?, ?, ?)",
+                            (self.id, item.intent, vector.tobytes(), now),
+                        ).lastrowid
+                    )
+                    index.extend([intent_id], vector[None, :])
+                item_id = conn.execute(
+                    "INSERT INTO items (namespace_id, intent_id, experience, q_value, run_id, episode, created) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (self.id, intent_id, item.experience, float(item.q_value), item.run_id, item.episode, now),
+                ).lastrowid
+                added.append(Added(int(item_id), intent_id, joined))
+            return added
+
+        try:
+            return self.store._write(write)
+        except BaseException:
+            self.store._indexes.pop(self.id, None)  # it may hold keys of the rolled-back transaction
+            raise
+
+    def nearest(self, query: str | np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k intent keys most similar to the query (text or unit vector): ids and cosine similarities."""
+        vector = self.embed([query])[0] if isinstance(query, str) else _unit(query, self.embedder.dim)
+        return self.store._index(self.id).nearest(vector, k)
+
+    def items_of(self, intent_ids: Sequence[int], sims: Sequence[float]) -> list[Candidate]:
+        """Every item under the given intent keys, each with its key's similarity; ordered as the keys, then by id."""
+        if not len(intent_ids):
+            return []
+        sim_of = {int(i): float(s) for i, s in zip(intent_ids, sims)}
+        marks = ",".join("?" * len(sim_of))
+        rows = self.store._conn.execute(  # `+namespace_id`: keep the planner on the intent index
+            f"SELECT id, intent_id, q_value, visits, experience FROM items "
+            f"WHERE intent_id IN ({marks}) AND +namespace_id = ?",
+            (*sim_of, self.id),
+        ).fetchall()
+        rank = {intent_id: r for r, intent_id in enumerate(sim_of)}
+        rows.sort(key=lambda row: (rank[row[1]], row[0]))
+        return [Candidate(row[0], row[1], sim_of[row[1]], row[2], row[3], row[4]) for row in rows]
+
+    def update_q(
+        self, item_ids: Iterable[int], reward: float, new_q: Callable[[np.ndarray], np.ndarray]
+    ) -> dict[int, float]:
+        """Atomically set Q ← new_q(Q) for the given items of this namespace (one transaction, so concurrent
+        updaters never lose each other's writes), count a visit and record the reward; returns the new Q by id."""
+        wanted = sorted({int(i) for i in item_ids})
+        if not wanted:
+            return {}
+
+        def write(conn: sqlite3.Connection) -> dict[int, float]:
+            marks = ",".join("?" * len(wanted))
+            rows = conn.execute(
+                f"SELECT id, q_value FROM items WHERE namespace_id = ? AND id IN ({marks})", (self.id, *wanted)
+            ).fetchall()
+            if len(rows) != len(wanted):
+                unknown = sorted(set(wanted) - {row[0] for row in rows})
+                raise ValueError(f"items {unknown} are not in namespace {self.name!r}")
+            ids = [row[0] for row in rows]
+            q_new = np.asarray(new_q(np.array([row[1] for row in rows], dtype=np.float64)), dtype=np.float64)
+            conn.executemany(
+                "UPDATE items SET q_value = ?, visits = visits + 1, last_reward = ? WHERE id = ?",
+                [(float(q), float(reward), i) for i, q in zip(ids, q_new)],
+            )
+            return {i: float(q) for i, q in zip(ids, q_new)}
+
+        return self.store._write(write)
+
+    def log_retrieval(
+        self,
+        query: str,
+        candidates: Sequence[dict[str, Any]],
+        chosen: Sequence[int],
+        *,
+        explored: bool,
+        run_id: str | None,
+        episode: int | None = None,
+    ) -> int:
+        """Record one retrieval (episode may be set later with `assign_episode`); returns its log id."""
+        return int(
+            self.store._write(
+                lambda conn: (
+                    conn.execute(
+                        "INSERT INTO retrievals (namespace_id, run_id, episode, query, candidates, chosen, explored, "
+                        "created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            self.id,
+                            run_id,
+                            episode,
+                            query,
+                            json.dumps(list(candidates)),
+                            json.dumps(list(chosen)),
+                            int(explored),
+                            time.time(),
+                        ),
+                    ).lastrowid
+                )
+            )
+        )
+
+    def assign_episode(self, log_ids: Sequence[int], episode: int) -> None:
+        if log_ids:
+            self.store._write(
+                lambda conn: conn.executemany(
+                    "UPDATE retrievals SET episode = ? WHERE id = ? AND namespace_id = ?",
+                    [(episode, i, self.id) for i in log_ids],
+                )
+            )
+
+
+def _unit(vector: np.ndarray, dim: int) -> np.ndarray:
+    vector = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if vector.shape != (dim,):
+        raise ValueError(f"expected a {dim}-d vector, got shape {vector.shape}")
+    norm = math.sqrt(float(vector @ vector))
+    return vector / norm if norm else vector
+
+
+def _embed_batched(embedder: Embedder, texts: list[str], batch_size: int) -> np.ndarray:
+    chunks = [embedder.embed(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
+    return np.concatenate(chunks) if chunks else np.zeros((0, embedder.dim), dtype=np.float32)

@@ -1,0 +1,68 @@
+"""The command line: help texts, clear errors for bad input, and the memory fork / diff commands."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from ttlearn.cli import app
+from ttlearn.runs import Run
+
+runner = CliRunner()
+SCRIPTED = ["--llm", "scripted:learner", "--rounds", "6"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), env={"COLUMNS": "160"})
+
+
+def test_help_explains_the_commands():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("run", "resume", "replay", "show", "memory", "list"):
+        assert command in result.output
+    assert "--opponent" in invoke("run", "--help").output
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "chess"], "unknown environment 'chess'"),
+        (["run", "rps", "--opponent", "nobody"], "nobody"),
+        (["run", "rps", "--memory", "magic"], "unknown memory method 'magic'"),
+        (["run", "rps", "--env-opt", "colour=red"], "has no option colour"),
+        (["run", "rps", "--env-opt", "oops"], "KEY=VALUE"),
+        (["run", "rps", "--llm", "warp:9"], "unknown LLM back end 'warp'"),
+        (["run", "rps", "--llm", "scripted:genius"], "unknown scripted player 'genius'"),
+        (["resume", "/nonexistent/run"], "not a run directory"),
+    ],
+)
+def test_bad_input_is_one_clear_line(args, message, tmp_path):
+    result = invoke(*args, "--out", str(tmp_path / "x")) if args[0] == "run" else invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert "error:" in result.output and message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
+    source = tmp_path / "src"
+    assert invoke("run", "rps", "--opponent", "cycle3", "--memory", "history", "--games", "4", *SCRIPTED,
+                  "--out", str(source)).exit_code == 0
+    result = invoke("memory", "fork", str(source), "--game", "2", "--out", str(tmp_path / "fork"))
+    assert result.exit_code == 0, result.output
+    forked_hash = json.loads((tmp_path / "fork" / "fork.json").read_text())["hash"]
+    original = Run.open(source)
+    assert forked_hash == original.snapshot(2)["hash"]  # games 1..2's memory reproduced exactly
+
+    result = invoke("run", "rps", "--opponent", "cycle3", "--memory", "history", "--games", "2", *SCRIPTED,
+                    "--memory-from", str(tmp_path / "fork"), "--seed", "9", "--out", str(tmp_path / "cont"))
+    assert result.exit_code == 0, result.output
+    cont = Run.open(tmp_path / "cont")
+    first_log = cont.snapshot(1)["state"]["memory"]["logs"]
+    assert first_log[0] == original.snapshot(2)["state"]["memory"]["logs"][-1]  # starts from the fork
+    assert cont.snapshot(2)["hash"] != original.snapshot(4)["hash"]  # and diverges afterwards
+
+    diff = invoke("memory", "diff", str(source), "--from", "1", "--to", "3")
+    assert diff.exit_code == 0 and "+" in diff.output and "after game 3" in diff.output

