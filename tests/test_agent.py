@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import random
 import string
-from typing import Sequence
+
+from fakes import FakeLLM
 
 from ttlearn.agent import LLMPlayer, build_messages, parse_action
 from ttlearn.envs import make_env
-from ttlearn.llm.base import LLM
-from ttlearn.types import Completion
 
 RPS = ("rock", "paper", "scissors")
 
@@ -32,21 +31,6 @@ def test_multi_word_actions_prefer_the_longest_match():
     assert parse_action("raised earlier", legal) is None
 
 
-class ReplyList(LLM):
-    """Test aid: a free-text back end that answers from a fixed list (no choice scoring)."""
-
-    spec = "replies"
-
-    def __init__(self, replies: Sequence[str]):
-        self.replies = list(replies)
-        self.calls = 0
-
-    def complete(self, messages, *, max_tokens=128, temperature=0.0, seed=0, stop=(), choices=None):
-        reply = self.replies[self.calls % len(self.replies)]
-        self.calls += 1
-        return Completion(reply)
-
-
 def fuzz_reply(rng: random.Random) -> str:
     pieces = [
         "".join(rng.choice(string.printable) for _ in range(rng.randint(0, 40))),
@@ -63,7 +47,7 @@ def test_ten_thousand_fuzzed_replies_never_raise_and_invalids_are_counted():
     expected_valid = sum(parse_action(r, RPS) is not None for r in replies)
     env = make_env("rps", opponent="constant", rounds=10_000)
     obs = env.reset(0)
-    player = LLMPlayer(ReplyList(replies), retries=0)
+    player = LLMPlayer(FakeLLM(replies), retries=0)
     decisions = [player.act(env, obs, "", seed=i) for i in range(10_000)]
     assert all(d.action in RPS for d in decisions)
     assert sum(d.valid for d in decisions) == expected_valid
@@ -73,10 +57,10 @@ def test_ten_thousand_fuzzed_replies_never_raise_and_invalids_are_counted():
 def test_retries_then_fallback_is_marked_invalid():
     env = make_env("rps", opponent="constant")
     obs = env.reset(0)
-    player = LLMPlayer(ReplyList(["hmm", "no idea", "paper"]), retries=2)
+    player = LLMPlayer(FakeLLM(["hmm", "no idea", "paper"]), retries=2)
     decision = player.act(env, obs, "", seed=1)
     assert decision.valid and decision.action == "paper" and decision.info["attempts"] == 3
-    stubborn = LLMPlayer(ReplyList(["hmm"]), retries=1)
+    stubborn = LLMPlayer(FakeLLM(lambda prompt: "hmm"), retries=1)
     decision = stubborn.act(env, obs, "", seed=1)
     assert not decision.valid and decision.action in RPS
 

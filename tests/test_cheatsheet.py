@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from fakes import FakeLLM
+from test_memory_roundtrip import episode
 
-from test_memory_roundtrip import FakeLLM, episode
 from ttlearn.memory import make_memory
 from ttlearn.memory.cheatsheet import extract_cheatsheet, judge_rewrite
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fakes import FakeLLM
 from hypothesis import given
 from hypothesis import strategies as st
+from test_memory_roundtrip import episode
 
-from test_memory_roundtrip import FakeLLM, episode
 from ttlearn.memory import make_memory
 from ttlearn.memory.expel import InsightOp, apply_operations, parse_operations, top_k_similar
 

@@ -1,7 +1,7 @@
 """Every registered memory survives snapshot → JSON → load: a fresh instance then answers exactly like the original.
 
-`FakeLLM` (also used by the ExpeL and cheatsheet tests) answers deterministically: a scripted list of replies, or a
-function of the last prompt, so a memory and its reloaded copy get the same answers to the same questions.
+`FakeLLM` answers deterministically (a function of the prompt), so a memory and its reloaded copy get the same
+answers to the same questions.
 """
 
 from __future__ import annotations
@@ -9,34 +9,12 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from typing import Callable, Sequence
 
 import pytest
+from fakes import FakeLLM
 
-from ttlearn.llm.base import LLM, Message
 from ttlearn.memory import MEMORIES, make_memory
-from ttlearn.types import Completion, Episode, Step
-
-
-class FakeLLM(LLM):
-    """A test aid: replies from a script (in order) or from `reply(last prompt)`; records every call."""
-
-    spec = "fake"
-
-    def __init__(self, replies: Sequence[str] | Callable[[str], str]) -> None:
-        if callable(replies):
-            self._reply = replies
-        else:
-            script = iter(replies)
-            self._reply = lambda prompt: next(script)
-        self.calls: list[dict] = []
-
-    def complete(self, messages: Sequence[Message], *, max_tokens=128, temperature=0.0, seed=0, stop=(),
-                 choices=None) -> Completion:
-        self.calls.append({"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature,
-                           "seed": seed})
-        prompt = messages[-1]["content"]
-        return Completion(self._reply(prompt))
+from ttlearn.types import Episode, Step
 
 
 def keyed_reply(prompt: str) -> str:

@@ -3,44 +3,23 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+from fakes import FakeLLM
 
-from ttlearn.llm.base import LLM, Message
 from ttlearn.memory import make_memory
 from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update, run_protocol
 from ttlearn.memory.store import NewItem
-from ttlearn.types import Completion, Episode, Step
+from ttlearn.types import Episode, Step
 
 
-class FakeLLM(LLM):
-    """Test aid: answers a strategy or a reflection depending on the prompt, and records every call."""
-
-    spec = "fake"
-
-    def __init__(self) -> None:
-        self.calls: list[dict] = []
-
-    def complete(
-        self,
-        messages: Sequence[Message],
-        *,
-        max_tokens: int = 128,
-        temperature: float = 0.0,
-        seed: int = 0,
-        stop: Sequence[str] = (),
-        choices: Sequence[str] | None = None,
-    ) -> Completion:
-        self.calls.append(
-            {"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
-        )
-        solved = "You solved" in messages[-1]["content"]
-        return Completion(
-            "1. Play paper.\n2. Repeat." if solved else "Wrong assumptions: rock.\nDo better: paper.\nAvoid: scissors."
-        )
+def strategy_or_reflection(prompt: str) -> str:
+    """The writer's answer: a strategy script after a success, a reflection after a failure."""
+    if "You solved" in prompt:
+        return "1. Play paper.\n2. Repeat."
+    return "Wrong assumptions: rock.\nDo better: paper.\nAvoid: scissors."
 
 
 def episode(index: int, task: str, success: bool) -> Episode:
@@ -114,7 +93,7 @@ def test_run_protocol_metrics() -> None:
 
 def memory(tmp_path: Path, name: str = "memrl", **options) -> MemRLMemory:
     opts = {"store": str(tmp_path / "m.sqlite"), "embedder": "hash", "epsilon": 0.0, "delta": 0.3, "run_id": "r1"}
-    return make_memory(name, FakeLLM(), **{**opts, **options})
+    return make_memory(name, FakeLLM(strategy_or_reflection), **{**opts, **options})
 
 
 def test_memory_writes_reflections_and_strategies_and_learns_q(tmp_path: Path) -> None:

@@ -17,11 +17,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ttlearn import summary as summary_mod
-from ttlearn.llm.base import LLMError
+from ttlearn.llm.base import DEFAULT_LLM, LLMError
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.registry import UnknownNameError
 from ttlearn.runs import Run, RunConfig
-from ttlearn.session import DEFAULT_LLM, build_session, validate
+from ttlearn.session import build_session, validate
 
 app = typer.Typer(
     help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
@@ -210,6 +210,93 @@ def memory_diff(
     before, after = (json.dumps(run.snapshot(g)["state"], indent=1, sort_keys=True).splitlines() for g in (a, b))
     lines = list(difflib.unified_diff(before, after, f"after game {a}", f"after game {b}", lineterm=""))
     console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
+
+
+def _csv(text: Optional[str]) -> Optional[list[str]]:
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _seeds(text: Optional[str]) -> int | list[int] | None:
+    """'5' → 5 seeds (0..4); '3,7,9' → exactly those."""
+    if text is None:
+        return None
+    try:
+        return int(text) if "," not in text else [int(s) for s in _csv(text) or []]
+    except ValueError:
+        raise ValueError(f"--seeds takes a count or a comma-separated list of integers, got {text!r}") from None
+
+
+@app.command()
+@friendly
+def arena(
+    config_file: Optional[Path] = typer.Argument(None, help="A YAML arena config; the options below override it."),
+    env: Optional[str] = typer.Option(None, help="Environment: rps, holdem, sokoban, minesweeper."),
+    memories: Optional[str] = typer.Option(None, help="Comma-separated memory methods, e.g. none,history,reflexion."),
+    opponents: Optional[str] = typer.Option(None, help="Comma-separated opponents, e.g. cycle3,beat-last,probe."),
+    seeds: Optional[str] = typer.Option(None, help="Sequences per opponent: a count (5 → seeds 0..4) or a list."),
+    games: Optional[int] = typer.Option(None, min=1, help="Games per sequence (default 8)."),
+    rounds: Optional[int] = typer.Option(None, help="RPS: rounds per game."),
+    hands: Optional[int] = typer.Option(None, help="Hold'em: hands per game."),
+    env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="Any other environment option, KEY=VALUE."),
+    llm: Optional[str] = typer.Option(None, help=f"Player of every method (default {DEFAULT_LLM})."),
+    writer: Optional[str] = typer.Option(None, help="LLM that writes the memories (default: the player's LLM)."),
+    temperature: Optional[float] = typer.Option(None, min=0.0, help="Player sampling temperature (default 0)."),
+    out: Optional[Path] = typer.Option(None, help="Arena folder (default runs/arena-ENV, or runs/arena-CONFIG)."),
+    workers: Optional[int] = typer.Option(None, min=1, help="Parallel worker processes (default min(2, CPUs))."),
+    ray: bool = typer.Option(False, "--ray", help="Run the plan as Ray tasks (local Ray, or $RAY_ADDRESS)."),
+    ray_address: Optional[str] = typer.Option(None, help="With --ray: the Ray cluster to use, e.g. ray://HOST:10001."),
+) -> None:
+    """Compare memory methods: every method plays the same (opponent, seed) sequences; rate them by Elo.
+
+    Run the same command again to resume an interrupted arena: finished sequences are not replayed.
+    """
+    from ttlearn.eval import arena as arena_mod
+    from ttlearn.eval import report as report_mod
+
+    env_options = parse_options(env_opt, "--env-opt")
+    env_options.update({k: v for k, v in {"rounds": rounds, "hands": hands}.items() if v is not None})
+    config = arena_mod.load_arena_config(
+        config_file, env=env, memories=_csv(memories), opponents=_csv(opponents), seeds=_seeds(seeds), games=games,
+        player=llm, writer=writer, temperature=temperature, env_options=env_options,
+    )
+    out = out or Path("runs") / f"arena-{config_file.stem if config_file else config.env}"
+    todo, finished = arena_mod.prepare(config, out)
+    if finished:
+        console.print(f"{len(finished)} of {len(todo) + len(finished)} runs already finished in {out}; playing the rest")
+    start = time.perf_counter()
+    try:
+        with Progress(
+            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"), console=console, transient=False,
+        ) as progress:
+            bar = progress.add_task(f"arena {config.env}", total=len(todo) + len(finished), completed=len(finished),
+                                    last="")
+            for item, outcome in arena_mod.execute(todo, workers=workers, ray=ray, ray_address=ray_address):
+                progress.update(bar, advance=1, last=f"{item.name}: mean {outcome['mean_score']:+.2f}")
+    except KeyboardInterrupt:
+        console.print(f"[yellow]interrupted; finished runs are kept. Resume with the same command (--out {out}).[/]")
+        raise typer.Exit(130) from None
+    except arena_mod.RunFailed as exc:
+        console.print(f"[bold red]error:[/] {exc}\nfinished runs are kept; fix the cause and rerun to resume.")
+        raise typer.Exit(1) from None
+    console.print(f"played {len(todo)} runs in {time.perf_counter() - start:.1f}s")
+    _print_report(report_mod.write_report(out), out)
+
+
+def _print_report(report: dict[str, Any], out: Path) -> None:
+    from ttlearn.eval.report import REPORT_HTML, elo_table
+
+    console.print(elo_table(report))
+    console.print(f"report: [bold]{out / REPORT_HTML}[/] (and report.json)")
+
+
+@app.command()
+@friendly
+def report(out_dir: Path = typer.Argument(..., help="An arena folder (holding runs/).")) -> None:
+    """Rebuild an arena's report.html and report.json from its run records alone (offline, deterministic)."""
+    from ttlearn.eval.report import write_report
+
+    _print_report(write_report(out_dir), out_dir)
 
 
 @app.command("list")

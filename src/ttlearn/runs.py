@@ -24,6 +24,7 @@ from typing import Any, Iterator
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn import __version__
+from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.types import Episode
 
 
@@ -36,7 +37,7 @@ class RunConfig(BaseModel):
     env_options: dict[str, Any] = Field(default_factory=dict)
     memory: str = "none"
     memory_options: dict[str, Any] = Field(default_factory=dict)
-    player: str = "smollm2"
+    player: str = DEFAULT_LLM
     writer: str | None = None
     """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
     games: int = Field(6, ge=1)

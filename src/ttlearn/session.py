@@ -17,13 +17,12 @@ from typing import Any, Callable
 
 from ttlearn.agent import PLAYERS, LLMPlayer, Player
 from ttlearn.envs.base import Env, make_env
-from ttlearn.llm.base import LLM, LLMS, make_llm
+from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm
 from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
 from ttlearn.runs import Run, RunConfig
 from ttlearn.types import Episode, Step
 
-DEFAULT_LLM = "smollm2"
 SCRIPTED = "scripted:"
 
 
@@ -158,6 +157,7 @@ def build_session(run: Run, replay: ReplayBook | None = None, llm_factory: Calla
         spec = cfg.writer or (DEFAULT_LLM if cfg.player.startswith(SCRIPTED) else cfg.player)
         writer = recorded(spec, "memory")
     memory = make_memory(cfg.memory, writer, **cfg.memory_options)
+    memory.bind_run(run.path, run.path.name)
     session_llms.extend(loaded.values())
     session = Session(run, env, player, memory, session_llms)
     state = None

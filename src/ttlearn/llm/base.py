@@ -15,6 +15,10 @@ from ttlearn.registry import Registry
 from ttlearn.types import Completion
 
 Message = dict[str, str]
+DEFAULT_LLM = "gemma270m"
+"""The default player and writer, chosen by measurement: of the embedded models it is the one whose choices follow an
+explicit memory note (benchmarks/note_following.py; table in the README)."""
+
 LLMS: Registry[Callable[[str], "LLM"]] = Registry("LLM back end", "ttlearn.llm")
 
 

@@ -8,6 +8,7 @@ retrieval memories can use it), learns in `observe(episode)`, and round-trips it
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ttlearn.llm.base import LLM
@@ -24,6 +25,9 @@ class Memory(ABC):
 
     def __init__(self, llm: LLM | None = None) -> None:
         self.llm = llm
+
+    def bind_run(self, run_dir: Path, run_id: str) -> None:  # noqa: B027 - optional hook
+        """Called once by the session: where the run lives, for memories that keep files of their own (MemRL)."""
 
     @abstractmethod
     def context(self, query: str) -> str:

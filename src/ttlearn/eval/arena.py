@@ -1,0 +1,309 @@
+"""The arena: every contestant (a memory method, optionally with its own player) plays the same sequences.
+
+Paired design (REFERENCE §6): a sequence is (opponent, seed); every contestant's run of that sequence has the same run
+seed, hence the same environment seed and the same game seeds, so the report can compare methods game by game.
+
+    OUT/
+      arena.json                                  the arena config, ttlearn version and git commit of the last start
+      runs/<label>/<opponent>/seed<k>/            one ordinary run directory per (contestant, opponent, seed)
+
+Each plan item is one run, played start to finish by one worker process (or Ray task). An item whose run directory
+holds a summary.json is finished and skipped; any other item is (re)opened and resumed from its last durable game,
+so an interrupted arena resumes by running the same command again, without replaying finished sequences. A per-run
+lock file keeps two workers — say, an orphan of a killed arena and its successor — from writing one run at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ttlearn import __version__
+from ttlearn.runs import Run, RunConfig
+from ttlearn.session import DEFAULT_LLM, build_session, validate
+from ttlearn.summary import summarize
+
+ARENA_FILE = "arena.json"
+RUNS_DIR = "runs"
+NO_OPPONENT = "default"
+"""The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""Set in every worker: N workers with one thread each beat N workers fighting over every core."""
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not _SAFE_NAME.match(name):
+        raise ValueError(f"{kind} {name!r} cannot name a directory: use letters, digits and _ . + - only")
+    return name
+
+
+class Contestant(BaseModel):
+    """One entry of the arena: a memory method with its options, shown in the tables as `label`.
+
+    `player` overrides the arena's player, for reference entries such as a `scripted:random` floor or a
+    `scripted:oracle` ceiling. A plain string in YAML or on the command line is a memory name without options.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    label: str = ""
+    player: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @model_validator(mode="after")
+    def _default_label(self) -> Contestant:
+        self.label = _check_name("contestant label", self.label or self.name)
+        return self
+
+
+class ArenaConfig(BaseModel):
+    """What to compare, against whom, how often. Loadable from YAML (`load_arena_config`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    env: str
+    env_options: dict[str, Any] = Field(default_factory=dict)
+    memories: list[Contestant] = Field(min_length=1)
+    opponents: list[str] = Field(default_factory=list)
+    """Empty for environments without opponents: then each seed is one sequence, labelled `default`."""
+    seeds: int | list[int] = 5
+    """A count k (seeds 0..k−1) or an explicit list; every contestant plays every (opponent, seed)."""
+    games: int = Field(8, ge=1)
+    player: str = DEFAULT_LLM
+    writer: str | None = None
+    temperature: float = Field(0.0, ge=0.0)
+
+    @field_validator("seeds")
+    @classmethod
+    def _check_seeds(cls, seeds: int | list[int]) -> int | list[int]:
+        if isinstance(seeds, int) and seeds < 1:
+            raise ValueError(f"seeds must be a positive count or a list, got {seeds}")
+        if isinstance(seeds, list) and (not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0):
+            raise ValueError(f"a seed list must be non-empty, without repeats, of non-negative integers: {seeds}")
+        return seeds
+
+    @field_validator("opponents")
+    @classmethod
+    def _check_opponents(cls, opponents: list[str]) -> list[str]:
+        if len(set(opponents)) != len(opponents):
+            raise ValueError(f"opponents repeat: {opponents}")
+        return [_check_name("opponent", o) for o in opponents]
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> ArenaConfig:
+        labels = [c.label for c in self.memories]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"contestant labels repeat: {labels}; give repeated memories a distinct `label`")
+        if self.opponents and "opponent" in self.env_options:
+            raise ValueError("set the opponent through `opponents`, not env_options")
+        return self
+
+    @property
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+
+def load_arena_config(path: Path | None = None, **overrides: Any) -> ArenaConfig:
+    """An arena config from a YAML file, with `overrides` (None = not given) on top; env_options are merged."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"arena config {path} does not exist")
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a mapping of arena options")
+    env_options = {**data.get("env_options", {}), **(overrides.pop("env_options", None) or {})}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    if env_options:
+        data["env_options"] = env_options
+    return ArenaConfig.model_validate(data)
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    label: str
+    opponent: str
+    seed: int
+    path: Path
+    config: RunConfig
+
+    @property
+    def name(self) -> str:
+        return f"{self.label}/{self.opponent}/seed{self.seed}"
+
+
+def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
+    """Every (seed, opponent, contestant), in that order, so a stopped arena still holds complete paired sets."""
+    items = []
+    for seed in config.seed_list:
+        for opponent in config.opponents or [NO_OPPONENT]:
+            env_options = {**config.env_options, **({"opponent": opponent} if config.opponents else {})}
+            for c in config.memories:
+                run_config = RunConfig(
+                    env=config.env, env_options=env_options, memory=c.name, memory_options=c.options,
+                    player=c.player or config.player, writer=config.writer, games=config.games, seed=seed,
+                    temperature=config.temperature,
+                )
+                path = Path(out) / RUNS_DIR / c.label / opponent / f"seed{seed}"
+                items.append(PlanItem(c.label, opponent, seed, path, run_config))
+    return items
+
+
+def is_finished(item: PlanItem) -> bool:
+    """True when the item's run holds all its games and its summary (written last). Reads only: an orphaned
+    worker may still be appending to an unfinished run. Refuses a run directory of another config."""
+    config_file = item.path / "config.json"
+    if not config_file.exists():
+        return False
+    recorded = RunConfig.model_validate_json(config_file.read_text())
+    if recorded != item.config:
+        changed = sorted(k for k, v in item.config.model_dump().items() if recorded.model_dump()[k] != v)
+        raise ValueError(f"{item.path} holds a run with other {', '.join(changed)}; use another --out for this arena")
+    return (item.path / "summary.json").exists()
+
+
+def git_commit() -> str | None:
+    """The commit of the ttlearn source tree (suffixed +dirty with local changes), or None outside a checkout."""
+    here = Path(__file__).parent
+    try:
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def prepare(config: ArenaConfig, out: Path) -> tuple[list[PlanItem], list[PlanItem]]:
+    """Validate every planned run, record the arena, and split the plan into (to play, already finished)."""
+    items = plan(config, out)
+    for item in items:
+        validate(item.config)
+    finished = [item for item in items if is_finished(item)]
+    Path(out).mkdir(parents=True, exist_ok=True)
+    record = {"config": config.model_dump(), "ttlearn_version": __version__, "git_commit": git_commit()}
+    (Path(out) / ARENA_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+    return [item for item in items if item not in finished], finished
+
+
+# ---- playing one run (in a worker) ---------------------------------------------------------------------------------
+def use_one_thread() -> None:
+    """Worker initialiser: one compute thread per worker, set before any model or torch loads."""
+    os.environ.update(SINGLE_THREAD_ENV)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `path` (released by the kernel if the holder dies)."""
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def play_item(path: str, config_json: str) -> dict[str, Any]:
+    """Create or resume one run and play its missing games; returns what the progress bar shows."""
+    run_dir, config = Path(path), RunConfig.model_validate_json(config_json)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with _locked(run_dir / ".lock"):
+        run = Run.open(run_dir) if (run_dir / "config.json").exists() else Run.create(run_dir, config)
+        already = len(run.episodes)
+        if not run.finished:
+            session = build_session(run)
+            try:
+                session.play()
+            finally:
+                session.close()
+        summary = summarize(run, wall_s=time.perf_counter() - start)
+        run.write_summary(summary)
+    return {"played": len(run.episodes) - already, "mean_score": summary["mean_score"], "wall_s": summary["wall_s"]}
+
+
+# ---- executing a plan ---------------------------------------------------------------------------------------------
+def default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def execute(items: list[PlanItem], workers: int | None = None, ray: bool = False,
+            ray_address: str | None = None) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
+    """Play the items in parallel worker processes, or as Ray tasks with `ray`, yielding (item, outcome) as each
+    finishes. Stops at the first failing run (after the runs in flight end) with `RunFailed`: every later run
+    would most likely fail the same way."""
+    if ray:
+        yield from _execute_ray(items, ray_address)
+        return
+    workers = workers or default_workers()
+    if workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=use_one_thread)
+    try:
+        pending: dict[Future, PlanItem] = {
+            pool.submit(play_item, str(item.path), item.config.model_dump_json()): item for item in items
+        }
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: pending[f].name):
+                item = pending.pop(future)
+                yield item, _outcome(item, future.result)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class RunFailed(RuntimeError):
+    """A run of the plan raised; the arena stopped. Finished runs are kept: fix the cause and run it again."""
+
+
+def _outcome(item: PlanItem, result: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return result()
+    except Exception as exc:
+        raise RunFailed(f"run {item.name} failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _execute_ray(items: list[PlanItem], address: str | None) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
+    """The same plan as Ray tasks, one CPU each. `address` goes to ray.init: None means $RAY_ADDRESS if set, else
+    a new local Ray. On a cluster, every node needs ttlearn installed and OUT on a shared file system."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError("--ray needs Ray, which is not installed: pip install 'ray[default]'") from None
+    ray.init(address=address, runtime_env={"env_vars": SINGLE_THREAD_ENV}, include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(play_item)
+        pending = {task.remote(str(item.path), item.config.model_dump_json()): item for item in items}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            item = pending.pop(done[0])
+            yield item, _outcome(item, lambda: ray.get(done[0]))
+    finally:
+        ray.shutdown()

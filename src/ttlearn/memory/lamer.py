@@ -1,0 +1,104 @@
+"""LaMer's in-trial memory: between attempts at the *same* instance the agent writes one reflection, and the next
+attempt sees the reflections (mode "reflection", the default), the earlier attempts' transcripts ("history"), or both.
+
+A trial (`ttlearn.trials.play_trial`) resets this memory before each new instance, so nothing leaks across instances;
+used in a plain session it simply keeps the last `keep` reflections. The reflection prompt asks for a
+`<reflection>…</reflection>` block and the closing tag is the stop string, so a writer stops as soon as it is done;
+the LaMer trainer samples the same prompt from its policy and trains those tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from ttlearn.llm.base import LLM, Message
+from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.types import Episode
+
+Mode = Literal["reflection", "history", "both"]
+MODES: tuple[str, ...] = ("reflection", "history", "both")
+OPEN, CLOSE = "<reflection>", "</reflection>"
+
+REFLECT_PROMPT = (
+    "You did not solve this level on attempt {attempt}. Here is what happened:\n{transcript}\n\n"
+    "{previous}"
+    "You will try the same level again from the same start. In at most three sentences, say what went wrong and "
+    f"give a concrete plan (which moves, in which order) for the next attempt. Write it as {OPEN}...{CLOSE}."
+)
+
+
+def attempt_log(episode: Episode) -> str:
+    """One attempt as later attempts see it: its number, score and the environment's transcript."""
+    transcript = episode.info.get("transcript") or "; ".join(f"{s.action} -> {s.reward:+g}" for s in episode.steps)
+    return f"Attempt {episode.index} (score {episode.score:+g}):\n{transcript}"
+
+
+def reflection_messages(rules: str, episode: Episode, previous: list[str]) -> list[Message]:
+    """The writer's input: the rules, the failed attempt's transcript and the reflections written so far."""
+    earlier = "".join(f"- {r}\n" for r in previous)
+    prior = f"Your earlier reflections on this level:\n{earlier}\n" if earlier else ""
+    user = REFLECT_PROMPT.format(attempt=episode.index, transcript=attempt_log(episode), previous=prior)
+    return [{"role": "system", "content": rules}, {"role": "user", "content": user}]
+
+
+def extract_reflection(text: str, max_chars: int) -> str:
+    """The body of a reply: after the last opening tag, before the closing one, whitespace collapsed, cut at a word
+    boundary to `max_chars`. Writers that skip the tags still count: their whole reply is the reflection."""
+    body = text.rsplit(OPEN, 1)[-1].split(CLOSE, 1)[0]
+    body = " ".join(body.split())
+    if len(body) > max_chars:
+        body = body[:max_chars].rsplit(" ", 1)[0] or body[:max_chars]
+    return body
+
+
+@MEMORIES.register("lamer")
+class LamerMemory(Memory):
+    name = "lamer"
+    needs_llm = True
+
+    def __init__(self, llm: LLM | None = None, mode: Mode = "reflection", keep: int = 2, max_tokens: int = 96,
+                 max_chars: int = 400, temperature: float = 0.0) -> None:
+        super().__init__(llm)
+        if mode not in MODES:
+            raise ValueError(f"lamer mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if keep < 1 or max_tokens < 8 or max_chars < 20:
+            raise ValueError("lamer needs keep >= 1, max_tokens >= 8 and max_chars >= 20")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.mode, self.keep, self.max_tokens, self.max_chars = mode, keep, max_tokens, max_chars
+        self.temperature = temperature
+        self.reflections: list[str] = []
+        self.logs: list[str] = []
+
+    @property
+    def reflects(self) -> bool:
+        return self.mode in ("reflection", "both")
+
+    def context(self, query: str) -> str:
+        parts = []
+        if self.mode in ("history", "both") and self.logs:
+            parts.append("Your earlier attempts at this level:\n" + "\n".join(self.logs))
+        if self.reflects and self.reflections:
+            parts.append("Your reflections on earlier attempts at this level:\n"
+                         + "\n".join(f"- {r}" for r in self.reflections))
+        return "\n\n".join(parts)
+
+    def observe(self, episode: Episode) -> None:
+        if self.mode in ("history", "both"):
+            self.logs = (self.logs + [attempt_log(episode)])[-self.keep:]
+        if not self.reflects:
+            return
+        assert self.llm is not None
+        messages = reflection_messages(episode.info.get("rules", episode.task), episode, self.reflections)
+        reply = self.llm.complete(messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                                  seed=episode.seed + episode.index, stop=[CLOSE])
+        text = extract_reflection(reply.text, self.max_chars)
+        if text:
+            self.reflections = (self.reflections + [f"After attempt {episode.index}: {text}"])[-self.keep:]
+
+    def state(self) -> dict[str, Any]:
+        return {"reflections": list(self.reflections), "logs": list(self.logs)}
+
+    def load(self, state: dict[str, Any]) -> None:
+        self.reflections = list(state.get("reflections", []))
+        self.logs = list(state.get("logs", []))

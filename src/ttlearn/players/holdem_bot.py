@@ -1,0 +1,24 @@
+"""Hold'em baselines: a styled bot from `envs.holdem_bots` in the player's seat (`scripted:holdem-<style>`)."""
+
+from __future__ import annotations
+
+from ttlearn.agent import PLAYERS, Decision, Player
+from ttlearn.envs.base import Env
+from ttlearn.envs.holdem_bots import STYLES
+from ttlearn.types import Observation
+
+
+class HoldemBotPlayer(Player):
+    style = "tight"
+
+    def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
+        bot_action = getattr(env, "bot_action", None)
+        if bot_action is None:
+            raise ValueError(f"environment {env.name!r} has no hold'em bots; use another scripted player")
+        return Decision(bot_action(self.style))
+
+
+for _style in STYLES:
+    PLAYERS.register(f"holdem-{_style}")(
+        type(f"HoldemBot_{_style}", (HoldemBotPlayer,), {"style": _style, "name": f"holdem-{_style}"})
+    )

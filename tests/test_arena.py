@@ -1,0 +1,156 @@
+"""The arena: config validation, the paired design, parallel and Ray execution, resume after kill -9."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from ttlearn.cli import app
+from ttlearn.eval import arena as arena_mod
+from ttlearn.eval.arena import ArenaConfig, execute, load_arena_config, plan, prepare
+from ttlearn.runs import Run
+
+# A floor and a learner: scripted players ignore memory, so the contestants differ by player (test-only).
+CONTESTANTS = [
+    {"name": "none", "label": "random", "player": "scripted:random"},
+    {"name": "history", "label": "learner", "player": "scripted:learner"},
+]
+
+
+def small_config(**overrides) -> ArenaConfig:
+    base = dict(env="rps", env_options={"rounds": 10}, memories=CONTESTANTS, opponents=["cycle3", "beat-last"],
+                seeds=2, games=3)
+    return ArenaConfig.model_validate({**base, **overrides})
+
+
+def test_config_from_yaml_with_overrides(tmp_path):
+    path = tmp_path / "arena.yaml"
+    path.write_text("env: rps\nenv_options: {rounds: 7}\nmemories: [none, {name: memrl, options: {k: 3}}]\n"
+                    "opponents: [cycle3]\nseeds: [4, 9]\n")
+    config = load_arena_config(path, games=2, env_options={"rounds": 5}, player=None)
+    assert [c.label for c in config.memories] == ["none", "memrl"]
+    assert config.memories[1].options == {"k": 3}
+    assert config.seed_list == [4, 9] and config.games == 2 and config.env_options == {"rounds": 5}
+    assert small_config(seeds=3).seed_list == [0, 1, 2]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"memories": ["none", "none"]}, "labels repeat"),
+    ({"memories": []}, "at least 1"),
+    ({"seeds": 0}, "positive count"),
+    ({"seeds": [1, 1]}, "without repeats"),
+    ({"opponents": ["cycle3", "cycle3"]}, "opponents repeat"),
+    ({"opponents": ["../x"]}, "cannot name a directory"),
+    ({"env_options": {"opponent": "cycle3"}}, "through `opponents`"),
+    ({"colour": "red"}, "Extra inputs"),
+])
+def test_bad_arena_configs_are_refused(overrides, message):
+    with pytest.raises(ValidationError, match=message):
+        small_config(**overrides)
+
+
+def test_plan_is_paired_and_validated(tmp_path):
+    items = plan(small_config(), tmp_path)
+    assert len(items) == 2 * 2 * 2
+    assert items[0].path == tmp_path / "runs" / "random" / "cycle3" / "seed0"
+    by_sequence: dict = {}
+    for item in items:
+        by_sequence.setdefault((item.opponent, item.seed), []).append(item.config)
+    for (opponent, seed), configs in by_sequence.items():
+        assert {c.seed for c in configs} == {seed}
+        assert {c.env_options["opponent"] for c in configs} == {opponent}
+        assert [c.player for c in configs] == ["scripted:random", "scripted:learner"]
+    with pytest.raises(ValueError, match="unknown RPS opponent 'nobody'"):
+        prepare(small_config(opponents=["nobody"]), tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()  # nothing written before validation passes
+
+
+def test_every_method_plays_the_same_games(tmp_path):
+    config = small_config()
+    todo, finished = prepare(config, tmp_path)
+    assert finished == [] and json.loads((tmp_path / "arena.json").read_text())["config"]["games"] == 3
+    outcomes = list(execute(todo, workers=2))
+    assert sorted(item.name for item, _ in outcomes) == sorted(item.name for item in todo)
+    seeds: dict = {}
+    for item in todo:
+        run = Run.open(item.path)
+        assert run.finished and (item.path / "summary.json").exists()
+        seeds.setdefault((item.opponent, item.seed), set()).add(tuple(e.seed for e in run.episodes))
+    assert all(len(s) == 1 for s in seeds.values())  # same game seeds for every method of a sequence
+    assert len({next(iter(s)) for s in seeds.values() if True}) == 2  # seed 0 and seed 1 differ
+    # a rerun finds everything finished, and a run of another config under the same folder is refused
+    assert prepare(config, tmp_path) == ([], todo)
+    with pytest.raises(ValueError, match="holds a run with other games"):
+        prepare(small_config(games=4), tmp_path)
+
+
+def test_a_failing_run_stops_the_arena_with_its_name(tmp_path):
+    todo, _ = prepare(small_config(memories=[{"name": "none", "player": "scripted:oracle"}], opponents=[],
+                                   env="sokoban", env_options={}, seeds=1, games=1), tmp_path)
+    todo = [arena_mod.PlanItem(i.label, i.opponent, i.seed, i.path, i.config.model_copy(update={"env": "rps",
+            "env_options": {"rounds": -1}})) for i in todo]
+    with pytest.raises(arena_mod.RunFailed, match="run none/default/seed0 failed: ValueError: rounds must be"):
+        list(execute(todo, workers=1))
+
+
+def test_ray_missing_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ValueError, match="--ray needs Ray"):
+        list(execute(plan(small_config(), tmp_path), ray=True))
+
+
+def test_ray_plays_the_same_plan(tmp_path):
+    pytest.importorskip("ray")
+    config = small_config(opponents=["cycle3"], seeds=1)
+    ray_items, _ = prepare(config, tmp_path / "ray")
+    assert len(list(execute(ray_items, ray=True, ray_address="local"))) == len(ray_items)
+    for item, reference in zip(ray_items, plan(config, tmp_path / "in-process")):
+        arena_mod.play_item(str(reference.path), reference.config.model_dump_json())
+        assert [e.score for e in Run.open(item.path).episodes] == [e.score for e in Run.open(reference.path).episodes]
+
+
+# ---- resume after kill -9 -----------------------------------------------------------------------------------------
+def fingerprint(run_dir: Path) -> dict[str, tuple[str, int]]:
+    return {str(p.relative_to(run_dir)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def game_numbers(run_dir: Path) -> list[int]:
+    return [json.loads(line)["game"] for line in (run_dir / "events.jsonl").read_text().splitlines()
+            if json.loads(line).get("type") == "game"]
+
+
+def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
+    out = tmp_path / "arena"
+    args = ["arena", "--env", "rps", "--opponents", "cycle3", "--seeds", "6", "--games", "4", "--rounds", "40",
+            "--memories", "none,history", "--llm", "scripted:learner", "--workers", "1", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    victim = subprocess.Popen([sys.executable, "-m", "ttlearn", *args], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 60
+    while len(list(out.glob("runs/*/*/*/summary.json"))) < 3 and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(victim.pid, signal.SIGKILL)  # the arena and its workers, as an OOM kill or a lost node would
+    victim.wait()
+    finished = sorted(p.parent for p in out.glob("runs/*/*/*/summary.json"))
+    assert 3 <= len(finished) < 12, "the kill must land mid-plan"
+    before = {d: fingerprint(d) for d in finished}
+
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert f"{len(finished)} of 12 runs already finished" in result.output
+    assert {d: fingerprint(d) for d in finished} == before  # untouched: same bytes, same mtimes
+    runs = sorted(p.parent for p in out.glob("runs/*/*/*/config.json"))
+    assert len(runs) == 12
+    assert all(game_numbers(d) == [1, 2, 3, 4] for d in runs)  # complete, no duplicate game
+    assert "Elo" in result.output and (out / "report.html").exists()

@@ -1,0 +1,99 @@
+"""The LaMer trainer on a tiny random Llama with SmolLM2's tokenizer: fast enough for CPU, real enough for the maths.
+
+(The real policy works the same way; a step of SmolLM2 on a loaded 2-core machine takes minutes, see docs/lamer.md.)
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+transformers = pytest.importorskip("transformers")
+
+from ttlearn.llm.hf import HFPolicy, LoraOptions, model_dir  # noqa: E402
+from ttlearn.train.lamer import (  # noqa: E402
+    ActionRecord, LamerTrainConfig, TextRecord, TrainStep, choice_logprobs, step_advantages, train_lamer,
+    trial_steps,
+)
+from ttlearn.trials import Trial  # noqa: E402
+from ttlearn.types import Episode, Step  # noqa: E402
+
+torch.set_num_threads(1)
+TINY_MINES = {"turns": 2}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return transformers.AutoTokenizer.from_pretrained(model_dir("smollm2"))
+
+
+def tiny_policy(tokenizer) -> HFPolicy:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
+        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )
+    policy = HFPolicy(transformers.LlamaForCausalLM(config).eval(), tokenizer, source="tiny", lora=LoraOptions(r=2))
+    with torch.no_grad():  # peft starts B at 0; make the adapter matter from the first step
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.05)
+    return policy
+
+
+def lora_weights(policy: HFPolicy) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" in n}
+
+
+def test_choice_logprobs_is_the_softmax_of_summed_token_logprobs(tokenizer) -> None:
+    policy = tiny_policy(tokenizer)
+    prompt = policy.encode([{"role": "user", "content": "Reveal a cell."}])
+    answers = [policy.answer_ids(c) for c in ("reveal 1 2", "up", "reveal 10 3")]
+    with torch.no_grad():
+        token_lp, _ = policy.sequence_logprobs([prompt] * 3, answers)
+        expected = torch.log_softmax(token_lp.sum(dim=1) / 0.7, dim=0)
+        got = choice_logprobs(policy, prompt, answers, 0.7)
+    assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_reflection_steps_sit_between_attempts_and_take_the_next_return() -> None:
+    def attempt(index: int, rewards: list[float]) -> Episode:
+        return Episode(index, 1, "t", tuple(Step(f"obs{i}", "up", r) for i, r in enumerate(rewards)), sum(rewards))
+
+    trial = Trial(1, [attempt(1, [-1.0, -1.0]), attempt(2, [10.0])])
+    sample = type("S", (), {"prompt_ids": (1, 2)})()
+    records = [ActionRecord(("act", 1, 0), (1,), ((5,),), 0, 0.0), ActionRecord(("act", 1, 1), (1,), ((5,),), 0, 0.0),
+               TextRecord(("reflect", 1, 0), sample), ActionRecord(("act", 2, 0), (1,), ((5,),), 0, 0.0)]
+    steps = trial_steps(trial, records)
+    assert [(s.attempt, s.reflection, s.reward) for s in steps] == [(1, False, -1), (1, False, -1), (1, True, 0),
+                                                                    (2, False, 10)]
+    config = LamerTrainConfig(out="unused", env="sokoban")  # γ_traj = 0.9
+    solo = [("i", 0, steps), ("i", 1, [TrainStep(0.0, 1, False, "other", ())])]
+    # Returns of trial 0, backwards: 10; the reflection 10; −1 + .9·10 = 8 (across attempts); −1 + .95·8 = 6.6.
+    # A_episode = R − mean(R) = 8 − 4 = 4 for trial 0, −4 for trial 1. Anchors: attempt 2 restarts at "obs0", so
+    # "obs0" groups returns 6.6 and 10 (mean 8.3 → ∓1.7); "obs1", the reflection and "other" are singletons (0).
+    assert step_advantages(solo, config).tolist() == pytest.approx([2.3, 4.0, 4.0, 5.7, -4.0])
+
+
+def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer) -> None:
+    config = LamerTrainConfig(env="minesweeper", env_options=TINY_MINES, out=str(tmp_path / "run"), tasks=2,
+                              tasks_per_step=1, group=2, attempts=2, steps=1, reflection_tokens=8, lr=1e-2)
+    policy = tiny_policy(tokenizer)
+    before = lora_weights(policy)
+    metrics = train_lamer(config, policy=policy)
+    assert metrics["step"] == 1 and metrics["rows_trained"] > 0
+    assert all(torch.isfinite(torch.tensor(v)) for v in (metrics["loss"], metrics["grad_norm"]))
+    after = lora_weights(policy)
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    assert (tmp_path / "run" / "step_1" / "state.json").is_file() and (tmp_path / "run" / "final").is_dir()
+
+    resumed: list[int] = []
+    fresh = tiny_policy(tokenizer)
+    train_lamer(config.model_copy(update={"steps": 2}), progress=lambda step, m: resumed.append(step), policy=fresh)
+    assert resumed == [2]  # step 1 was not replayed: its adapter was loaded instead
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]

@@ -1,0 +1,157 @@
+"""The MemoPilot trainer: advantage wiring, micro-batch weights, the PPO ratio at sampling, one optimiser step, resume.
+
+Model tests use the embedded SmolLM2 writer with tiny settings (T=2, G=2, 2 rounds, 16-token writes) and a scripted
+player whose move is a function of the memory text, so different memories give different rewards (the real frozen
+player is tested elsewhere; here only the trainer's plumbing is under test).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ttlearn.agent import Decision, Player
+from ttlearn.train.memopilot import (
+    MemoPilotTrainConfig,
+    MemoPilotTrainer,
+    Write,
+    micro_batch_weight,
+    policy_update,
+    rank_rollouts,
+    write_advantages,
+)
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+torch.set_num_threads(1)
+
+
+class NoteHashPlayer(Player):
+    """Plays the move indexed by the memory's byte sum mod 3: a deterministic player that reacts to any note."""
+
+    def act(self, env, obs, memory, *, seed):
+        return Decision(obs.legal_actions[sum(memory.encode()) % len(obs.legal_actions)])
+
+
+def fake_write(sequence: int, rollout: int, turn: int) -> Write:
+    return Write(sequence, rollout, turn, None)  # type: ignore[arg-type]  # the sample is not read here
+
+
+# ---- pure pieces -------------------------------------------------------------------------------------------------
+def test_advantages_are_wired_per_turn_and_rollout() -> None:
+    # r[i, t-1]: rollout 0 won game 2, rollout 1 lost it; both drew game 3
+    rewards = {7: np.array([[1.0, 0.0], [-1.0, 0.0]])}
+    writes = [fake_write(7, 1, 2), fake_write(7, 0, 1), fake_write(7, 1, 1), fake_write(7, 0, 2)]
+    # turn 1: mean 0, sample std sqrt(2) → ±1/(1.41421 + 1e-4); turn 2: all equal → 0
+    expected = [0.0, 1 / (2**0.5 + 1e-4), -1 / (2**0.5 + 1e-4), 0.0]
+    assert np.allclose(write_advantages(writes, rewards, "group"), expected, atol=1e-9)
+    # scale "none" only centres: 1 and -1
+    assert np.allclose(write_advantages(writes, rewards, "none"), [0.0, 1.0, -1.0, 0.0])
+
+
+def test_micro_batch_weights_recover_the_whole_batch_loss() -> None:
+    from ttlearn.train.loss import LOSS_TYPES, policy_loss
+
+    assert micro_batch_weight("grpo", 1, 5, 4, 20) == 0.25
+    assert micro_batch_weight("bnpo", 1, 5, 4, 20) == 0.25 and micro_batch_weight("bnpo", 3, 15, 4, 20) == 0.75
+    assert micro_batch_weight("dapo", 1, 5, 4, 20) == 1.0
+    with pytest.raises(ValueError, match="loss_type"):
+        micro_batch_weight("sum", 1, 1, 1, 1)
+    gen = torch.Generator().manual_seed(0)
+    logp, old = -torch.rand(5, 6, generator=gen), -torch.rand(5, 6, generator=gen)
+    adv = torch.randn(5, generator=gen)
+    mask = torch.tensor([[1] * n + [0] * (6 - n) for n in (6, 2, 4, 1, 3)], dtype=torch.bool)
+    total_tokens = int(mask.sum())
+    for loss_type in LOSS_TYPES:
+        options = {"loss_type": loss_type, "max_completion_length": 8, "num_items_in_batch": total_tokens}
+        whole, _ = policy_loss(logp, old, adv, mask, **options)
+        parts = 0.0
+        for rows in (slice(0, 2), slice(2, 5)):
+            part, _ = policy_loss(logp[rows], old[rows], adv[rows], mask[rows], **options)
+            n_rows, n_tokens = mask[rows].shape[0], int(mask[rows].sum())
+            parts += part * micro_batch_weight(loss_type, n_rows, n_tokens, 5, total_tokens)
+        assert torch.allclose(parts, whole, atol=1e-6), loss_type
+
+
+def test_rank_rollouts_split_the_group_evenly() -> None:
+    assert rank_rollouts(4, 0, 2) == [0, 2] and rank_rollouts(4, 1, 2) == [1, 3] and rank_rollouts(3, 0, 1) == [0, 1, 2]
+    with pytest.raises(ValueError, match="multiple"):
+        rank_rollouts(3, 0, 2)
+
+
+def test_config_refuses_unknown_and_clashing_options() -> None:
+    with pytest.raises(ValueError, match="groups"):
+        MemoPilotTrainConfig(groups=3)
+    with pytest.raises(ValueError, match="opponents"):
+        MemoPilotTrainConfig(env_options={"opponent": "cycle3"})
+    with pytest.raises(ValueError, match="games"):
+        MemoPilotTrainConfig(games=1)
+
+
+# ---- with the model ----------------------------------------------------------------------------------------------
+def tiny(tmp_path, **overrides) -> MemoPilotTrainConfig:
+    settings = dict(opponents=["cycle3", "biased"], games=2, rounds=2, group=2, steps=1, lr=5e-3,
+                    max_completion_length=16, micro_batch=1, eval_every=0, out=tmp_path / "run")
+    return MemoPilotTrainConfig(**{**settings, **overrides})
+
+
+def lora_weights(trainer: MemoPilotTrainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.params]
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory) -> MemoPilotTrainer:
+    return MemoPilotTrainer(tiny(tmp_path_factory.mktemp("mp"), games=3), player=NoteHashPlayer())
+
+
+@pytest.mark.model
+def test_loss_logprobs_come_from_the_sampling_weights_and_temperature(trainer: MemoPilotTrainer) -> None:
+    writes, rewards, _ = trainer.rollout(0, "cycle3", 11, [0, 1], 1.0, sample_seed=5)
+    assert len(writes) == 4 and rewards.shape == (2, 2)
+    samples = [w.sample for w in writes]
+    with torch.no_grad():
+        recomputed, mask = trainer.policy.sequence_logprobs([s.prompt_ids for s in samples],
+                                                            [s.completion_ids for s in samples], 1.0)
+    for row, s in enumerate(samples):
+        assert torch.allclose(recomputed[row, : len(s.logprobs)], torch.tensor(s.logprobs), atol=1e-4)
+    advantages = np.array([1.0, -1.0, 0.5, -0.5])
+    stats = policy_update(trainer.policy, trainer.optimizer, writes, advantages, trainer.config, step=False)
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["clip_fraction"] == 0.0
+    assert np.isfinite(stats["grad_norm"]) and stats["grad_norm"] > 0
+    grads = [p.grad for p in trainer.params if p.grad is not None]
+    assert grads and all(torch.isfinite(g).all() for g in grads)
+    trainer.optimizer.zero_grad(set_to_none=True)
+
+
+@pytest.mark.model
+def test_one_step_changes_the_adapters_and_lowers_the_loss(trainer: MemoPilotTrainer) -> None:
+    writes, _, _ = trainer.rollout(0, "biased", 12, [0, 1], 1.0, sample_seed=6)
+    advantages = np.array([1.0, -1.0, -1.0, 1.0])
+    before = lora_weights(trainer)
+    first = policy_update(trainer.policy, trainer.optimizer, writes, advantages, trainer.config)
+    after = policy_update(trainer.policy, trainer.optimizer, writes, advantages, trainer.config, step=False)
+    trainer.optimizer.zero_grad(set_to_none=True)
+    assert any(not torch.equal(a, b) for a, b in zip(before, lora_weights(trainer)))
+    assert after["loss"] < first["loss"] - 1e-4
+    assert after["ratio_mean"] != pytest.approx(1.0, abs=1e-6)  # the old log-probs stay the sampled ones
+
+
+@pytest.mark.model
+def test_resume_gives_the_same_next_step(tmp_path) -> None:
+    straight = MemoPilotTrainer(tiny(tmp_path / "a", steps=2), player=NoteHashPlayer()).train()
+    assert straight[0]["grad_norm"] > 0  # the rewards differ, so the step is not trivially zero
+    MemoPilotTrainer(tiny(tmp_path / "b", steps=1), player=NoteHashPlayer()).train()
+    resumed_trainer = MemoPilotTrainer(tiny(tmp_path / "b", steps=2), player=NoteHashPlayer())
+    assert resumed_trainer.step == 1
+    resumed = resumed_trainer.train()
+    assert [m["step"] for m in resumed] == [2]
+    assert resumed[0]["loss"] == pytest.approx(straight[1]["loss"], abs=1e-6)
+    assert resumed[0]["grad_norm"] == pytest.approx(straight[1]["grad_norm"], rel=1e-5)
+    log = [json.loads(line) for line in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in log] == [1, 2]
+    for name in ("step_0001", "step_0002", "final"):
+        assert (tmp_path / "b" / "run" / name / "ttlearn_adapter.json").is_file()
+    with pytest.raises(ValueError, match="different settings"):
+        MemoPilotTrainer(tiny(tmp_path / "b", steps=3, lr=1e-3), player=NoteHashPlayer())

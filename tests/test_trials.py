@@ -1,0 +1,170 @@
+"""Multi-attempt trials: restart between attempts, early stop, what later attempts see, the summary maths, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import pytest
+
+from ttlearn.agent import LLMPlayer
+from ttlearn.envs.base import make_env
+from ttlearn.llm.base import LLM, Message
+from ttlearn.memory.base import make_memory
+from ttlearn.memory.lamer import extract_reflection
+from ttlearn.players.basic import RandomPlayer
+from ttlearn.trials import TASKS_FILE, TrialConfig, TurnPlayer, play_trial, run_trials, summarize_trials
+from ttlearn.types import Completion, Episode, Step
+
+REFLECTION = "Push the left box first, then go around."
+HOPELESS = {"min_moves": 12, "max_moves": 14, "turns": 2}  # 2 turns x 3 moves cannot solve a 12-move level
+
+
+class FakeLLM(LLM):
+    """Deterministic stand-in: picks the first listed choice, writes a fixed tagged reflection; logs every prompt."""
+
+    supports_choices = True
+    spec = "fake"
+
+    def __init__(self) -> None:
+        self.prompts: list[list[Message]] = []
+
+    def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
+                 seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
+        self.prompts.append(list(messages))
+        if choices:
+            return Completion(choices[0])
+        return Completion(f"<reflection> {REFLECTION} </reflection> trailing words")
+
+
+def act_seed(attempt: int, step: int) -> int:
+    return 100 * attempt + step
+
+
+def test_restart_replays_the_same_instance_in_every_attempt() -> None:
+    env = make_env("sokoban")
+    trial = play_trial(env, RandomPlayer(), make_memory("none"), seed=7, attempts=3, early_stop=False,
+                       act_seed=act_seed)
+    assert [e.index for e in trial.attempts] == [1, 2, 3]
+    starts = {e.steps[0].observation for e in trial.attempts}
+    assert starts == {make_env("sokoban").reset(7).text}
+    assert len({tuple(s.action for s in e.steps) for e in trial.attempts}) > 1  # different play, same start
+
+
+def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
+    fake = FakeLLM()
+    summary = run_trials(TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
+                         tmp_path / "run", llm_factory=lambda spec: fake)
+    assert summary["success_at_k"] == [1.0, 1.0, 1.0]
+    assert summary["mean_attempts"] == 1.0 and fake.prompts == []  # no second attempt, so no reflection
+    assert summary["instances"]["within_budget_rate"] == 1.0
+
+
+def test_without_memory_every_attempt_is_played_for_pass_at_k(tmp_path) -> None:
+    summary = run_trials(TrialConfig(env="sokoban", memory="none", player="scripted:oracle", tasks=2),
+                         tmp_path / "run")
+    assert summary["mean_attempts"] == 3.0 and summary["pass_at_k"] == [1.0, 1.0, 1.0]
+
+
+def _lamer_run(tmp_path, mode: str) -> tuple[list[dict], FakeLLM]:
+    fake = FakeLLM()
+    config = TrialConfig(env="sokoban", env_options=HOPELESS, memory="lamer", memory_options={"mode": mode},
+                         player="smollm2", tasks=1, attempts=2)  # served by the fake
+    run_trials(config, tmp_path / mode, llm_factory=lambda spec: fake)
+    records = [json.loads(line) for line in (tmp_path / mode / TASKS_FILE).read_text().splitlines()]
+    return records, fake
+
+
+def test_reflection_mode_shows_the_reflection_to_attempt_two(tmp_path) -> None:
+    (record,), fake = _lamer_run(tmp_path, "reflection")
+    first, second = record["attempts"]
+    assert not first["success"] and first["info"]["context"] == ""
+    assert second["info"]["context"].endswith(f"- After attempt 1: {REFLECTION}")
+    writes = [p for p in fake.prompts if "<reflection>" in p[-1]["content"]]
+    assert len(writes) == 1 and "Attempt 1 (score" in writes[0][-1]["content"]
+    later_player_prompts = fake.prompts[fake.prompts.index(writes[0]) + 1:]
+    assert later_player_prompts and all(REFLECTION in p[0]["content"] for p in later_player_prompts)
+    assert record["memory"]["reflections"] == [f"After attempt 1: {REFLECTION}"]
+
+
+@pytest.mark.parametrize(("mode", "sees_log", "sees_reflection"), [("history", True, False), ("both", True, True)])
+def test_history_modes(tmp_path, mode: str, sees_log: bool, sees_reflection: bool) -> None:
+    (record,), fake = _lamer_run(tmp_path, mode)
+    context = record["attempts"][1]["info"]["context"]
+    assert ("Attempt 1 (score" in context) == sees_log
+    assert (REFLECTION in context) == sees_reflection
+    assert any("<reflection>" in p[-1]["content"] for p in fake.prompts) == sees_reflection
+
+
+def test_turn_player_takes_three_scored_moves_on_the_advanced_board() -> None:
+    env = make_env("sokoban", **HOPELESS)
+    fake = FakeLLM()
+    player = TurnPlayer(LLMPlayer(fake), 3)
+    obs = env.reset(3)
+    decision = player.act(env, obs, "", seed=5)
+    assert len(decision.action.split(", ")) == 3 and decision.info == {"decisions": 3}
+    boards = [p[-1]["content"].split("Legend")[0] for p in fake.prompts]
+    assert boards[0] == obs.text.strip().split("Legend")[0]
+    moved = make_env("sokoban", **HOPELESS)
+    moved.reset(3)
+    assert boards[1] == moved.step(decision.action.split(", ")[0]).observation.text.strip().split("Legend")[0]
+    assert boards[1] != boards[0]  # the first move changed the board (seed 3 is not blocked)
+
+
+def test_extract_reflection() -> None:
+    assert extract_reflection("ok <reflection> go  left\nnow </reflection> x", 100) == "go left now"
+    assert extract_reflection("no tags at all", 100) == "no tags at all"
+    assert extract_reflection("<reflection>aaa bbb ccc", 9) == "aaa bbb"
+
+
+def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -> dict:
+    attempts = [
+        Episode(i, 0, "t", tuple(Step("o", a, -0.1) for a in actions), 1.0 if ok else -1.0, ok).to_json()
+        for i, (actions, ok) in enumerate(actions_and_success, start=1)
+    ]
+    return {"attempts": attempts, "instance": instance, "wall_s": 2.0}
+
+
+def test_summary_numbers_by_hand() -> None:
+    up, down = ["up"], ["down"]
+    records = [
+        _record([(up, False), (up, True), (down, False)], {"optimal_length": 5, "budget": 21}),
+        _record([(up, True), (up, True), (up, True)], {"optimal_length": 9, "budget": 21}),
+        _record([(up, False), (up, False), (up, False)], {"optimal_length": 12, "budget": 21}),
+        _record([(down, False), (down, False), (down, True)], {"optimal_length": 30, "budget": 21}),
+    ]
+    summary = summarize_trials(records, TrialConfig(env="sokoban", memory="none", tasks=4))
+    assert summary["success_at_k"] == pytest.approx([1 / 4, 2 / 4, 3 / 4])  # first successes 2, 1, never, 3
+    # c = 1, 3, 0, 1 of n = 3: pass@1 = mean(c/n); pass@2 = mean(1 - C(n-c, 2)/C(3, 2)) = (2/3 + 1 + 0 + 2/3)/4
+    assert summary["pass_at_k"] == pytest.approx([5 / 12, 7 / 12, 3 / 4])
+    h = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))  # task 1: two "up" runs, one "down"
+    assert summary["trajectory_entropy"] == pytest.approx(h / 4)
+    assert summary["instances"]["optimal_length"] == {"mean": 14.0, "min": 5.0, "max": 30.0}
+    assert summary["instances"]["within_budget_rate"] == 0.75
+    lamer = summarize_trials(records, TrialConfig(env="sokoban", memory="lamer", tasks=4))
+    assert lamer["pass_at_k"] is None  # sequential attempts with feedback are not independent samples
+
+
+def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
+    config = TrialConfig(env="minesweeper", memory="none", player="scripted:random", tasks=3, attempts=2)
+    out = tmp_path / "run"
+    full = run_trials(config, out)
+    lines = (out / TASKS_FILE).read_text().splitlines(keepends=True)
+    (out / TASKS_FILE).write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write
+    played: list[int] = []
+    resumed = run_trials(config, out, progress=lambda done, total, record: played.append(record["task"]))
+    assert played == [3]
+    again = (out / TASKS_FILE).read_text().splitlines()
+    assert len(again) == 3 and json.loads(again[2])["attempts"] == json.loads(lines[2])["attempts"]
+    assert resumed["success_at_k"] == full["success_at_k"]
+    with pytest.raises(FileExistsError, match="different trial run"):
+        run_trials(config.model_copy(update={"attempts": 3}), out)
+
+
+def test_bad_config_is_refused_before_anything_runs(tmp_path) -> None:
+    with pytest.raises(ValueError, match="moves_per_turn=4 exceeds"):
+        run_trials(TrialConfig(env="sokoban", player="scripted:random", moves_per_turn=4), tmp_path / "x")
+    with pytest.raises(ValueError, match="lamer mode"):
+        make_memory("lamer", FakeLLM(), mode="diary")
+    assert not (tmp_path / "x").exists()
