@@ -1,6 +1,6 @@
 """Data-parallel MemoPilot training: 2 CPU processes (gloo) × 2 steps, then check both ranks hold identical LoRA weights.
 
-    accelerate launch --cpu --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no \
+    accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no \
         benchmarks/ddp_memopilot.py [--out /tmp/mp-ddp]
 
 Tiny settings (T=2, G=4 → 2 rollouts per rank, 2 rounds, 16-token writes) and a scripted player whose move depends

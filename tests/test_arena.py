@@ -28,8 +28,8 @@ CONTESTANTS = [
 
 
 def small_config(**overrides) -> ArenaConfig:
-    base = dict(env="rps", env_options={"rounds": 10}, memories=CONTESTANTS, opponents=["cycle3", "beat-last"],
-                seeds=2, games=3)
+    base = {"env": "rps", "env_options": {"rounds": 10}, "memories": CONTESTANTS,
+            "opponents": ["cycle3", "beat-last"], "seeds": 2, "games": 3}
     return ArenaConfig.model_validate({**base, **overrides})
 
 
@@ -87,7 +87,7 @@ def test_every_method_plays_the_same_games(tmp_path):
         assert run.finished and (item.path / "summary.json").exists()
         seeds.setdefault((item.opponent, item.seed), set()).add(tuple(e.seed for e in run.episodes))
     assert all(len(s) == 1 for s in seeds.values())  # same game seeds for every method of a sequence
-    assert len({next(iter(s)) for s in seeds.values() if True}) == 2  # seed 0 and seed 1 differ
+    assert len({next(iter(s)) for s in seeds.values()}) == 2  # seed 0 and seed 1 differ, whatever the opponent
     # a rerun finds everything finished, and a run of another config under the same folder is refused
     assert prepare(config, tmp_path) == ([], todo)
     with pytest.raises(ValueError, match="holds a run with other games"):
@@ -95,12 +95,11 @@ def test_every_method_plays_the_same_games(tmp_path):
 
 
 def test_a_failing_run_stops_the_arena_with_its_name(tmp_path):
-    todo, _ = prepare(small_config(memories=[{"name": "none", "player": "scripted:oracle"}], opponents=[],
-                                   env="sokoban", env_options={}, seeds=1, games=1), tmp_path)
-    todo = [arena_mod.PlanItem(i.label, i.opponent, i.seed, i.path, i.config.model_copy(update={"env": "rps",
-            "env_options": {"rounds": -1}})) for i in todo]
-    with pytest.raises(arena_mod.RunFailed, match="run none/default/seed0 failed: ValueError: rounds must be"):
-        list(execute(todo, workers=1))
+    (item,) = plan(small_config(memories=["none"], opponents=["cycle3"], seeds=1), tmp_path)
+    broken = arena_mod.PlanItem(item.label, item.opponent, item.seed, item.path,
+                                item.config.model_copy(update={"env_options": {"rounds": 0}}))  # skips validation
+    with pytest.raises(arena_mod.RunFailed, match="run none/cycle3/seed0 failed: ValueError: rounds must be"):
+        list(execute([broken], workers=1))
 
 
 def test_ray_missing_is_a_clear_error(monkeypatch, tmp_path):
@@ -132,10 +131,10 @@ def game_numbers(run_dir: Path) -> list[int]:
 
 def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
     out = tmp_path / "arena"
-    args = ["arena", "--env", "rps", "--opponents", "cycle3", "--seeds", "6", "--games", "4", "--rounds", "40",
-            "--memories", "none,history", "--llm", "scripted:learner", "--workers", "1", "--out", str(out)]
+    args = ["arena", "--env", "rps", "--opponents", "cycle3", "--seeds", "6", "--games", "4", "--rounds", "30",
+            "--memories", "none,history", "--llm", "scripted:learner", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    victim = subprocess.Popen([sys.executable, "-m", "ttlearn", *args], env=env, stdout=subprocess.DEVNULL,
+    victim = subprocess.Popen([sys.executable, "-m", "ttlearn", *args, "--workers", "1"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 60
     while len(list(out.glob("runs/*/*/*/summary.json"))) < 3 and time.time() < deadline:
@@ -146,7 +145,7 @@ def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
     assert 3 <= len(finished) < 12, "the kill must land mid-plan"
     before = {d: fingerprint(d) for d in finished}
 
-    result = CliRunner().invoke(app, args, env={"COLUMNS": "160"})
+    result = CliRunner().invoke(app, [*args, "--workers", "2"], env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
     assert f"{len(finished)} of 12 runs already finished" in result.output
     assert {d: fingerprint(d) for d in finished} == before  # untouched: same bytes, same mtimes
@@ -154,3 +153,14 @@ def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
     assert len(runs) == 12
     assert all(game_numbers(d) == [1, 2, 3, 4] for d in runs)  # complete, no duplicate game
     assert "Elo" in result.output and (out / "report.html").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--memories", "none,magic"], "unknown memory method 'magic'"),
+    (["--memories", "none", "--seeds", "two"], "--seeds takes a count"),
+    (["--memories", "none", "--opponents", "cycle3,nobody"], "unknown RPS opponent 'nobody'"),
+])
+def test_arena_command_reports_bad_input_in_one_line(args, message, tmp_path):
+    base = ["arena", "--env", "rps", "--opponents", "cycle3", "--out", str(tmp_path / "a")]
+    result = CliRunner().invoke(app, [*base, *args], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output

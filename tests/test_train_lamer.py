@@ -13,13 +13,19 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-from ttlearn.llm.hf import HFPolicy, LoraOptions, model_dir  # noqa: E402
-from ttlearn.train.lamer import (  # noqa: E402
-    ActionRecord, LamerTrainConfig, TextRecord, TrainStep, choice_logprobs, step_advantages, train_lamer,
+from ttlearn.llm.hf import HFPolicy, LoraOptions, model_dir
+from ttlearn.train.lamer import (
+    ActionRecord,
+    LamerTrainConfig,
+    TextRecord,
+    TrainStep,
+    choice_logprobs,
+    step_advantages,
+    train_lamer,
     trial_steps,
 )
-from ttlearn.trials import Trial  # noqa: E402
-from ttlearn.types import Episode, Step  # noqa: E402
+from ttlearn.trials import Trial
+from ttlearn.types import Episode, Step
 
 torch.set_num_threads(1)
 TINY_MINES = {"turns": 2}

@@ -4,38 +4,40 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
 
 import pytest
+from fakes import FakeLLM
 
 from ttlearn.agent import LLMPlayer
 from ttlearn.envs.base import make_env
-from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import make_memory
 from ttlearn.memory.lamer import extract_reflection
 from ttlearn.players.basic import RandomPlayer
-from ttlearn.trials import TASKS_FILE, TrialConfig, TurnPlayer, play_trial, run_trials, summarize_trials
-from ttlearn.types import Completion, Episode, Step
+from ttlearn.trials import (
+    TASKS_FILE,
+    TrialConfig,
+    TurnPlayer,
+    play_trial,
+    run_trials,
+    summarize_trials,
+)
+from ttlearn.types import Episode, Step
 
 REFLECTION = "Push the left box first, then go around."
 HOPELESS = {"min_moves": 12, "max_moves": 14, "turns": 2}  # 2 turns x 3 moves cannot solve a 12-move level
 
 
-class FakeLLM(LLM):
-    """Deterministic stand-in: picks the first listed choice, writes a fixed tagged reflection; logs every prompt."""
+def scripted_reply(prompt: str) -> str:
+    """Writes a tagged reflection when asked for one; otherwise names the first legal action listed."""
+    if "<reflection>" in prompt:
+        return f"<reflection> {REFLECTION} </reflection> trailing words"
+    return prompt.split("Legal actions: ")[1].split(",")[0]
+
+
+class ChoosingFake(FakeLLM):
+    """The same fake on a choice-scoring back end (its reply is one of the listed choices)."""
 
     supports_choices = True
-    spec = "fake"
-
-    def __init__(self) -> None:
-        self.prompts: list[list[Message]] = []
-
-    def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
-                 seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
-        self.prompts.append(list(messages))
-        if choices:
-            return Completion(choices[0])
-        return Completion(f"<reflection> {REFLECTION} </reflection> trailing words")
 
 
 def act_seed(attempt: int, step: int) -> int:
@@ -53,11 +55,11 @@ def test_restart_replays_the_same_instance_in_every_attempt() -> None:
 
 
 def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
-    fake = FakeLLM()
+    fake = FakeLLM(scripted_reply)
     summary = run_trials(TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
                          tmp_path / "run", llm_factory=lambda spec: fake)
     assert summary["success_at_k"] == [1.0, 1.0, 1.0]
-    assert summary["mean_attempts"] == 1.0 and fake.prompts == []  # no second attempt, so no reflection
+    assert summary["mean_attempts"] == 1.0 and fake.calls == []  # no second attempt, so no reflection
     assert summary["instances"]["within_budget_rate"] == 1.0
 
 
@@ -68,7 +70,7 @@ def test_without_memory_every_attempt_is_played_for_pass_at_k(tmp_path) -> None:
 
 
 def _lamer_run(tmp_path, mode: str) -> tuple[list[dict], FakeLLM]:
-    fake = FakeLLM()
+    fake = FakeLLM(scripted_reply)
     config = TrialConfig(env="sokoban", env_options=HOPELESS, memory="lamer", memory_options={"mode": mode},
                          player="smollm2", tasks=1, attempts=2)  # served by the fake
     run_trials(config, tmp_path / mode, llm_factory=lambda spec: fake)
@@ -81,9 +83,10 @@ def test_reflection_mode_shows_the_reflection_to_attempt_two(tmp_path) -> None:
     first, second = record["attempts"]
     assert not first["success"] and first["info"]["context"] == ""
     assert second["info"]["context"].endswith(f"- After attempt 1: {REFLECTION}")
-    writes = [p for p in fake.prompts if "<reflection>" in p[-1]["content"]]
+    prompts = [c["messages"] for c in fake.calls]
+    writes = [p for p in prompts if "<reflection>" in p[-1]["content"]]
     assert len(writes) == 1 and "Attempt 1 (score" in writes[0][-1]["content"]
-    later_player_prompts = fake.prompts[fake.prompts.index(writes[0]) + 1:]
+    later_player_prompts = prompts[prompts.index(writes[0]) + 1:]
     assert later_player_prompts and all(REFLECTION in p[0]["content"] for p in later_player_prompts)
     assert record["memory"]["reflections"] == [f"After attempt 1: {REFLECTION}"]
 
@@ -94,19 +97,20 @@ def test_history_modes(tmp_path, mode: str, sees_log: bool, sees_reflection: boo
     context = record["attempts"][1]["info"]["context"]
     assert ("Attempt 1 (score" in context) == sees_log
     assert (REFLECTION in context) == sees_reflection
-    assert any("<reflection>" in p[-1]["content"] for p in fake.prompts) == sees_reflection
+    assert any("<reflection>" in c["messages"][-1]["content"] for c in fake.calls) == sees_reflection
 
 
 def test_turn_player_takes_three_scored_moves_on_the_advanced_board() -> None:
-    env = make_env("sokoban", **HOPELESS)
-    fake = FakeLLM()
+    last_turn = {**HOPELESS, "turns": 1}  # the private copy runs out of turns after one move; composing goes on
+    env = make_env("sokoban", **last_turn)
+    fake = ChoosingFake(scripted_reply)
     player = TurnPlayer(LLMPlayer(fake), 3)
     obs = env.reset(3)
     decision = player.act(env, obs, "", seed=5)
     assert len(decision.action.split(", ")) == 3 and decision.info == {"decisions": 3}
-    boards = [p[-1]["content"].split("Legend")[0] for p in fake.prompts]
+    boards = [c["messages"][-1]["content"].split("Legend")[0] for c in fake.calls]
     assert boards[0] == obs.text.strip().split("Legend")[0]
-    moved = make_env("sokoban", **HOPELESS)
+    moved = make_env("sokoban", **last_turn)
     moved.reset(3)
     assert boards[1] == moved.step(decision.action.split(", ")[0]).observation.text.strip().split("Legend")[0]
     assert boards[1] != boards[0]  # the first move changed the board (seed 3 is not blocked)
@@ -166,5 +170,5 @@ def test_bad_config_is_refused_before_anything_runs(tmp_path) -> None:
     with pytest.raises(ValueError, match="moves_per_turn=4 exceeds"):
         run_trials(TrialConfig(env="sokoban", player="scripted:random", moves_per_turn=4), tmp_path / "x")
     with pytest.raises(ValueError, match="lamer mode"):
-        make_memory("lamer", FakeLLM(), mode="diary")
+        make_memory("lamer", FakeLLM(scripted_reply), mode="diary")
     assert not (tmp_path / "x").exists()

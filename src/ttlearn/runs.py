@@ -81,8 +81,11 @@ class Run:
         return cls(path, config)
 
     @classmethod
-    def open(cls, path: Path) -> Run:
-        """Reopen a run, dropping any torn tail after its last finished game."""
+    def open(cls, path: Path, repair: bool = True) -> Run:
+        """Reopen a run, dropping any torn tail after its last finished game.
+
+        Readers of a run that may still be playing (reports) pass `repair=False`: they skip the tail, never cut it.
+        """
         path = Path(path)
         cfg_file = path / "config.json"
         if not cfg_file.exists():
@@ -103,7 +106,7 @@ class Run:
                 if record.get("type") == "game":
                     run.episodes.append(Episode.from_json(record["episode"]))
                     good_end = offset
-        if good_end < events.stat().st_size:
+        if repair and good_end < events.stat().st_size:
             with open(events, "r+b") as fh:
                 fh.truncate(good_end)
         return run

@@ -20,12 +20,14 @@ and instances are seeded by index, so a resumed run plays exactly the instances 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -33,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ttlearn.agent import PLAYERS, Decision, LLMPlayer, Player
 from ttlearn.envs.base import Env, make_env
 from ttlearn.eval.metrics import mean_pass_at_k, mean_trajectory_entropy, success_at_k
-from ttlearn.llm.base import LLM, LLMS, make_llm
+from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm
 from ttlearn.llm.cache import RecordingLLM
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
-from ttlearn.session import DEFAULT_LLM, SCRIPTED, derive_seed
+from ttlearn.session import SCRIPTED, derive_seed
 from ttlearn.types import Episode, Step
 
 INSTANCE_FACTS = ("optimal_length", "min_reveals", "no_guess")
@@ -82,8 +84,8 @@ class TurnPlayer(Player):
     Choice scoring picks one legal action per call, which would cap Sokoban at one move per turn (7 moves per attempt,
     while levels need 5–21). So the inner player decides again on a private copy of the environment advanced by the
     moves chosen so far: every decision sees the true board it acts on. The copy's status line counts the turn as
-    taken (it says turn t + 1 while the real turn t is being composed). The turn ends early when the moves so far
-    finish the attempt.
+    taken (it says turn t + 1 while the real turn t is being composed, and on the last turn that copy is already
+    over; the board is still the one the next move acts on). The turn ends early when the moves so far solve it.
     """
 
     name = "turn"
@@ -107,10 +109,9 @@ class TurnPlayer(Player):
             if k + 1 == self.moves:
                 break
             view_env = copy.deepcopy(env)
-            result = view_env.step(", ".join(d.action for d in chosen))
-            if result.done:
+            view = view_env.step(", ".join(d.action for d in chosen)).observation
+            if view_env.success():
                 break
-            view = result.observation
         return Decision(
             ", ".join(d.action for d in chosen),
             all(d.valid for d in chosen),
@@ -173,7 +174,7 @@ def play_trial(env: Env, player: Player, memory: Memory, *, seed: int, attempts:
             obs = env.restart()
         context = memory.context(env.task())
         episode = play_attempt(env, player, obs, context, index=index, seed=seed,
-                               act_seed=lambda step: act_seed(index, step), mark=mark)
+                               act_seed=functools.partial(act_seed, index), mark=mark)
         trial.attempts.append(episode)
         if index == attempts or (episode.success and early_stop):
             break
@@ -293,11 +294,12 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
 
 
 # ---- building and running ----------------------------------------------------------------------------------------
-def resolve_moves_per_turn(config: TrialConfig, env: Env) -> int:
+def resolve_moves_per_turn(requested: int | None, env: Env) -> int:
+    """Scored decisions per turn: `requested`, or the environment's `actions_per_turn` (1 where it has none)."""
     allowed = getattr(env, "actions_per_turn", 1)
-    moves = allowed if config.moves_per_turn is None else config.moves_per_turn
+    moves = allowed if requested is None else requested
     if moves > allowed:
-        raise ValueError(f"moves_per_turn={moves} exceeds the {allowed} action(s) per turn {config.env} allows")
+        raise ValueError(f"moves_per_turn={moves} exceeds the {allowed} action(s) per turn {env.name} allows")
     return moves
 
 
@@ -312,7 +314,7 @@ def validate_trials(config: TrialConfig) -> Env:
             PLAYERS.get(spec[len(SCRIPTED):])
         else:
             LLMS.get(spec.partition(":")[0])
-    resolve_moves_per_turn(config, env)
+    resolve_moves_per_turn(config.moves_per_turn, env)
     return env
 
 
@@ -342,16 +344,15 @@ def build_parts(config: TrialConfig, llm_factory: Callable[[str], LLM] = make_ll
             loaded[spec] = llm_factory(spec)
         return RecordingLLM(loaded[spec], role, calls.append, spec)
 
-    moves = resolve_moves_per_turn(config, env)
-    if config.player.startswith(SCRIPTED):
+    whole_turn = getattr(env, "actions_per_turn", 1)
+    if config.player.startswith(SCRIPTED):  # scripted players write whole turns themselves
         player: Player = PLAYERS.build(config.player[len(SCRIPTED):])
-        moves = getattr(env, "actions_per_turn", 1)  # scripted players write whole turns themselves
+        moves = whole_turn
     else:
         llm = recorded(config.player, "player")
         player = LLMPlayer(llm, temperature=config.temperature)
-        if not llm.supports_choices:
-            moves = getattr(env, "actions_per_turn", 1)  # free text names several moves in one reply
-        elif moves > 1:
+        moves = resolve_moves_per_turn(config.moves_per_turn, env) if llm.supports_choices else whole_turn
+        if llm.supports_choices and moves > 1:
             player = TurnPlayer(player, moves)
     writer = None
     if MEMORIES.get(config.memory).needs_llm:

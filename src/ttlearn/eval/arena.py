@@ -34,8 +34,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ttlearn import __version__
+from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.runs import Run, RunConfig
-from ttlearn.session import DEFAULT_LLM, build_session, validate
+from ttlearn.session import build_session, validate
 from ttlearn.summary import summarize
 
 ARENA_FILE = "arena.json"
@@ -172,14 +173,15 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
 
 
 def is_finished(item: PlanItem) -> bool:
-    """True when the item's run holds all its games and its summary (written last). Reads only: an orphaned
-    worker may still be appending to an unfinished run. Refuses a run directory of another config."""
+    """True when the item's run holds its summary, which its worker writes after the last game. Reads only: an
+    orphaned worker may still be appending to an unfinished run. Refuses a run directory of another config (the
+    ttlearn version aside: the report lists the versions of all runs)."""
     config_file = item.path / "config.json"
     if not config_file.exists():
         return False
-    recorded = RunConfig.model_validate_json(config_file.read_text())
-    if recorded != item.config:
-        changed = sorted(k for k, v in item.config.model_dump().items() if recorded.model_dump()[k] != v)
+    recorded = RunConfig.model_validate_json(config_file.read_text()).model_dump(exclude={"version"})
+    changed = sorted(k for k, v in item.config.model_dump(exclude={"version"}).items() if recorded[k] != v)
+    if changed:
         raise ValueError(f"{item.path} holds a run with other {', '.join(changed)}; use another --out for this arena")
     return (item.path / "summary.json").exists()
 
@@ -188,9 +190,10 @@ def git_commit() -> str | None:
     """The commit of the ttlearn source tree (suffixed +dirty with local changes), or None outside a checkout."""
     here = Path(__file__).parent
     try:
-        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                              check=False)
         dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+                               capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if head.returncode != 0:
@@ -202,7 +205,8 @@ def prepare(config: ArenaConfig, out: Path) -> tuple[list[PlanItem], list[PlanIt
     """Validate every planned run, record the arena, and split the plan into (to play, already finished)."""
     items = plan(config, out)
     for item in items:
-        validate(item.config)
+        if item.seed == items[0].seed:  # other seeds differ only in seed values, which every env accepts
+            validate(item.config)
     finished = [item for item in items if is_finished(item)]
     Path(out).mkdir(parents=True, exist_ok=True)
     record = {"config": config.model_dump(), "ttlearn_version": __version__, "git_commit": git_commit()}
@@ -302,8 +306,8 @@ def _execute_ray(items: list[PlanItem], address: str | None) -> Iterator[tuple[P
         task = ray.remote(num_cpus=1, max_retries=0)(play_item)
         pending = {task.remote(str(item.path), item.config.model_dump_json()): item for item in items}
         while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            item = pending.pop(done[0])
-            yield item, _outcome(item, lambda: ray.get(done[0]))
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            item = pending.pop(ref)
+            yield item, _outcome(item, lambda: ray.get(ref))  # noqa: B023 - called at once
     finally:
         ray.shutdown()

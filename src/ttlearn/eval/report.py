@@ -65,7 +65,7 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
     out_dir = Path(out_dir)
     runs = []
     for config_file in (out_dir / RUNS_DIR).glob("*/*/*/config.json"):
-        run = Run.open(config_file.parent)
+        run = Run.open(config_file.parent, repair=False)
         runs.append(RecordedRun(
             method=config_file.parent.parts[-3],
             opponent=run.config.env_options.get("opponent", NO_OPPONENT),
@@ -301,19 +301,28 @@ def elo_table(report: dict[str, Any]) -> Table:
 
 
 # ---- inline SVG ---------------------------------------------------------------------------------------------------
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+def nice_ticks(low: float, high: float, count: int = 5, min_step: float = 0.0) -> list[float]:
     """Round axis ticks covering [low, high]: step = the smallest m · 10^e ≥ (high − low) / count with m in
-    {1, 2, 2.5, 5, 10}; ticks are the multiples of step from ⌊low / step⌋ · step to ⌈high / step⌉ · step.
-    A zero-width range is widened to [low − 1, high + 1]."""
+    {1, 2, 2.5, 5, 10}, at least `min_step` (1 keeps game numbers whole); ticks are the multiples of step from
+    ⌊low / step⌋ · step to ⌈high / step⌉ · step. A zero-width range is widened to [low − 1, high + 1]."""
     if not (math.isfinite(low) and math.isfinite(high)) or high < low or count < 1:
         raise ValueError(f"need finite low <= high and count >= 1, got {low}, {high}, {count}")
     if high == low:
         low, high = low - 1, high + 1
     raw = (high - low) / count
     magnitude = 10.0 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    step = max(min_step, next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9)))
     first, last = math.floor(low / step + 1e-9), math.ceil(high / step - 1e-9)
     return [round(i * step, 10) + 0.0 for i in range(first, last + 1)]
+
+
+def plot_range(means: Sequence[float], bands: Sequence[float]) -> tuple[float, float]:
+    """The y-range of a line chart: the means' range [a, b] widened by up to s = max(b − a, 1) on each side to
+    take in the bands, i.e. [max(min(bands), a − s), min(max(bands), b + s)]. With few seeds a t-band can be
+    ten times wider than the differences between methods; it is clipped rather than flattening the lines."""
+    a, b = min(means), max(means)
+    spread = max(b - a, 1.0)
+    return min(a, max(min(bands, default=a), a - spread)), max(b, min(max(bands, default=b), b + spread))
 
 
 @dataclass(frozen=True)
@@ -340,8 +349,8 @@ class _Frame:
     def axes(self, title: str, x_label: str, y_label: str, kind: str, y_grid: bool = True) -> list[str]:
         """The opening tag, title, grid, tick labels and axis labels (no horizontal grid with y_grid=False)."""
         w, h = self.width, self.height
-        parts = [f'<svg class="chart" data-chart="{kind}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
-                 f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>',
+        parts = [(f'<svg class="chart" data-chart="{kind}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
+                  f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>'),
                  f'<text class="title" x="{w / 2:.1f}" y="16" text-anchor="middle">{escape(title)}</text>']
         x0, x1, y0, y1 = self.left, w - self.right, self.top, h - self.bottom
         for v in self.y_ticks if y_grid else ():
@@ -362,12 +371,18 @@ def _points(frame: _Frame, xs: Sequence[float], ys: Sequence[float]) -> str:
 
 
 def line_chart(series: Sequence[dict[str, Any]], title: str, x_label: str, y_label: str, kind: str) -> str:
-    """Lines (x, mean) with shaded bands (low, high) where given, and a legend. Each series: name, color, x, y,
-    low, high (None entries of low / high have no band)."""
-    values = [v for s in series for key in ("y", "low", "high") for v in s[key] if v is not None]
+    """Lines (x, mean) with shaded bands (low, high) where given, clipped to the plot area, and a legend. Each
+    series: name, color, x, y, low, high (None entries of low / high have no band)."""
+    means = [v for s in series for v in s["y"]]
+    bands = [v for s in series for key in ("low", "high") for v in s[key] if v is not None]
     xs = [x for s in series for x in s["x"]]
-    frame = _Frame(720, 300, 56, 170, 28, 40, nice_ticks(min(xs), max(xs), 8), nice_ticks(min(values), max(values)))
+    frame = _Frame(720, 300, 56, 170, 28, 40, nice_ticks(min(xs), max(xs), 8, min_step=1),
+                   nice_ticks(*plot_range(means, bands)))
+    clip = f"clip-{_slug(kind, title)}"
     parts = frame.axes(title, x_label, y_label, kind)
+    parts.append(f'<clipPath id="{clip}"><rect x="{frame.left}" y="{frame.top}" '
+                 f'width="{frame.width - frame.left - frame.right}" height="{frame.height - frame.top - frame.bottom}"'
+                 '/></clipPath>')
     if frame.y_ticks[0] < 0 < frame.y_ticks[-1]:
         parts.append(f'<line class="zero" x1="{frame.left}" x2="{frame.width - frame.right}" '
                      f'y1="{frame.y(0):.1f}" y2="{frame.y(0):.1f}"/>')
@@ -376,7 +391,7 @@ def line_chart(series: Sequence[dict[str, Any]], title: str, x_label: str, y_lab
         if band:
             outline = _points(frame, [b[0] for b in band], [b[2] for b in band]) + " " + \
                 _points(frame, [b[0] for b in reversed(band)], [b[1] for b in reversed(band)])
-            parts.append(f'<polygon class="band" fill="{s["color"]}" points="{outline}"/>')
+            parts.append(f'<polygon class="band" fill="{s["color"]}" clip-path="url(#{clip})" points="{outline}"/>')
         parts.append(f'<polyline class="line" stroke="{s["color"]}" points="{_points(frame, s["x"], s["y"])}"/>')
         legend_y = frame.top + 14 + 18 * i
         legend_x = frame.width - frame.right + 12
@@ -482,7 +497,7 @@ svg .grid { stroke: #e4e4e4; }
 svg .frame { fill: none; stroke: #999; }
 svg .zero { stroke: #777; stroke-dasharray: 4 3; }
 svg .line { fill: none; stroke-width: 2; }
-svg .band { opacity: .18; stroke: none; }
+svg .band { opacity: .12; stroke: none; }
 svg .whisker { stroke-width: 3; }
 </style>
 </head>

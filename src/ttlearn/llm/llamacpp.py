@@ -11,6 +11,7 @@ only honest way to let them play (REFERENCE §8). The KV cache is reused across 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import math
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -94,6 +95,20 @@ def probe_runtime(model_path: Path) -> None:
     cache.write_text(json.dumps({stamp: "ok"}))
 
 
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """llama.cpp's C code logs to file descriptor 2 even with verbose=False; keep that off the user's terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 class LlamaCpp(LLM):
     supports_choices = True
 
@@ -106,10 +121,11 @@ class LlamaCpp(LLM):
             raise LLMError(f"llama-cpp-python is not installed: {REBUILD_HINT}") from exc
         probe_runtime(Path(model_path))
         threads = n_threads or default_threads()
-        self.model = Llama(
-            model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-            seed=0, verbose=False,
-        )
+        with native_stderr_silenced():
+            self.model = Llama(
+                model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                seed=0, verbose=False,
+            )
         self.spec = spec
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()

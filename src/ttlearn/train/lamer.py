@@ -25,9 +25,10 @@ import json
 import random
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,9 +38,20 @@ from ttlearn.envs.base import Env
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import make_memory
 from ttlearn.session import derive_seed
-from ttlearn.train.advantages import cross_episode_returns, gigpo_advantages, grpo_episode_advantages
+from ttlearn.train.advantages import (
+    cross_episode_returns,
+    gigpo_advantages,
+    grpo_episode_advantages,
+)
 from ttlearn.train.loss import policy_loss
-from ttlearn.trials import Trial, TrialConfig, TurnPlayer, play_trial, resolve_moves_per_turn, validate_trials
+from ttlearn.trials import (
+    Trial,
+    TrialConfig,
+    TurnPlayer,
+    play_trial,
+    resolve_moves_per_turn,
+    validate_trials,
+)
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
@@ -281,8 +293,7 @@ def step_instances(config: LamerTrainConfig, step: int) -> list[int]:
 
 
 def make_player(recorder: PolicyRecorder, env: Env, config: LamerTrainConfig) -> tuple[Player, int]:
-    trial_config = TrialConfig(env=config.env, moves_per_turn=config.moves_per_turn)
-    moves = resolve_moves_per_turn(trial_config, env)
+    moves = resolve_moves_per_turn(config.moves_per_turn, env)
     player: Player = LLMPlayer(recorder, temperature=config.temperature)
     return (TurnPlayer(player, moves) if moves > 1 else player), moves
 

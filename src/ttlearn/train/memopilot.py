@@ -268,8 +268,10 @@ class MemoPilotTrainer:
         self.config, self.progress = config, progress
         self.rank, self.world = _world()
         self.rollouts = rank_rollouts(config.group, self.rank, self.world)
-        for opponent in config.opponents:  # fail on a bad name before any model loads
+        self.out = Path(config.out)
+        for opponent in config.opponents:  # fail on a bad name or a changed experiment before any model loads
             self.make_env(opponent, config.seed)
+        self._claim_run_directory()
         torch.manual_seed(config.seed)  # identical LoRA initialisation on every rank
         lora = LoraOptions(r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
                            target_modules=tuple(config.lora_targets))
@@ -278,7 +280,6 @@ class MemoPilotTrainer:
         _broadcast(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
         self.player = player or make_player(config.player, config.player_temperature)
-        self.out = Path(config.out)
         self.step = self._resume()
         self._no_memory: dict[tuple[str, int], float] = {}
 
@@ -440,10 +441,8 @@ class MemoPilotTrainer:
             shutil.copytree(last, final, ignore=shutil.ignore_patterns(STATE_FILE))
         _barrier()
 
-    def _resume(self) -> int:
-        """Load the newest complete checkpoint under `out` (0 if none); refuse a changed experiment."""
-        import torch
-
+    def _claim_run_directory(self) -> None:
+        """Write config.json, or check that the one already there describes the same experiment."""
         saved_config = self.out / "config.json"
         current = json.loads(self.config.model_dump_json())
         if saved_config.is_file():
@@ -458,6 +457,11 @@ class MemoPilotTrainer:
             self.out.mkdir(parents=True, exist_ok=True)
             saved_config.write_text(json.dumps(current, indent=2))
         _barrier()
+
+    def _resume(self) -> int:
+        """Load the newest complete checkpoint under `out`; the step to continue from (0 if none)."""
+        import torch
+
         checkpoints = sorted(p for p in self.out.glob("step_*") if (p / STATE_FILE).is_file())
         if not checkpoints:
             return 0

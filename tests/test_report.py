@@ -1,0 +1,163 @@
+"""The arena report from synthetic run records: numbers against hand computations, byte-identical rebuilds, and a
+self-contained HTML page with the Elo table, every plot and links to the games."""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ttlearn.cli import app
+from ttlearn.eval.report import build_report, nice_ticks, plot_range, write_report
+from ttlearn.runs import Run, RunConfig
+from ttlearn.types import Episode, Step
+
+
+def write_run(out: Path, method: str, opponent: str, seed: int, scores: list[float], *, env: str = "rps",
+              invalid: int = 0, hands: int | None = None, success: list | None = None,
+              instances: list | None = None) -> None:
+    """A finished run of `scores`, one step per game; `invalid` of the first game's steps are invalid."""
+    config = RunConfig(env=env, env_options={"opponent": opponent}, memory="none", player="scripted:random",
+                       games=len(scores), seed=seed)
+    run = Run.create(out / "runs" / method / opponent / f"seed{seed}", config)
+    for i, score in enumerate(scores, start=1):
+        steps = tuple(Step("obs", "a", score / 2, valid=not (i == 1 and k < invalid),
+                           info={} if hands is None else {"hands_played": hands}) for k in range(2))
+        info = {"prompt_tokens": 10, "completion_tokens": 2, "llm_s": 0.5, "wall_s": 1.0, "llm_calls": 2}
+        if instances:
+            info["instance"] = instances[i - 1]
+        run.finish_game(Episode(i, 100 * seed + i, "task", steps, score, success[i - 1] if success else None, info),
+                        {"memory": {}, "player": {}})
+    run.write_summary({"mean_score": sum(scores) / len(scores)})
+
+
+@pytest.fixture()
+def tournament(tmp_path) -> Path:
+    """Three methods on two opponents × three seeds × four games: strong > mid > weak game by game, except that
+    mid ties strong on every game of opponent 'b'."""
+    out = tmp_path / "arena"
+    for seed in range(3):
+        for opponent in ("a", "b"):
+            base = [seed, 1, 2, 3]
+            write_run(out, "weak", opponent, seed, [x - 5 for x in base], invalid=1)
+            write_run(out, "mid", opponent, seed, [x + 5 for x in base])
+            write_run(out, "strong", opponent, seed, [x + (10 if opponent == "a" else 5) for x in base])
+    return out
+
+
+def test_nice_ticks():
+    assert nice_ticks(0, 1) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
+    assert nice_ticks(-3, 7) == [-4.0, -2.0, 0.0, 2.0, 4.0, 6.0, 8.0]
+    assert nice_ticks(990, 1010, 8) == [990.0, 992.5, 995.0, 997.5, 1000.0, 1002.5, 1005.0, 1007.5, 1010.0]
+    assert nice_ticks(2, 2) == [1.0, 1.5, 2.0, 2.5, 3.0]
+    assert nice_ticks(1, 3, 8, min_step=1) == [1.0, 2.0, 3.0]  # game numbers stay whole
+    with pytest.raises(ValueError, match="finite low <= high"):
+        nice_ticks(1, 0)
+
+
+def test_plot_range_keeps_the_lines_readable_under_wide_bands():
+    assert plot_range([0, 2], [-30, 30]) == (-2, 4)  # spread 2: at most 2 beyond the means
+    assert plot_range([0, 1], [-0.5, 1.2]) == (-0.5, 1.2)  # narrow bands are shown whole
+    assert plot_range([3, 3], []) == (3, 3)
+
+
+def test_ratings_and_tables_match_hand_computations(tournament):
+    report = build_report(tournament)
+    ratings = report["ratings"]
+    assert [r["method"] for r in ratings["rows"]] == ["strong", "mid", "weak"]
+    rows = {r["method"]: r for r in ratings["rows"]}
+    # strong vs mid: 12 wins on 'a', 12 ties on 'b' → 18 of 24 points; weak loses all 48 of its battles
+    assert rows["weak"]["win_rate"] == 0 and rows["weak"]["battles"] == 48
+    assert rows["strong"]["win_rate"] == pytest.approx((24 + 18) / 48, abs=1e-4)
+    assert rows["weak"]["rank"] == 3 and rows["weak"]["ci_high"] < rows["mid"]["ci_low"]
+    assert sum(r["elo"] for r in rows.values()) / 3 == pytest.approx(1000, abs=1e-3)
+    matrix = ratings["win_matrix"]
+    assert matrix["methods"] == ["mid", "strong", "weak"]
+    assert matrix["rate"][1][0] == 0.75 and matrix["games"][1][0] == 24 and matrix["rate"][0][0] is None
+    pair = next(p for p in ratings["pairs"] if (p["a"], p["b"]) == ("mid", "strong"))
+    assert [(s["opponent"], s["seed"], s["points_a"]) for s in pair["sequences"]][:4] == [
+        ("a", 0, 0.0), ("a", 1, 0.0), ("a", 2, 0.0), ("b", 0, 2.0)]
+
+    # per-seed means of weak: (seed + 6)/4 − 5 → −3.5, −3.25, −3.0; t(0.975, 2) = 4.3027, s = 0.25
+    cell = next(r for r in report["scores"] if (r["method"], r["opponent"]) == ("weak", "a"))
+    assert cell["mean"] == -3.25 and cell["half_width"] == pytest.approx(4.302653 * 0.25 / math.sqrt(3), abs=1e-4)
+    assert cell["mbb_per_hand"] is None  # no hands recorded: not hold'em
+
+    # cumulative performance of mid vs 'a': seeds 0..2 score [5|6|7, 6, 7, 8]; running means at game 3 are
+    # 6, 6.333, 6.667
+    curve = report["curves"]["a"]["mid"]
+    assert curve["t"] == [1, 2, 3, 4] and curve["mean"][:3] == [6.0, 6.0, 6.3333]
+    assert curve["high"][0] == pytest.approx(6 + 4.302653 / math.sqrt(3), abs=1e-4)
+
+    costs = {c["method"]: c for c in report["costs"]}
+    assert costs["weak"]["invalid_rate"] == pytest.approx(6 / 48, abs=1e-4) and costs["mid"]["invalid_rate"] == 0
+    assert costs["mid"]["tokens"] == 24 * 12 and costs["mid"]["tokens_per_game"] == 12
+    assert costs["mid"]["llm_s"] == 12.0 and costs["mid"]["success_rate"] is None
+    assert report["success_at_k"] == {}
+
+
+def test_two_methods_elo_gap(tmp_path):
+    """A wins 3 of 4 paired games: with the fit's prior of 0.1 virtual tied games, the odds are 3.05 : 1.05."""
+    write_run(tmp_path, "A", "x", 0, [1, 1, 1, 0])
+    write_run(tmp_path, "B", "x", 0, [0, 0, 0, 1])
+    rows = {r["method"]: r["elo"] for r in build_report(tmp_path)["ratings"]["rows"]}
+    assert rows["A"] - rows["B"] == pytest.approx(400 * math.log10(3.05 / 1.05), abs=1e-3)
+
+
+def test_holdem_mbb_success_hook_and_single_method(tmp_path):
+    write_run(tmp_path, "m", "maniac", 0, [2.0, -1.0], env="holdem", hands=10, success=[True, False],
+              instances=["lvl1", "lvl1"])
+    write_run(tmp_path, "m", "maniac", 1, [1.0, 1.0], env="holdem", hands=10, success=[False, True],
+              instances=["lvl2", "lvl2"])
+    report = build_report(tmp_path)
+    cell = report["scores"][0]
+    assert cell["mbb_per_hand"] == 75.0  # mean of 1000·1/20 and 1000·2/20
+    assert report["costs"][0]["success_rate"] == 0.5
+    assert report["success_at_k"] == {"m": [0.5, 1.0]}  # lvl1 solved at attempt 1, lvl2 at attempt 2
+    assert report["ratings"]["rows"] == [] and "only one method" in report["ratings"]["note"]
+    html = (tmp_path / "report.html")
+    write_report(tmp_path)
+    text = html.read_text()
+    assert "mbb/hand" in text and 'data-chart="success"' in text and "only one method" in text
+
+
+def test_rebuild_is_byte_identical_and_independent_of_location(tournament, tmp_path):
+    first = write_report(tournament)
+    html, data = (tournament / "report.html").read_bytes(), (tournament / "report.json").read_bytes()
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(tournament, copy)
+    (copy / "report.html").unlink()
+    assert write_report(copy) == first
+    assert (copy / "report.html").read_bytes() == html and (copy / "report.json").read_bytes() == data
+
+
+def test_html_is_self_contained_with_the_elo_table_every_plot_and_links(tournament):
+    write_report(tournament)
+    html = (tournament / "report.html").read_text()
+    assert not re.search(r"https?://|<script|<link|<img|@import|src=", html)
+    for heading in ("Elo ratings", "Win-rate matrix", "Mean score per game", "Cumulative performance",
+                    "Validity and costs", "Games", "Pairs"):
+        assert f">{heading}</h2>" in html
+    elo_table = html[html.index('<h2 id="elo">'):html.index('<h2 id="win-matrix">')]
+    assert elo_table.index(">strong</a>") < elo_table.index(">mid</a>") < elo_table.index(">weak</a>")
+    assert html.count('data-chart="elo"') == 1
+    assert html.count('data-chart="cumulative"') == 2  # one per opponent
+    assert html.count("<polyline") == 6  # three methods on each
+    anchors = set(re.findall(r'id="([^"]+)"', html))
+    internal = re.findall(r'href="#([^"]+)"', html)
+    assert internal and set(internal) <= anchors  # every in-page link lands
+    files = re.findall(r'href="(runs/[^"#]+)"', html)
+    assert len(files) >= 3 * 12 and all((tournament / f).is_file() for f in files)
+
+
+def test_report_command(tournament, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["report", str(tournament)], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "strong" in result.output and "Elo" in result.output and (tournament / "report.json").exists()
+    result = runner.invoke(app, ["report", str(tmp_path / "empty")], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "holds no arena runs" in result.output
