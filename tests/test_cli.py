@@ -66,3 +66,23 @@ def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
 
     diff = invoke("memory", "diff", str(source), "--from", "1", "--to", "3")
     assert diff.exit_code == 0 and "+" in diff.output and "after game 3" in diff.output
+
+
+def test_memrl_inspect_and_explain(tmp_path):
+    from fakes import FakeLLM
+
+    from ttlearn.runs import RunConfig
+    from ttlearn.session import build_session
+
+    config = RunConfig(env="rps", env_options={"opponent": "beat-last", "rounds": 4}, memory="memrl",
+                       memory_options={"embedder": "hash", "epsilon": 0.0}, player="scripted:random",
+                       writer="smollm2", games=3)  # validated, but built by the fake factory below
+    run = Run.create(tmp_path / "m", config)
+    build_session(run, llm_factory=lambda spec: FakeLLM(lambda prompt: "1. Play paper.")).play()
+
+    listing = invoke("memory", "inspect", str(run.path))
+    assert listing.exit_code == 0, listing.output
+    assert listing.output.count("Rock-paper-scissors") >= 3  # one memory per game, newest first
+    explained = invoke("memory", "explain", str(run.path), "--game", "3")
+    assert explained.exit_code == 0, explained.output
+    assert explained.output.count("retrieval") == 4 and "sim" in explained.output and "→" in explained.output
