@@ -23,6 +23,7 @@ from ttlearn.llm.cache import ReplayBook
 from ttlearn.registry import UnknownNameError
 from ttlearn.runs import Run, RunConfig
 from ttlearn.session import build_session, validate
+from ttlearn.trials import TrialConfig, format_summary, load_trial_config, run_trials, validate_trials
 
 app = typer.Typer(
     help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
@@ -95,6 +96,11 @@ def run(
     memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="A memory option, KEY=VALUE."),
     memory_from: Optional[Path] = typer.Option(None, help="Start from the memory of a run dir or snapshot file."),
     games: int = typer.Option(6, min=1, help="Games (episodes) in the sequence."),
+    attempts: Optional[int] = typer.Option(
+        None, min=1, help="Trials mode (LaMer): attempts per task, with the memory between attempts."
+    ),
+    tasks: Optional[int] = typer.Option(None, min=1, help="Trials mode: how many task instances (default 10)."),
+    policy: Optional[Path] = typer.Option(None, help="Trials mode: a trained LaMer policy folder (hf: adapter)."),
     llm: str = typer.Option(
         DEFAULT_LLM, help="Player: smollm2, gemma270m, gguf:PATH, openai:URL#MODEL, or scripted:random|oracle|learner."
     ),
@@ -117,15 +123,49 @@ def run(
         player=llm, writer=writer, games=games, seed=seed, temperature=temperature,
         memory_from=str(memory_from) if memory_from else None,
     )
-    validate(config)
     out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if attempts or tasks or policy or memory == "lamer":
+        trials = TrialConfig(
+            env=env, env_options=env_options, memory=memory, memory_options=config.memory_options,
+            player=f"hf:{policy}" if policy else llm, writer=writer, tasks=tasks or 10, attempts=attempts or 3,
+            seed=seed, temperature=temperature,
+        )
+        play_trials(trials, out)
+        return
+    validate(config)
     play(Run.create(out, config))
+
+
+def play_trials(config: TrialConfig, out: Path) -> None:
+    """Run (or resume) a multi-attempt trial run with a progress bar, then print success@k."""
+    validate_trials(config)
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"), console=console,
+    ) as progress:
+        bar = progress.add_task(f"{config.env} · {config.memory} · {config.attempts} attempts", total=config.tasks,
+                                last="")
+
+        def advance(done: int, total: int, record: dict[str, Any]) -> None:
+            solved = record.get("first_success")
+            progress.update(bar, completed=done, last=f"task {done}: {'solved at ' + str(solved) if solved else 'unsolved'}")
+
+        try:
+            summary = run_trials(config, out, progress=advance)
+        except KeyboardInterrupt:
+            console.print(f"[yellow]interrupted; continue with:[/] ttlearn resume {out}")
+            raise typer.Exit(130) from None
+    console.print(format_summary(summary), markup=False, highlight=False)
+    console.print(f"run directory: [bold]{out}[/]")
 
 
 @app.command()
 @friendly
 def resume(run_dir: Path = typer.Argument(..., help="A run directory left by an interrupted `ttlearn run`.")) -> None:
-    """Finish an interrupted run: no game is lost or played twice."""
+    """Finish an interrupted run: no game (or trial task) is lost or played twice."""
+    if (run_dir / "trials.json").exists():
+        play_trials(load_trial_config(run_dir), run_dir)
+        return
     run = Run.open(run_dir)
     if run.finished:
         console.print(f"{run_dir} is already complete ({len(run.episodes)} games).")
@@ -365,6 +405,56 @@ def report(out_dir: Path = typer.Argument(..., help="An arena folder (holding ru
     from ttlearn.eval.report import write_report
 
     _print_report(write_report(out_dir), out_dir)
+
+
+train_app = typer.Typer(help="Train memory writers and agent policies by RL (needs the `train` extra).",
+                         no_args_is_help=True)
+app.add_typer(train_app, name="train")
+
+
+def _train_progress(total: int) -> tuple[Progress, Callable[[int, dict[str, Any]], None]]:
+    progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        TextColumn("{task.fields[last]}"), console=console)
+    bar = progress.add_task("train", total=total, last="")
+
+    def advance(step: int, metrics: dict[str, Any]) -> None:
+        shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k in SHOWN_METRICS}
+        progress.update(bar, completed=step, last=" ".join(f"{k} {v:.3g}" for k, v in shown.items()))
+
+    return progress, advance
+
+
+SHOWN_METRICS = ("loss", "reward_mean", "success_rate", "kl", "clip_fraction", "grad_norm", "eval_reward")
+
+
+@train_app.command("lamer")
+@friendly
+def train_lamer_command(
+    env: str = typer.Option("sokoban", help="sokoban or minesweeper."),
+    env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="An environment option, KEY=VALUE."),
+    algo: str = typer.Option("lamer", help="lamer (trials with reflection), or the baselines gigpo / grpo."),
+    mode: str = typer.Option("reflection", help="What later attempts see: reflection, history or both."),
+    policy: str = typer.Option("smollm2", help="HF source of the policy, or an adapter folder to continue."),
+    tasks: int = typer.Option(16, min=1, help="Training instance pool."),
+    tasks_per_step: int = typer.Option(2, min=1, help="Instances per step."),
+    group: int = typer.Option(4, min=2, help="Trials per instance (the advantage group)."),
+    attempts: int = typer.Option(3, min=1, help="Attempts per trial."),
+    steps: int = typer.Option(20, min=1, help="Optimiser steps."),
+    lr: float = typer.Option(1e-5, help="Learning rate (LoRA)."),
+    seed: int = typer.Option(0, help="Seed."),
+    out: Path = typer.Option(..., help="Output folder: checkpoints step_k/, final/, metrics.jsonl (resumable)."),
+) -> None:
+    """LaMer: cross-episode meta-RL of the agent policy over multi-attempt trials (LoRA on the embedded model)."""
+    from ttlearn.train.lamer import LamerTrainConfig, train_lamer
+
+    config = LamerTrainConfig(
+        env=env, env_options=parse_options(env_opt, "--env-opt"), out=str(out), algo=algo, mode=mode, policy=policy,
+        tasks=tasks, tasks_per_step=tasks_per_step, group=group, attempts=attempts, steps=steps, lr=lr, seed=seed,
+    )
+    progress, advance = _train_progress(steps)
+    with progress:
+        train_lamer(config, progress=advance)
+    console.print(f"final policy: [bold]{out / 'final'}[/] (use: ttlearn run {env} --memory lamer --policy {out / 'final'})")
 
 
 @app.command("list")
