@@ -19,12 +19,12 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TTLEARN_THREADS", "1")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from accelerate import PartialState  # noqa: E402
+import torch
+import torch.distributed as dist
+from accelerate import PartialState
 
-from ttlearn.agent import Decision, Player  # noqa: E402
-from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer  # noqa: E402
+from ttlearn.agent import Decision, Player
+from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
 
 
 class NoteHashPlayer(Player):

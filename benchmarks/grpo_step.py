@@ -20,11 +20,15 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from ttlearn.llm.hf import positions_from_mask  # noqa: E402
-from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer, policy_update  # noqa: E402
+from ttlearn.llm.hf import positions_from_mask
+from ttlearn.train.memopilot import (
+    MemoPilotTrainConfig,
+    MemoPilotTrainer,
+    policy_update,
+)
 
 
 def raw_forward_backward(trainer: MemoPilotTrainer, writes: list) -> None:

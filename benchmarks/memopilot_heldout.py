@@ -19,10 +19,10 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TTLEARN_THREADS", "1")
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer  # noqa: E402
+from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
 
 T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 14: 2.14,
          19: 2.09, 29: 2.05}
@@ -52,7 +52,8 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    settings = json.loads(open(os.path.join(args.run, "config.json")).read())
+    with open(os.path.join(args.run, "config.json")) as f:
+        settings = json.load(f)
     if args.opponents:
         settings["opponents"] = args.opponents.split(",")
     settings.update(out=tempfile.mkdtemp(prefix="mp-heldout-"), eval_every=0)

@@ -457,6 +457,38 @@ def train_lamer_command(
     console.print(f"final policy: [bold]{out / 'final'}[/] (use: ttlearn run {env} --memory lamer --policy {out / 'final'})")
 
 
+@train_app.command("memopilot")
+@friendly
+def train_memopilot_command(
+    env: str = typer.Option("rps", help="Environment of the training games."),
+    opponents: str = typer.Option("cycle3,beat-last,biased", help="Comma-separated training opponents."),
+    games: int = typer.Option(4, min=2, help="T: games per rollout (writes after games 1..T-1 are trained)."),
+    rounds: int = typer.Option(10, min=1, help="Rounds per game."),
+    group: int = typer.Option(4, min=2, help="G: rollouts per sequence (the turn-level advantage group)."),
+    steps: int = typer.Option(30, min=1, help="Optimiser steps."),
+    lr: float = typer.Option(1e-4, help="Learning rate (LoRA)."),
+    loss_type: str = typer.Option("dapo", help="grpo, bnpo, dr_grpo or dapo (TRL's definitions)."),
+    beta: float = typer.Option(0.0, min=0.0, help="KL weight against the frozen base writer."),
+    player: str = typer.Option("smollm2", help="The frozen player (any LLM spec, e.g. openai:URL#MODEL)."),
+    writer_base: str = typer.Option("smollm2", help="HF source of the writer G_θ."),
+    eval_every: int = typer.Option(10, min=0, help="Held-out evaluation every N steps (0: never)."),
+    seed: int = typer.Option(0, help="Seed."),
+    out: Path = typer.Option(..., help="Output folder: step_k/, final/, metrics.jsonl (resumable)."),
+) -> None:
+    """MemoPilot: train the memory writer by multi-turn GRPO with turn-level, context-independent advantages."""
+    from ttlearn.train.memopilot import MemoPilotTrainConfig, train_memopilot
+
+    config = MemoPilotTrainConfig(
+        env=env, opponents=[o for o in opponents.split(",") if o], games=games, rounds=rounds, group=group,
+        steps=steps, lr=lr, loss_type=loss_type, beta=beta, player=player, writer_base=writer_base,
+        eval_every=eval_every, seed=seed, out=out,
+    )
+    progress, advance = _train_progress(steps)
+    with progress:
+        train_memopilot(config, progress=advance)
+    console.print(f"final writer: [bold]{out / 'final'}[/] (use: ttlearn run rps --memory memopilot --writer {out / 'final'})")
+
+
 @app.command("list")
 def list_parts() -> None:
     """List the registered environments, memory methods, LLM back ends and scripted players."""

@@ -63,26 +63,14 @@ class Session:
 
     # ---- the loop ---------------------------------------------------------------------------------------------
     def play_game(self, index: int) -> Episode:
-        cfg = self.run.config
         self.stats = GameStats()
         start = time.perf_counter()
-        seed = derive_seed(cfg.seed, "game", index)
-        obs = self.env.reset(seed)
-        self.player.begin_episode(self.env)
-        task = self.env.task()
-        steps: list[Step] = []
-        done = False
-        while not done:
-            context = self.memory.context(self.env.task())
-            decision = self.player.act(self.env, obs, context, seed=derive_seed(cfg.seed, "act", index, len(steps)))
-            result = self.env.step(decision.action)
-            step = Step(obs.text, decision.action, result.reward, decision.valid, decision.raw, dict(result.info))
-            steps.append(step)
-            self.run.record({"type": "step", "step": len(steps), "memory": context, **step.__dict__})
-            obs, done = result.observation, result.done
-        self.player.end_episode(self.env, obs)
-        info = {"rules": self.env.describe(), "transcript": self.env.transcript()}
-        episode = Episode(index, seed, task, tuple(steps), self.env.score(), self.env.success(), info)
+
+        def record(number: int, step: Step, context: str) -> None:
+            self.run.record({"type": "step", "step": number, "memory": context, **step.__dict__})
+
+        episode = play_episode(self.env, self.player, self.memory.context, self.run.config.seed, index, record)
+        info = episode.info
         self.memory.observe(episode)
         info.update(
             wall_s=time.perf_counter() - start,
@@ -105,6 +93,39 @@ class Session:
     def close(self) -> None:
         for llm in self.llms:
             llm.close()
+
+
+def play_episode(env: Env, player: Player, context: Callable[[str], str], run_seed: int, index: int,
+                 on_step: Callable[[int, Step, str], None] | None = None) -> Episode:
+    """Episode `index` (1-based) of the sequence seeded `run_seed`; `context(env.task())` is the memory shown.
+
+    Training plays its games through this same function, so a training sequence replays exactly as `ttlearn run
+    --seed s` would play it with the same memories.
+    """
+    seed = derive_seed(run_seed, "game", index)
+    obs = env.reset(seed)
+    player.begin_episode(env)
+    task = env.task()
+    steps: list[Step] = []
+    done = False
+    while not done:
+        shown = context(env.task())
+        decision = player.act(env, obs, shown, seed=derive_seed(run_seed, "act", index, len(steps)))
+        result = env.step(decision.action)
+        steps.append(Step(obs.text, decision.action, result.reward, decision.valid, decision.raw, dict(result.info)))
+        if on_step is not None:
+            on_step(len(steps), steps[-1], shown)
+        obs, done = result.observation, result.done
+    player.end_episode(env, obs)
+    info = {"rules": env.describe(), "transcript": env.transcript()}
+    return Episode(index, seed, task, tuple(steps), env.score(), env.success(), info)
+
+
+def make_player(spec: str, llm_factory: Callable[[str], LLM] = make_llm, temperature: float = 0.0) -> Player:
+    """`scripted:NAME` → a registered scripted player; anything else → the frozen LLM player on that LLM spec."""
+    if spec.startswith(SCRIPTED):
+        return PLAYERS.build(spec[len(SCRIPTED):])
+    return LLMPlayer(llm_factory(spec), temperature=temperature)
 
 
 # ---- building a session from its config --------------------------------------------------------------------------
@@ -148,10 +169,7 @@ def build_session(run: Run, replay: ReplayBook | None = None, llm_factory: Calla
         wrapper = RecordingLLM(loaded.get(spec), role, lambda e: session._sink(e), spec, replay)
         return wrapper
 
-    if cfg.player.startswith(SCRIPTED):
-        player: Player = PLAYERS.build(cfg.player[len(SCRIPTED):])
-    else:
-        player = LLMPlayer(recorded(cfg.player, "player"), temperature=cfg.temperature)
+    player = make_player(cfg.player, lambda spec: recorded(spec, "player"), cfg.temperature)
     writer: LLM | None = None
     if MEMORIES.get(cfg.memory).needs_llm:
         spec = cfg.writer or (DEFAULT_LLM if cfg.player.startswith(SCRIPTED) else cfg.player)

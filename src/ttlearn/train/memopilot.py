@@ -30,10 +30,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ttlearn.agent import Player
 from ttlearn.envs.base import make_env
 from ttlearn.memory.memopilot import bound_memory, writer_messages
-from ttlearn.session import derive_seed
+from ttlearn.session import derive_seed, make_player, play_episode
 from ttlearn.train.advantages import turn_level_advantages
 from ttlearn.train.loss import LOSS_TYPES
-from ttlearn.train.rollout import make_player, play_game
 
 if TYPE_CHECKING:
     import torch
@@ -44,7 +43,13 @@ STATE_FILE = "trainer_state.pt"
 RESUMABLE = {"steps", "eval_every", "eval_seeds", "save_every", "out"}
 """Config fields a resumed run may change; any other difference means a different experiment (→ ValueError)."""
 
-Progress = Callable[[int, int, dict[str, Any]], None]
+Progress = Callable[[int, dict[str, Any]], None]
+"""Called after every step with (step, metrics), like the LaMer trainer."""
+
+
+def fixed_memory(text: str) -> Callable[[str], str]:
+    """The memory the frozen player sees during a training game: one text, whatever the situation."""
+    return lambda task: text
 
 
 class MemoPilotTrainConfig(BaseModel):
@@ -279,7 +284,7 @@ class MemoPilotTrainer:
         self.params = self.policy.trainable_parameters()
         _broadcast(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
-        self.player = player or make_player(config.player, config.player_temperature)
+        self.player = player or make_player(config.player, temperature=config.player_temperature)
         self.step = self._resume()
         self._no_memory: dict[tuple[str, int], float] = {}
 
@@ -293,7 +298,7 @@ class MemoPilotTrainer:
         """Play `rollouts` (indices into the group) of one sequence: (writes, rewards [len, T−1], game-1 reward)."""
         cfg = self.config
         envs = [self.make_env(opponent, seed) for _ in rollouts]
-        first = play_game(envs[0], self.player, "", seed, 1)  # no memory yet: the same game in every rollout
+        first = play_episode(envs[0], self.player, fixed_memory(""), seed, 1)  # no memory yet: the same game in every rollout
         episodes, memories = [first] * len(rollouts), [""] * len(rollouts)
         rewards = np.zeros((len(rollouts), cfg.games - 1))
         writes: list[Write] = []
@@ -302,7 +307,7 @@ class MemoPilotTrainer:
             samples = self.policy.sample(prompts, max_new_tokens=cfg.max_completion_length, temperature=temperature,
                                          seed=derive_seed(sample_seed, turn))
             memories = [bound_memory(s.text, cfg.memory_chars) for s in samples]
-            episodes = [play_game(env, self.player, m, seed, turn + 1) for env, m in zip(envs, memories)]
+            episodes = [play_episode(env, self.player, fixed_memory(m), seed, turn + 1) for env, m in zip(envs, memories)]
             rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes]
             writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, samples)]
         return writes, rewards, first.score / cfg.rounds
@@ -384,7 +389,7 @@ class MemoPilotTrainer:
         key = (opponent, seed)
         if key not in self._no_memory:
             env = self.make_env(opponent, seed)
-            scores = [play_game(env, self.player, "", seed, g).score for g in range(2, self.config.games + 1)]
+            scores = [play_episode(env, self.player, fixed_memory(""), seed, g).score for g in range(2, self.config.games + 1)]
             self._no_memory[key] = float(np.mean(scores)) / self.config.rounds
         return self._no_memory[key]
 
@@ -405,7 +410,7 @@ class MemoPilotTrainer:
                     f.write(json.dumps(metrics) + "\n")
             done.append(metrics)
             if self.progress is not None:
-                self.progress(self.step, cfg.steps, metrics)
+                self.progress(self.step, metrics)
         self._finalise()
         return done
 
