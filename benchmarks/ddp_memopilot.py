@@ -41,8 +41,18 @@ def main() -> None:
     torch.set_num_threads(1)
     state = PartialState(cpu=True)
     start = time.perf_counter()
-    config = MemoPilotTrainConfig(opponents=["cycle3", "biased"], games=2, rounds=2, group=4, steps=2, lr=5e-3,
-                                  max_completion_length=16, eval_every=2, eval_seeds=[7, 8], out=args.out)
+    config = MemoPilotTrainConfig(
+        opponents=["cycle3", "biased"],
+        games=2,
+        rounds=2,
+        group=4,
+        steps=2,
+        lr=5e-3,
+        max_completion_length=16,
+        eval_every=2,
+        eval_seeds=[7, 8],
+        out=args.out,
+    )
     trainer = MemoPilotTrainer(config, player=NoteHashPlayer())
     initial = torch.cat([p.detach().flatten() for p in trainer.params]).clone()
     metrics = trainer.train()
@@ -52,9 +62,11 @@ def main() -> None:
     if state.is_main_process:
         identical = all(torch.equal(gathered[0], w) for w in gathered[1:])
         moved = float((weights - initial).abs().max())
-        print(f"ranks={state.num_processes} steps={len(metrics)} grad_norms={[round(m['grad_norm'], 4) for m in metrics]}"
-              f" identical={identical} max|Δw|={moved:.3g} eval={metrics[-1].get('eval_memory')} "
-              f"wall={time.perf_counter() - start:.1f}s")
+        print(
+            f"ranks={state.num_processes} steps={len(metrics)} grad_norms={[round(m['grad_norm'], 4) for m in metrics]}"
+            f" identical={identical} max|Δw|={moved:.3g} eval={metrics[-1].get('eval_memory')} "
+            f"wall={time.perf_counter() - start:.1f}s"
+        )
         if state.num_processes < 2 or not identical or moved == 0:
             sys.exit(1)
 

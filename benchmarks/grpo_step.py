@@ -34,15 +34,16 @@ from ttlearn.train.memopilot import (
 def raw_forward_backward(trainer: MemoPilotTrainer, writes: list) -> None:
     policy, size = trainer.policy, trainer.config.micro_batch
     for i in range(0, len(writes), size):
-        rows = [list(w.sample.prompt_ids) + list(w.sample.completion_ids) for w in writes[i:i + size]]
-        keep = max(len(w.sample.completion_ids) for w in writes[i:i + size]) + 1
+        rows = [list(w.sample.prompt_ids) + list(w.sample.completion_ids) for w in writes[i : i + size]]
+        keep = max(len(w.sample.completion_ids) for w in writes[i : i + size]) + 1
         width = max(map(len, rows))
         ids = torch.full((len(rows), width), policy.pad_id)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for r, row in enumerate(rows):
-            ids[r, width - len(row):], mask[r, width - len(row):] = torch.tensor(row), 1
-        logits = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask),
-                              logits_to_keep=keep).logits
+            ids[r, width - len(row) :], mask[r, width - len(row) :] = torch.tensor(row), 1
+        logits = policy.model(
+            input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask), logits_to_keep=keep
+        ).logits
         torch.log_softmax(logits.float(), -1).mean().backward()
     policy.model.zero_grad(set_to_none=True)
 
@@ -58,9 +59,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = MemoPilotTrainConfig(opponents=["cycle3"], games=args.games, rounds=args.rounds, group=args.group,
-                                  max_completion_length=args.max_completion_length, micro_batch=args.micro_batch,
-                                  player="scripted:random", eval_every=0, out=tempfile.mkdtemp(prefix="grpo-bench-"))
+    config = MemoPilotTrainConfig(
+        opponents=["cycle3"],
+        games=args.games,
+        rounds=args.rounds,
+        group=args.group,
+        max_completion_length=args.max_completion_length,
+        micro_batch=args.micro_batch,
+        player="scripted:random",
+        eval_every=0,
+        out=tempfile.mkdtemp(prefix="grpo-bench-"),
+    )
     trainer = MemoPilotTrainer(config)
     writes, _, _ = trainer.rollout(0, "cycle3", 1, list(range(args.group)), 1.0, sample_seed=1)
     advantages = np.random.default_rng(0).standard_normal(len(writes))

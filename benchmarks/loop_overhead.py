@@ -28,8 +28,13 @@ def main() -> None:
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = RunConfig(env="rps", env_options={"opponent": "cycle3", "rounds": args.rounds}, memory=args.memory,
-                           player=args.llm, games=args.games)
+        config = RunConfig(
+            env="rps",
+            env_options={"opponent": "cycle3", "rounds": args.rounds},
+            memory=args.memory,
+            player=args.llm,
+            games=args.games,
+        )
         run = Run.create(Path(tmp) / "run", config)
         session = build_session(run)
         start = time.perf_counter()
@@ -43,8 +48,14 @@ def main() -> None:
     start = time.perf_counter()
     for call in calls:
         p = call["params"]
-        raw.complete(call["messages"], max_tokens=p["max_tokens"], temperature=p["temperature"], seed=p["seed"],
-                     stop=p["stop"], choices=p["choices"])
+        raw.complete(
+            call["messages"],
+            max_tokens=p["max_tokens"],
+            temperature=p["temperature"],
+            seed=p["seed"],
+            stop=p["stop"],
+            choices=p["choices"],
+        )
     raw_wall = time.perf_counter() - start
     raw.close()
 

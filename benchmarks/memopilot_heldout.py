@@ -24,8 +24,21 @@ import torch
 
 from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
 
-T_975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23, 14: 2.14,
-         19: 2.09, 29: 2.05}
+T_975 = {
+    1: 12.71,
+    2: 4.30,
+    3: 3.18,
+    4: 2.78,
+    5: 2.57,
+    6: 2.45,
+    7: 2.36,
+    8: 2.31,
+    9: 2.26,
+    10: 2.23,
+    14: 2.14,
+    19: 2.09,
+    29: 2.05,
+}
 
 
 def interval(values: list[float]) -> dict[str, float]:

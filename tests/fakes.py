@@ -21,9 +21,11 @@ class FakeLLM(LLM):
             self._reply = lambda prompt: next(script)
         self.calls: list[dict] = []
 
-    def complete(self, messages: Sequence[Message], *, max_tokens=128, temperature=0.0, seed=0, stop=(),
-                 choices=None) -> Completion:
-        self.calls.append({"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature,
-                           "seed": seed})
+    def complete(
+        self, messages: Sequence[Message], *, max_tokens=128, temperature=0.0, seed=0, stop=(), choices=None
+    ) -> Completion:
+        self.calls.append(
+            {"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
+        )
         prompt = messages[-1]["content"]
         return Completion(self._reply(prompt))

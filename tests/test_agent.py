@@ -34,7 +34,7 @@ def test_multi_word_actions_prefer_the_longest_match():
 def fuzz_reply(rng: random.Random) -> str:
     pieces = [
         "".join(rng.choice(string.printable) for _ in range(rng.randint(0, 40))),
-        rng.choice(["rock", "Paper", "SCISSORS", "rocky", "pap er", "✂️", "石头", "\x00", "\n\n", "{\"action\": 1}"]),
+        rng.choice(["rock", "Paper", "SCISSORS", "rocky", "pap er", "✂️", "石头", "\x00", "\n\n", '{"action": 1}']),
         "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(rng.randint(0, 20))),
     ]
     rng.shuffle(pieces)

@@ -28,15 +28,23 @@ CONTESTANTS = [
 
 
 def small_config(**overrides) -> ArenaConfig:
-    base = {"env": "rps", "env_options": {"rounds": 10}, "memories": CONTESTANTS,
-            "opponents": ["cycle3", "beat-last"], "seeds": 2, "games": 3}
+    base = {
+        "env": "rps",
+        "env_options": {"rounds": 10},
+        "memories": CONTESTANTS,
+        "opponents": ["cycle3", "beat-last"],
+        "seeds": 2,
+        "games": 3,
+    }
     return ArenaConfig.model_validate({**base, **overrides})
 
 
 def test_config_from_yaml_with_overrides(tmp_path):
     path = tmp_path / "arena.yaml"
-    path.write_text("env: rps\nenv_options: {rounds: 7}\nmemories: [none, {name: memrl, options: {k: 3}}]\n"
-                    "opponents: [cycle3]\nseeds: [4, 9]\n")
+    path.write_text(
+        "env: rps\nenv_options: {rounds: 7}\nmemories: [none, {name: memrl, options: {k: 3}}]\n"
+        "opponents: [cycle3]\nseeds: [4, 9]\n"
+    )
     config = load_arena_config(path, games=2, env_options={"rounds": 5}, player=None)
     assert [c.label for c in config.memories] == ["none", "memrl"]
     assert config.memories[1].options == {"k": 3}
@@ -44,16 +52,19 @@ def test_config_from_yaml_with_overrides(tmp_path):
     assert small_config(seeds=3).seed_list == [0, 1, 2]
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"memories": ["none", "none"]}, "labels repeat"),
-    ({"memories": []}, "at least 1"),
-    ({"seeds": 0}, "positive count"),
-    ({"seeds": [1, 1]}, "without repeats"),
-    ({"opponents": ["cycle3", "cycle3"]}, "opponents repeat"),
-    ({"opponents": ["../x"]}, "cannot name a directory"),
-    ({"env_options": {"opponent": "cycle3"}}, "through `opponents`"),
-    ({"colour": "red"}, "Extra inputs"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"memories": ["none", "none"]}, "labels repeat"),
+        ({"memories": []}, "at least 1"),
+        ({"seeds": 0}, "positive count"),
+        ({"seeds": [1, 1]}, "without repeats"),
+        ({"opponents": ["cycle3", "cycle3"]}, "opponents repeat"),
+        ({"opponents": ["../x"]}, "cannot name a directory"),
+        ({"env_options": {"opponent": "cycle3"}}, "through `opponents`"),
+        ({"colour": "red"}, "Extra inputs"),
+    ],
+)
 def test_bad_arena_configs_are_refused(overrides, message):
     with pytest.raises(ValidationError, match=message):
         small_config(**overrides)
@@ -96,8 +107,9 @@ def test_every_method_plays_the_same_games(tmp_path):
 
 def test_a_failing_run_stops_the_arena_with_its_name(tmp_path):
     (item,) = plan(small_config(memories=["none"], opponents=["cycle3"], seeds=1), tmp_path)
-    broken = arena_mod.PlanItem(item.label, item.opponent, item.seed, item.path,
-                                item.config.model_copy(update={"env_options": {"rounds": 0}}))  # skips validation
+    broken = arena_mod.PlanItem(
+        item.label, item.opponent, item.seed, item.path, item.config.model_copy(update={"env_options": {"rounds": 0}})
+    )  # skips validation
     with pytest.raises(arena_mod.RunFailed, match="run none/cycle3/seed0 failed: ValueError: rounds must be"):
         list(execute([broken], workers=1))
 
@@ -120,22 +132,50 @@ def test_ray_plays_the_same_plan(tmp_path):
 
 # ---- resume after kill -9 -----------------------------------------------------------------------------------------
 def fingerprint(run_dir: Path) -> dict[str, tuple[str, int]]:
-    return {str(p.relative_to(run_dir)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-            for p in sorted(run_dir.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(run_dir)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
 
 
 def game_numbers(run_dir: Path) -> list[int]:
-    return [json.loads(line)["game"] for line in (run_dir / "events.jsonl").read_text().splitlines()
-            if json.loads(line).get("type") == "game"]
+    return [
+        json.loads(line)["game"]
+        for line in (run_dir / "events.jsonl").read_text().splitlines()
+        if json.loads(line).get("type") == "game"
+    ]
 
 
 def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
     out = tmp_path / "arena"
-    args = ["arena", "--env", "rps", "--opponents", "cycle3", "--seeds", "6", "--games", "4", "--rounds", "30",
-            "--memories", "none,history", "--llm", "scripted:learner", "--out", str(out)]
+    args = [
+        "arena",
+        "--env",
+        "rps",
+        "--opponents",
+        "cycle3",
+        "--seeds",
+        "6",
+        "--games",
+        "4",
+        "--rounds",
+        "30",
+        "--memories",
+        "none,history",
+        "--llm",
+        "scripted:learner",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    victim = subprocess.Popen([sys.executable, "-m", "ttlearn", *args, "--workers", "1"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    victim = subprocess.Popen(
+        [sys.executable, "-m", "ttlearn", *args, "--workers", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline = time.time() + 60
     while len(list(out.glob("runs/*/*/*/summary.json"))) < 3 and time.time() < deadline:
         time.sleep(0.01)
@@ -155,11 +195,14 @@ def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
     assert "Elo" in result.output and (out / "report.html").exists()
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--memories", "none,magic"], "unknown memory method 'magic'"),
-    (["--memories", "none", "--seeds", "two"], "--seeds takes a count"),
-    (["--memories", "none", "--opponents", "cycle3,nobody"], "unknown RPS opponent 'nobody'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--memories", "none,magic"], "unknown memory method 'magic'"),
+        (["--memories", "none", "--seeds", "two"], "--seeds takes a count"),
+        (["--memories", "none", "--opponents", "cycle3,nobody"], "unknown RPS opponent 'nobody'"),
+    ],
+)
 def test_arena_command_reports_bad_input_in_one_line(args, message, tmp_path):
     base = ["arena", "--env", "rps", "--opponents", "cycle3", "--out", str(tmp_path / "a")]
     result = CliRunner().invoke(app, [*base, *args], env={"COLUMNS": "200"})

@@ -15,7 +15,7 @@ from ttlearn.memory.cheatsheet import extract_cheatsheet, judge_rewrite
     [
         ("Thinking...\n<cheatsheet>\nPlay paper.\n</cheatsheet>\nDone.", "Play paper."),
         ("<CHEATSHEET>Play paper, then", "Play paper, then"),  # cut off by max_tokens: runs to the end
-        ("  Play paper.  ", "Play paper."),                   # no tags: the whole reply
+        ("  Play paper.  ", "Play paper."),  # no tags: the whole reply
         ("<cheatsheet>   </cheatsheet>", ""),
     ],
 )
@@ -30,20 +30,21 @@ def test_judge_rewrite():
 
 
 def test_cumulative_rewrites_after_every_episode_and_guards_bad_rewrites():
-    llm = FakeLLM([
-        "<cheatsheet>Opponent plays rock.</cheatsheet>",
-        "<cheatsheet>\n \n</cheatsheet>",        # empty → rejected
-        "x" * 41,                                 # too long → rejected
-        "<cheatsheet>Opponent cycles; play paper.</cheatsheet>",
-    ])
+    llm = FakeLLM(
+        [
+            "<cheatsheet>Opponent plays rock.</cheatsheet>",
+            "<cheatsheet>\n \n</cheatsheet>",  # empty → rejected
+            "x" * 41,  # too long → rejected
+            "<cheatsheet>Opponent cycles; play paper.</cheatsheet>",
+        ]
+    )
     memory = make_memory("cheatsheet", llm, max_chars=40)
     seen = []
     for i in range(1, 5):
         memory.observe(episode(i))
         seen.append(memory.context("q"))
     assert seen == ["Opponent plays rock."] * 3 + ["Opponent cycles; play paper."]
-    assert memory.state() == {"cheatsheet": "Opponent cycles; play paper.", "rejected_empty": 1,
-                              "rejected_too_long": 1}
+    assert memory.state() == {"cheatsheet": "Opponent cycles; play paper.", "rejected_empty": 1, "rejected_too_long": 1}
     # the curator sees the old cheatsheet and the latest game, seeded by the episode
     first, second = (c["messages"][1]["content"] for c in llm.calls[:2])
     assert first.startswith("Current cheatsheet:\n(empty)") and "Game 1 (score +1)" in first

@@ -48,16 +48,35 @@ def test_bad_input_is_one_clear_line(args, message, tmp_path):
 
 def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
     source = tmp_path / "src"
-    assert invoke("run", "rps", "--opponent", "cycle3", "--memory", "history", "--games", "4", *SCRIPTED,
-                  "--out", str(source)).exit_code == 0
+    assert (
+        invoke(
+            "run", "rps", "--opponent", "cycle3", "--memory", "history", "--games", "4", *SCRIPTED, "--out", str(source)
+        ).exit_code
+        == 0
+    )
     result = invoke("memory", "fork", str(source), "--game", "2", "--out", str(tmp_path / "fork"))
     assert result.exit_code == 0, result.output
     forked_hash = json.loads((tmp_path / "fork" / "fork.json").read_text())["hash"]
     original = Run.open(source)
     assert forked_hash == original.snapshot(2)["hash"]  # games 1..2's memory reproduced exactly
 
-    result = invoke("run", "rps", "--opponent", "cycle3", "--memory", "history", "--games", "2", *SCRIPTED,
-                    "--memory-from", str(tmp_path / "fork"), "--seed", "9", "--out", str(tmp_path / "cont"))
+    result = invoke(
+        "run",
+        "rps",
+        "--opponent",
+        "cycle3",
+        "--memory",
+        "history",
+        "--games",
+        "2",
+        *SCRIPTED,
+        "--memory-from",
+        str(tmp_path / "fork"),
+        "--seed",
+        "9",
+        "--out",
+        str(tmp_path / "cont"),
+    )
     assert result.exit_code == 0, result.output
     cont = Run.open(tmp_path / "cont")
     first_log = cont.snapshot(1)["state"]["memory"]["logs"]
@@ -74,9 +93,15 @@ def test_memrl_inspect_and_explain(tmp_path):
     from ttlearn.runs import RunConfig
     from ttlearn.session import build_session
 
-    config = RunConfig(env="rps", env_options={"opponent": "beat-last", "rounds": 4}, memory="memrl",
-                       memory_options={"embedder": "hash", "epsilon": 0.0}, player="scripted:random",
-                       writer="smollm2", games=3)  # validated, but built by the fake factory below
+    config = RunConfig(
+        env="rps",
+        env_options={"opponent": "beat-last", "rounds": 4},
+        memory="memrl",
+        memory_options={"embedder": "hash", "epsilon": 0.0},
+        player="scripted:random",
+        writer="smollm2",
+        games=3,
+    )  # validated, but built by the fake factory below
     run = Run.create(tmp_path / "m", config)
     build_session(run, llm_factory=lambda spec: FakeLLM(lambda prompt: "1. Play paper.")).play()
 

@@ -27,12 +27,14 @@ def run_batches(batches: list[str], capacity: int = 20) -> list[list[tuple[str, 
 
 def test_vote_rules_on_a_scripted_sequence():
     # hand-computed: ADD → 2, AGREE +1, EDIT +1 (text replaced), REMOVE −1, deleted at 0, sorted strongest first
-    tables = run_batches([
-        "ADD Play paper.\nADD Watch for cycles.",
-        "AGREE 1\nREMOVE 2\nADD Counter the last move.",          # paper 3, cycles 1, counter 2
-        "REMOVE 3\nEDIT 2 Beat the opponent's last move.\nAGREE 1",  # cycles 0 → gone, edited 3, paper 4
-        "REMOVE 1\nAGREE 2",                                      # paper 3, beat 4 → reorder
-    ])
+    tables = run_batches(
+        [
+            "ADD Play paper.\nADD Watch for cycles.",
+            "AGREE 1\nREMOVE 2\nADD Counter the last move.",  # paper 3, cycles 1, counter 2
+            "REMOVE 3\nEDIT 2 Beat the opponent's last move.\nAGREE 1",  # cycles 0 → gone, edited 3, paper 4
+            "REMOVE 1\nAGREE 2",  # paper 3, beat 4 → reorder
+        ]
+    )
     assert tables == [
         [("Play paper.", 2), ("Watch for cycles.", 2)],
         [("Play paper.", 3), ("Counter the last move.", 2), ("Watch for cycles.", 1)],
@@ -51,8 +53,12 @@ def test_parse_accepts_expel_style_and_list_markers():
         "Sure, here they are:\n- ADD 3: Play paper.\n2. EDIT 1: Play scissors.\nREMOVE 2: old text\n* AGREE #4"
     )
     assert malformed == 0
-    assert ops == [InsightOp("ADD", None, "Play paper."), InsightOp("EDIT", 1, "Play scissors."),
-                   InsightOp("REMOVE", 2), InsightOp("AGREE", 4)]
+    assert ops == [
+        InsightOp("ADD", None, "Play paper."),
+        InsightOp("EDIT", 1, "Play scissors."),
+        InsightOp("REMOVE", 2),
+        InsightOp("AGREE", 4),
+    ]
 
 
 def test_parse_clips_long_texts():
@@ -61,20 +67,22 @@ def test_parse_clips_long_texts():
 
 
 def test_malformed_operations_are_counted_and_skipped():
-    reply = "\n".join([
-        "Here are my operations:",   # prose: not an operation, not counted
-        "ADD Play paper.",
-        "DELETE 1",                  # unknown verb
-        "EDIT Play rock.",           # no index
-        "EDIT 1",                    # no text
-        "AGREE x",                   # no index
-        "ADD",                       # no text
-        "REMOVE 9",                  # index out of range
-        "AGREE 1",
-        "AGREE 1",                   # second operation on the same insight
-        "ADD play paper",            # duplicate of the first ADD (case, final dot ignored)
-        "EDIT 2 Play paper.",        # duplicate of an ADD of this batch
-    ])
+    reply = "\n".join(
+        [
+            "Here are my operations:",  # prose: not an operation, not counted
+            "ADD Play paper.",
+            "DELETE 1",  # unknown verb
+            "EDIT Play rock.",  # no index
+            "EDIT 1",  # no text
+            "AGREE x",  # no index
+            "ADD",  # no text
+            "REMOVE 9",  # index out of range
+            "AGREE 1",
+            "AGREE 1",  # second operation on the same insight
+            "ADD play paper",  # duplicate of the first ADD (case, final dot ignored)
+            "EDIT 2 Play paper.",  # duplicate of an ADD of this batch
+        ]
+    )
     ops, parse_malformed = parse_operations(reply)
     assert parse_malformed == 5
     result = apply_operations([("Existing insight.", 2), ("Second insight.", 2)], ops, 20)
@@ -155,8 +163,11 @@ def test_insight_prompt_compares_the_latest_game_with_the_best_and_worst():
     memory.observe(episode(2, "paper", score=5.0))
     memory.observe(episode(3, "scissors", score=0.0))
     prompt = llm.calls[-1]["messages"][1]["content"]
-    latest, best, worst = prompt.index("Latest game:\nGame 3"), prompt.index("Best earlier game:\nGame 2"), \
-        prompt.index("Worst earlier game:\nGame 1")
+    latest, best, worst = (
+        prompt.index("Latest game:\nGame 3"),
+        prompt.index("Best earlier game:\nGame 2"),
+        prompt.index("Worst earlier game:\nGame 1"),
+    )
     assert latest < best < worst
     assert "(none yet)" in prompt and "list is full" not in prompt
 

@@ -90,7 +90,10 @@ def test_greedy_is_deterministic_and_independent_of_batching(plain: HFPolicy) ->
     assert first.text and first.completion_tokens > 0
     again = plain.complete(LONG, max_tokens=8, seed=99)
     assert (again.text, again.prompt_tokens, again.completion_tokens) == (
-        first.text, first.prompt_tokens, first.completion_tokens)
+        first.text,
+        first.prompt_tokens,
+        first.completion_tokens,
+    )
     batched = plain.sample([SHORT, LONG], max_new_tokens=8, temperature=0, seed=1)
     alone = [plain.sample([m], max_new_tokens=8, temperature=0, seed=2)[0] for m in (SHORT, LONG)]
     assert [s.completion_ids for s in batched] == [s.completion_ids for s in alone]

@@ -26,8 +26,15 @@ def keyed_reply(prompt: str) -> str:
 def episode(index: int, moves: str = "rock rock paper", score: float = 1.0) -> Episode:
     steps = tuple(Step(f"round {r + 1}", m, 1.0 if m == "paper" else 0.0) for r, m in enumerate(moves.split()))
     transcript = "; ".join(f"R{r + 1} you={s.action}" for r, s in enumerate(steps))
-    return Episode(index, 1000 + index, f"Rock-paper-scissors; opponent's last moves: {moves}", steps, score,
-                   score > 0, {"rules": "Play rock-paper-scissors.", "transcript": transcript})
+    return Episode(
+        index,
+        1000 + index,
+        f"Rock-paper-scissors; opponent's last moves: {moves}",
+        steps,
+        score,
+        score > 0,
+        {"rules": "Play rock-paper-scissors.", "transcript": transcript},
+    )
 
 
 EPISODES = [episode(1, "rock rock rock", -1.0), episode(2, "rock paper scissors", 0.0), episode(3, "paper paper", 2.0)]

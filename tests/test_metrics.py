@@ -20,13 +20,16 @@ def test_cumulative_performance_is_the_running_mean():
     np.testing.assert_allclose(cumulative_performance([1, 0, 1, 1, -1]), [1, 0.5, 2 / 3, 0.75, 0.4])
 
 
-@pytest.mark.parametrize("n, c, k, expected", [
-    (10, 3, 1, 0.3),
-    (10, 3, 5, 1 - 21 / 252),  # 1 − C(7,5)/C(10,5)
-    (10, 0, 4, 0.0),
-    (10, 10, 1, 1.0),
-    (10, 8, 3, 1.0),  # n − c < k: every 3-subset holds a success
-])
+@pytest.mark.parametrize(
+    "n, c, k, expected",
+    [
+        (10, 3, 1, 0.3),
+        (10, 3, 5, 1 - 21 / 252),  # 1 − C(7,5)/C(10,5)
+        (10, 0, 4, 0.0),
+        (10, 10, 1, 1.0),
+        (10, 8, 3, 1.0),  # n − c < k: every 3-subset holds a success
+    ],
+)
 def test_pass_at_k_known_values(n, c, k, expected):
     assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
 
@@ -70,8 +73,9 @@ def test_trajectory_entropy_hand_examples():
     assert mean_trajectory_entropy([[["a"], ["b"]], [["a"], ["a"]]]) == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423),
-                                          (100000, 1.9600)])
+@pytest.mark.parametrize(
+    "df, expected", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (30, 2.0423), (100000, 1.9600)]
+)
 def test_student_t_critical_matches_tables(df, expected):
     assert student_t_critical(0.95, df) == pytest.approx(expected, abs=1e-4)
 

@@ -33,8 +33,15 @@ def test_choice_scoring_returns_normalised_choice_logprobs(smollm2):
 
 
 def test_short_real_run_then_exact_replay(tmp_path):
-    config = RunConfig(env="rps", env_options={"opponent": "cycle3", "rounds": 4}, memory="reflexion",
-                       player="smollm2", games=2, seed=11, temperature=0.7)
+    config = RunConfig(
+        env="rps",
+        env_options={"opponent": "cycle3", "rounds": 4},
+        memory="reflexion",
+        player="smollm2",
+        games=2,
+        seed=11,
+        temperature=0.7,
+    )
     run = Run.create(tmp_path / "real", config)
     session = build_session(run)
     session.play()
@@ -57,9 +64,27 @@ def test_cli_run_prints_summary_and_writes_the_run(tmp_path):
     out = tmp_path / "cli"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "COLUMNS": "120"}
     done = subprocess.run(
-        [sys.executable, "-m", "ttlearn", "run", "rps", "--opponent", "constant", "--rounds", "3", "--games", "2",
-         "--memory", "history", "--out", str(out)],
-        env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "ttlearn",
+            "run",
+            "rps",
+            "--opponent",
+            "constant",
+            "--rounds",
+            "3",
+            "--games",
+            "2",
+            "--memory",
+            "history",
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cumulative" in done.stdout and str(out) in done.stdout.replace("\n", "")

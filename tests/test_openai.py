@@ -30,9 +30,25 @@ def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("server") / "server.log"
     log_fh = open(log, "w")  # a file, not a pipe: llama.cpp logs enough to fill a pipe and stall the server
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_path()), "--host", "127.0.0.1",
-         "--port", str(port), "--n_threads", "1", "--n_ctx", "2048", "--model_alias", "smollm2"],
-        stdout=log_fh, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(smollm2_path()),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_threads",
+            "1",
+            "--n_ctx",
+            "2048",
+            "--model_alias",
+            "smollm2",
+        ],
+        stdout=log_fh,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}/v1"
     deadline = time.time() + 120
@@ -75,8 +91,13 @@ def test_a_short_session_over_the_server(server, tmp_path):
     from ttlearn.runs import Run, RunConfig
     from ttlearn.session import build_session
 
-    config = RunConfig(env="rps", env_options={"opponent": "constant", "rounds": 3}, memory="none",
-                       player=f"openai:{server}#smollm2", games=1)
+    config = RunConfig(
+        env="rps",
+        env_options={"opponent": "constant", "rounds": 3},
+        memory="none",
+        player=f"openai:{server}#smollm2",
+        games=1,
+    )
     run = Run.create(tmp_path / "r", config)
     build_session(run).play()
     calls = [e for e in run.events() if e["type"] == "call"]

@@ -106,8 +106,12 @@ def test_bootstrap_intervals_shrink_with_more_sequences():
     # averaged over three data sets: with only 10 blocks a single width estimate varies by about ±25 %
     def mean_width(n_sequences):
         elos = {"a": 1000, "b": 1100}
-        return np.mean([half_widths(bootstrap_ci(simulate(elos, n_sequences, 20, seed=n_sequences + k),
-                                                 n_boot=200))["a"] for k in range(3)])
+        return np.mean(
+            [
+                half_widths(bootstrap_ci(simulate(elos, n_sequences, 20, seed=n_sequences + k), n_boot=200))["a"]
+                for k in range(3)
+            ]
+        )
 
     assert mean_width(80) < 0.55 * mean_width(10)  # √(10/80) ≈ 0.35 expected
 

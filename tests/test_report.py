@@ -17,21 +17,47 @@ from ttlearn.runs import Run, RunConfig
 from ttlearn.types import Episode, Step
 
 
-def write_run(out: Path, method: str, opponent: str, seed: int, scores: list[float], *, env: str = "rps",
-              invalid: int = 0, hands: int | None = None, success: list | None = None,
-              instances: list | None = None) -> None:
+def write_run(
+    out: Path,
+    method: str,
+    opponent: str,
+    seed: int,
+    scores: list[float],
+    *,
+    env: str = "rps",
+    invalid: int = 0,
+    hands: int | None = None,
+    success: list | None = None,
+    instances: list | None = None,
+) -> None:
     """A finished run of `scores`, one step per game; `invalid` of the first game's steps are invalid."""
-    config = RunConfig(env=env, env_options={"opponent": opponent}, memory="none", player="scripted:random",
-                       games=len(scores), seed=seed)
+    config = RunConfig(
+        env=env,
+        env_options={"opponent": opponent},
+        memory="none",
+        player="scripted:random",
+        games=len(scores),
+        seed=seed,
+    )
     run = Run.create(out / "runs" / method / opponent / f"seed{seed}", config)
     for i, score in enumerate(scores, start=1):
-        steps = tuple(Step("obs", "a", score / 2, valid=not (i == 1 and k < invalid),
-                           info={} if hands is None else {"hands_played": hands}) for k in range(2))
+        steps = tuple(
+            Step(
+                "obs",
+                "a",
+                score / 2,
+                valid=not (i == 1 and k < invalid),
+                info={} if hands is None else {"hands_played": hands},
+            )
+            for k in range(2)
+        )
         info = {"prompt_tokens": 10, "completion_tokens": 2, "llm_s": 0.5, "wall_s": 1.0, "llm_calls": 2}
         if instances:
             info["instance"] = instances[i - 1]
-        run.finish_game(Episode(i, 100 * seed + i, "task", steps, score, success[i - 1] if success else None, info),
-                        {"memory": {}, "player": {}})
+        run.finish_game(
+            Episode(i, 100 * seed + i, "task", steps, score, success[i - 1] if success else None, info),
+            {"memory": {}, "player": {}},
+        )
     run.write_summary({"mean_score": sum(scores) / len(scores)})
 
 
@@ -80,7 +106,11 @@ def test_ratings_and_tables_match_hand_computations(tournament):
     assert matrix["rate"][1][0] == 0.75 and matrix["games"][1][0] == 24 and matrix["rate"][0][0] is None
     pair = next(p for p in ratings["pairs"] if (p["a"], p["b"]) == ("mid", "strong"))
     assert [(s["opponent"], s["seed"], s["points_a"]) for s in pair["sequences"]][:4] == [
-        ("a", 0, 0.0), ("a", 1, 0.0), ("a", 2, 0.0), ("b", 0, 2.0)]
+        ("a", 0, 0.0),
+        ("a", 1, 0.0),
+        ("a", 2, 0.0),
+        ("b", 0, 2.0),
+    ]
 
     # per-seed means of weak: (seed + 6)/4 − 5 → −3.5, −3.25, −3.0; t(0.975, 2) = 4.3027, s = 0.25
     cell = next(r for r in report["scores"] if (r["method"], r["opponent"]) == ("weak", "a"))
@@ -109,17 +139,35 @@ def test_two_methods_elo_gap(tmp_path):
 
 
 def test_holdem_mbb_success_hook_and_single_method(tmp_path):
-    write_run(tmp_path, "m", "maniac", 0, [2.0, -1.0], env="holdem", hands=10, success=[True, False],
-              instances=["lvl1", "lvl1"])
-    write_run(tmp_path, "m", "maniac", 1, [1.0, 1.0], env="holdem", hands=10, success=[False, True],
-              instances=["lvl2", "lvl2"])
+    write_run(
+        tmp_path,
+        "m",
+        "maniac",
+        0,
+        [2.0, -1.0],
+        env="holdem",
+        hands=10,
+        success=[True, False],
+        instances=["lvl1", "lvl1"],
+    )
+    write_run(
+        tmp_path,
+        "m",
+        "maniac",
+        1,
+        [1.0, 1.0],
+        env="holdem",
+        hands=10,
+        success=[False, True],
+        instances=["lvl2", "lvl2"],
+    )
     report = build_report(tmp_path)
     cell = report["scores"][0]
     assert cell["mbb_per_hand"] == 75.0  # mean of 1000·1/20 and 1000·2/20
     assert report["costs"][0]["success_rate"] == 0.5
     assert report["success_at_k"] == {"m": [0.5, 1.0]}  # lvl1 solved at attempt 1, lvl2 at attempt 2
     assert report["ratings"]["rows"] == [] and "only one method" in report["ratings"]["note"]
-    html = (tmp_path / "report.html")
+    html = tmp_path / "report.html"
     write_report(tmp_path)
     text = html.read_text()
     assert "mbb/hand" in text and 'data-chart="success"' in text and "only one method" in text
@@ -139,10 +187,17 @@ def test_html_is_self_contained_with_the_elo_table_every_plot_and_links(tourname
     write_report(tournament)
     html = (tournament / "report.html").read_text()
     assert not re.search(r"https?://|<script|<link|<img|@import|src=", html)
-    for heading in ("Elo ratings", "Win-rate matrix", "Mean score per game", "Cumulative performance",
-                    "Validity and costs", "Games", "Pairs"):
+    for heading in (
+        "Elo ratings",
+        "Win-rate matrix",
+        "Mean score per game",
+        "Cumulative performance",
+        "Validity and costs",
+        "Games",
+        "Pairs",
+    ):
         assert f">{heading}</h2>" in html
-    elo_table = html[html.index('<h2 id="elo">'):html.index('<h2 id="win-matrix">')]
+    elo_table = html[html.index('<h2 id="elo">') : html.index('<h2 id="win-matrix">')]
     assert elo_table.index(">strong</a>") < elo_table.index(">mid</a>") < elo_table.index(">weak</a>")
     assert html.count('data-chart="elo"') == 1
     assert html.count('data-chart="cumulative"') == 2  # one per opponent

@@ -17,8 +17,14 @@ from ttlearn.session import build_session
 
 
 def scripted_config(**overrides) -> RunConfig:
-    base = dict(env="rps", env_options={"opponent": "cycle3", "rounds": 10}, memory="history",
-                player="scripted:learner", games=4, seed=3)
+    base = dict(
+        env="rps",
+        env_options={"opponent": "cycle3", "rounds": 10},
+        memory="history",
+        player="scripted:learner",
+        games=4,
+        seed=3,
+    )
     return RunConfig(**{**base, **overrides})
 
 
@@ -60,8 +66,14 @@ def test_existing_run_is_not_overwritten(tmp_path):
 
 def cli(*args: str, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
-    return subprocess.Popen([sys.executable, "-m", "ttlearn", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ttlearn", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )
 
 
 def game_records(path: Path) -> list[int]:
@@ -80,8 +92,22 @@ def game_records(path: Path) -> list[int]:
 
 
 def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path):
-    args = ["run", "rps", "--opponent", "probe", "--rounds", "300", "--games", "12", "--memory", "history",
-            "--llm", "scripted:learner", "--seed", "5"]
+    args = [
+        "run",
+        "rps",
+        "--opponent",
+        "probe",
+        "--rounds",
+        "300",
+        "--games",
+        "12",
+        "--memory",
+        "history",
+        "--llm",
+        "scripted:learner",
+        "--seed",
+        "5",
+    ]
     reference = cli(*args, "--out", str(tmp_path / "ref"))
     assert reference.wait(timeout=300) == 0, reference.stdout.read()
 

@@ -39,9 +39,15 @@ def tokenizer():
 def tiny_policy(tokenizer) -> HFPolicy:
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
     )
     policy = HFPolicy(transformers.LlamaForCausalLM(config).eval(), tokenizer, source="tiny", lora=LoraOptions(r=2))
     with torch.no_grad():  # peft starts B at 0; make the adapter matter from the first step
@@ -72,11 +78,19 @@ def test_reflection_steps_sit_between_attempts_and_take_the_next_return() -> Non
 
     trial = Trial(1, [attempt(1, [-1.0, -1.0]), attempt(2, [10.0])])
     sample = type("S", (), {"prompt_ids": (1, 2)})()
-    records = [ActionRecord(("act", 1, 0), (1,), ((5,),), 0, 0.0), ActionRecord(("act", 1, 1), (1,), ((5,),), 0, 0.0),
-               TextRecord(("reflect", 1, 0), sample), ActionRecord(("act", 2, 0), (1,), ((5,),), 0, 0.0)]
+    records = [
+        ActionRecord(("act", 1, 0), (1,), ((5,),), 0, 0.0),
+        ActionRecord(("act", 1, 1), (1,), ((5,),), 0, 0.0),
+        TextRecord(("reflect", 1, 0), sample),
+        ActionRecord(("act", 2, 0), (1,), ((5,),), 0, 0.0),
+    ]
     steps = trial_steps(trial, records)
-    assert [(s.attempt, s.reflection, s.reward) for s in steps] == [(1, False, -1), (1, False, -1), (1, True, 0),
-                                                                    (2, False, 10)]
+    assert [(s.attempt, s.reflection, s.reward) for s in steps] == [
+        (1, False, -1),
+        (1, False, -1),
+        (1, True, 0),
+        (2, False, 10),
+    ]
     config = LamerTrainConfig(out="unused", env="sokoban")  # γ_traj = 0.9
     solo = [("i", 0, steps), ("i", 1, [TrainStep(0.0, 1, False, "other", ())])]
     # Returns of trial 0, backwards: 10; the reflection 10; −1 + .9·10 = 8 (across attempts); −1 + .95·8 = 6.6.
@@ -86,8 +100,18 @@ def test_reflection_steps_sit_between_attempts_and_take_the_next_return() -> Non
 
 
 def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer) -> None:
-    config = LamerTrainConfig(env="minesweeper", env_options=TINY_MINES, out=str(tmp_path / "run"), tasks=2,
-                              tasks_per_step=1, group=2, attempts=2, steps=1, reflection_tokens=8, lr=1e-2)
+    config = LamerTrainConfig(
+        env="minesweeper",
+        env_options=TINY_MINES,
+        out=str(tmp_path / "run"),
+        tasks=2,
+        tasks_per_step=1,
+        group=2,
+        attempts=2,
+        steps=1,
+        reflection_tokens=8,
+        lr=1e-2,
+    )
     policy = tiny_policy(tokenizer)
     before = lora_weights(policy)
     metrics = train_lamer(config, policy=policy)

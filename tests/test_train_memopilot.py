@@ -92,8 +92,18 @@ def test_config_refuses_unknown_and_clashing_options() -> None:
 
 # ---- with the model ----------------------------------------------------------------------------------------------
 def tiny(tmp_path, **overrides) -> MemoPilotTrainConfig:
-    settings = {"opponents": ["cycle3", "biased"], "games": 2, "rounds": 2, "group": 2, "steps": 1, "lr": 5e-3,
-                "max_completion_length": 8, "micro_batch": 2, "eval_every": 0, "out": tmp_path / "run"}
+    settings = {
+        "opponents": ["cycle3", "biased"],
+        "games": 2,
+        "rounds": 2,
+        "group": 2,
+        "steps": 1,
+        "lr": 5e-3,
+        "max_completion_length": 8,
+        "micro_batch": 2,
+        "eval_every": 0,
+        "out": tmp_path / "run",
+    }
     return MemoPilotTrainConfig(**{**settings, **overrides})
 
 
@@ -112,8 +122,9 @@ def test_loss_logprobs_come_from_the_sampling_weights_and_temperature(trainer: M
     assert len(writes) == 2 and rewards.shape == (2, 1)
     samples = [w.sample for w in writes]
     with torch.no_grad():
-        recomputed, _ = trainer.policy.sequence_logprobs([s.prompt_ids for s in samples],
-                                                         [s.completion_ids for s in samples], 1.0)
+        recomputed, _ = trainer.policy.sequence_logprobs(
+            [s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0
+        )
     for row, s in enumerate(samples):
         assert torch.allclose(recomputed[row, : len(s.logprobs)], torch.tensor(s.logprobs), atol=1e-4)
     advantages = np.array([1.0, -0.5])

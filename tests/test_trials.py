@@ -46,8 +46,9 @@ def act_seed(attempt: int, step: int) -> int:
 
 def test_restart_replays_the_same_instance_in_every_attempt() -> None:
     env = make_env("sokoban")
-    trial = play_trial(env, RandomPlayer(), make_memory("none"), seed=7, attempts=3, early_stop=False,
-                       act_seed=act_seed)
+    trial = play_trial(
+        env, RandomPlayer(), make_memory("none"), seed=7, attempts=3, early_stop=False, act_seed=act_seed
+    )
     assert [e.index for e in trial.attempts] == [1, 2, 3]
     starts = {e.steps[0].observation for e in trial.attempts}
     assert starts == {make_env("sokoban").reset(7).text}
@@ -56,23 +57,32 @@ def test_restart_replays_the_same_instance_in_every_attempt() -> None:
 
 def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
     fake = FakeLLM(scripted_reply)
-    summary = run_trials(TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
-                         tmp_path / "run", llm_factory=lambda spec: fake)
+    summary = run_trials(
+        TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
+        tmp_path / "run",
+        llm_factory=lambda spec: fake,
+    )
     assert summary["success_at_k"] == [1.0, 1.0, 1.0]
     assert summary["mean_attempts"] == 1.0 and fake.calls == []  # no second attempt, so no reflection
     assert summary["instances"]["within_budget_rate"] == 1.0
 
 
 def test_without_memory_every_attempt_is_played_for_pass_at_k(tmp_path) -> None:
-    summary = run_trials(TrialConfig(env="sokoban", memory="none", player="scripted:oracle", tasks=2),
-                         tmp_path / "run")
+    summary = run_trials(TrialConfig(env="sokoban", memory="none", player="scripted:oracle", tasks=2), tmp_path / "run")
     assert summary["mean_attempts"] == 3.0 and summary["pass_at_k"] == [1.0, 1.0, 1.0]
 
 
 def _lamer_run(tmp_path, mode: str) -> tuple[list[dict], FakeLLM]:
     fake = FakeLLM(scripted_reply)
-    config = TrialConfig(env="sokoban", env_options=HOPELESS, memory="lamer", memory_options={"mode": mode},
-                         player="smollm2", tasks=1, attempts=2)  # served by the fake
+    config = TrialConfig(
+        env="sokoban",
+        env_options=HOPELESS,
+        memory="lamer",
+        memory_options={"mode": mode},
+        player="smollm2",
+        tasks=1,
+        attempts=2,
+    )  # served by the fake
     run_trials(config, tmp_path / mode, llm_factory=lambda spec: fake)
     records = [json.loads(line) for line in (tmp_path / mode / TASKS_FILE).read_text().splitlines()]
     return records, fake
@@ -86,7 +96,7 @@ def test_reflection_mode_shows_the_reflection_to_attempt_two(tmp_path) -> None:
     prompts = [c["messages"] for c in fake.calls]
     writes = [p for p in prompts if "<reflection>" in p[-1]["content"]]
     assert len(writes) == 1 and "Attempt 1 (score" in writes[0][-1]["content"]
-    later_player_prompts = prompts[prompts.index(writes[0]) + 1:]
+    later_player_prompts = prompts[prompts.index(writes[0]) + 1 :]
     assert later_player_prompts and all(REFLECTION in p[0]["content"] for p in later_player_prompts)
     assert record["memory"]["reflections"] == [f"After attempt 1: {REFLECTION}"]
 

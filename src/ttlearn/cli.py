@@ -66,15 +66,22 @@ def play(run: Run, replay: ReplayBook | None = None) -> None:
     start = time.perf_counter()
     try:
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}"), console=console, transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"),
+            console=console,
+            transient=False,
         ) as progress:
             bar = progress.add_task(
                 f"{run.config.env} · {run.config.memory}", total=run.config.games, completed=len(run.episodes), last=""
             )
             session.play(lambda ep: progress.update(bar, advance=1, last=f"game {ep.index}: {ep.score:+g}"))
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted after {len(run.episodes)} games; continue with:[/] ttlearn resume {run.path}")
+        console.print(
+            f"[yellow]interrupted after {len(run.episodes)} games; continue with:[/] ttlearn resume {run.path}"
+        )
         raise typer.Exit(130) from None
     finally:
         session.close()
@@ -90,7 +97,9 @@ def run(
     opponent: Optional[str] = typer.Option(None, help="Opponent of a game env, e.g. cycle3, beat-last, probe."),
     rounds: Optional[int] = typer.Option(None, help="RPS: rounds per game (default 20)."),
     hands: Optional[int] = typer.Option(None, help="Hold'em: hands per game."),
-    duplicate: Optional[bool] = typer.Option(None, "--duplicate", help="Hold'em: replay every deal with seats swapped."),
+    duplicate: Optional[bool] = typer.Option(
+        None, "--duplicate", help="Hold'em: replay every deal with seats swapped."
+    ),
     env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="Any other environment option, KEY=VALUE."),
     memory: str = typer.Option("none", help="Memory method: none, history, reflexion, … (see `ttlearn list`)."),
     memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="A memory option, KEY=VALUE."),
@@ -119,16 +128,30 @@ def run(
         if value is not None:
             env_options[key] = value
     config = RunConfig(
-        env=env, env_options=env_options, memory=memory, memory_options=parse_options(memory_opt, "--memory-opt"),
-        player=llm, writer=writer, games=games, seed=seed, temperature=temperature,
+        env=env,
+        env_options=env_options,
+        memory=memory,
+        memory_options=parse_options(memory_opt, "--memory-opt"),
+        player=llm,
+        writer=writer,
+        games=games,
+        seed=seed,
+        temperature=temperature,
         memory_from=str(memory_from) if memory_from else None,
     )
     out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
     if attempts or tasks or policy or memory == "lamer":
         trials = TrialConfig(
-            env=env, env_options=env_options, memory=memory, memory_options=config.memory_options,
-            player=f"hf:{policy}" if policy else llm, writer=writer, tasks=tasks or 10, attempts=attempts or 3,
-            seed=seed, temperature=temperature,
+            env=env,
+            env_options=env_options,
+            memory=memory,
+            memory_options=config.memory_options,
+            player=f"hf:{policy}" if policy else llm,
+            writer=writer,
+            tasks=tasks or 10,
+            attempts=attempts or 3,
+            seed=seed,
+            temperature=temperature,
         )
         play_trials(trials, out)
         return
@@ -140,15 +163,22 @@ def play_trials(config: TrialConfig, out: Path) -> None:
     """Run (or resume) a multi-attempt trial run with a progress bar, then print success@k."""
     validate_trials(config)
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"), console=console,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
     ) as progress:
-        bar = progress.add_task(f"{config.env} · {config.memory} · {config.attempts} attempts", total=config.tasks,
-                                last="")
+        bar = progress.add_task(
+            f"{config.env} · {config.memory} · {config.attempts} attempts", total=config.tasks, last=""
+        )
 
         def advance(done: int, total: int, record: dict[str, Any]) -> None:
             solved = record.get("first_success")
-            progress.update(bar, completed=done, last=f"task {done}: {'solved at ' + str(solved) if solved else 'unsolved'}")
+            progress.update(
+                bar, completed=done, last=f"task {done}: {'solved at ' + str(solved) if solved else 'unsolved'}"
+            )
 
         try:
             summary = run_trials(config, out, progress=advance)
@@ -278,8 +308,15 @@ def memory_inspect(
         table.add_column(column, overflow="fold")
     for item in store.inspect(namespace, limit=limit):
         last = "" if item.last_reward is None else f"{item.last_reward:+g}"
-        table.add_row(str(item.id), str(item.episode), f"{item.q_value:+.3f}", str(item.visits), last,
-                      item.intent[:60], item.experience[:120])
+        table.add_row(
+            str(item.id),
+            str(item.episode),
+            f"{item.q_value:+.3f}",
+            str(item.visits),
+            last,
+            item.intent[:60],
+            item.experience[:120],
+        )
     console.print(table)
 
 
@@ -299,8 +336,11 @@ def memory_explain(
         console.print(f"query: {record.query}", markup=False, highlight=False)
         for cand in record.candidates:
             mark = "→" if cand["id"] in record.chosen else " "
-            console.print(f"{mark} #{cand['id']}  sim {cand['sim']:.3f}  Q {cand['q']:+.3f}  score {cand['score']:+.3f}",
-                          markup=False, highlight=False)
+            console.print(
+                f"{mark} #{cand['id']}  sim {cand['sim']:.3f}  Q {cand['q']:+.3f}  score {cand['score']:+.3f}",
+                markup=False,
+                highlight=False,
+            )
 
 
 @memory_app.command("reembed")
@@ -364,21 +404,37 @@ def arena(
     env_options = parse_options(env_opt, "--env-opt")
     env_options.update({k: v for k, v in {"rounds": rounds, "hands": hands}.items() if v is not None})
     config = arena_mod.load_arena_config(
-        config_file, env=env, memories=_csv(memories), opponents=_csv(opponents), seeds=_seeds(seeds), games=games,
-        player=llm, writer=writer, temperature=temperature, env_options=env_options,
+        config_file,
+        env=env,
+        memories=_csv(memories),
+        opponents=_csv(opponents),
+        seeds=_seeds(seeds),
+        games=games,
+        player=llm,
+        writer=writer,
+        temperature=temperature,
+        env_options=env_options,
     )
     out = out or Path("runs") / f"arena-{config_file.stem if config_file else config.env}"
     todo, finished = arena_mod.prepare(config, out)
     if finished:
-        console.print(f"{len(finished)} of {len(todo) + len(finished)} runs already finished in {out}; playing the rest")
+        console.print(
+            f"{len(finished)} of {len(todo) + len(finished)} runs already finished in {out}; playing the rest"
+        )
     start = time.perf_counter()
     try:
         with Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[last]}"), console=console, transient=False,
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[last]}"),
+            console=console,
+            transient=False,
         ) as progress:
-            bar = progress.add_task(f"arena {config.env}", total=len(todo) + len(finished), completed=len(finished),
-                                    last="")
+            bar = progress.add_task(
+                f"arena {config.env}", total=len(todo) + len(finished), completed=len(finished), last=""
+            )
             for item, outcome in arena_mod.execute(todo, workers=workers, ray=ray, ray_address=ray_address):
                 progress.update(bar, advance=1, last=f"{item.name}: mean {outcome['mean_score']:+.2f}")
     except KeyboardInterrupt:
@@ -407,14 +463,21 @@ def report(out_dir: Path = typer.Argument(..., help="An arena folder (holding ru
     _print_report(write_report(out_dir), out_dir)
 
 
-train_app = typer.Typer(help="Train memory writers and agent policies by RL (needs the `train` extra).",
-                         no_args_is_help=True)
+train_app = typer.Typer(
+    help="Train memory writers and agent policies by RL (needs the `train` extra).", no_args_is_help=True
+)
 app.add_typer(train_app, name="train")
 
 
 def _train_progress(total: int) -> tuple[Progress, Callable[[int, dict[str, Any]], None]]:
-    progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TextColumn("{task.fields[last]}"), console=console)
+    progress = Progress(
+        TextColumn("[bold]training"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+    )
     bar = progress.add_task("train", total=total, last="")
 
     def advance(step: int, metrics: dict[str, Any]) -> None:
@@ -448,13 +511,26 @@ def train_lamer_command(
     from ttlearn.train.lamer import LamerTrainConfig, train_lamer
 
     config = LamerTrainConfig(
-        env=env, env_options=parse_options(env_opt, "--env-opt"), out=str(out), algo=algo, mode=mode, policy=policy,
-        tasks=tasks, tasks_per_step=tasks_per_step, group=group, attempts=attempts, steps=steps, lr=lr, seed=seed,
+        env=env,
+        env_options=parse_options(env_opt, "--env-opt"),
+        out=str(out),
+        algo=algo,
+        mode=mode,
+        policy=policy,
+        tasks=tasks,
+        tasks_per_step=tasks_per_step,
+        group=group,
+        attempts=attempts,
+        steps=steps,
+        lr=lr,
+        seed=seed,
     )
     progress, advance = _train_progress(steps)
     with progress:
         train_lamer(config, progress=advance)
-    console.print(f"final policy: [bold]{out / 'final'}[/] (use: ttlearn run {env} --memory lamer --policy {out / 'final'})")
+    console.print(
+        f"final policy: [bold]{out / 'final'}[/] (use: ttlearn run {env} --memory lamer --policy {out / 'final'})"
+    )
 
 
 @train_app.command("memopilot")
@@ -479,14 +555,27 @@ def train_memopilot_command(
     from ttlearn.train.memopilot import MemoPilotTrainConfig, train_memopilot
 
     config = MemoPilotTrainConfig(
-        env=env, opponents=[o for o in opponents.split(",") if o], games=games, rounds=rounds, group=group,
-        steps=steps, lr=lr, loss_type=loss_type, beta=beta, player=player, writer_base=writer_base,
-        eval_every=eval_every, seed=seed, out=out,
+        env=env,
+        opponents=[o for o in opponents.split(",") if o],
+        games=games,
+        rounds=rounds,
+        group=group,
+        steps=steps,
+        lr=lr,
+        loss_type=loss_type,
+        beta=beta,
+        player=player,
+        writer_base=writer_base,
+        eval_every=eval_every,
+        seed=seed,
+        out=out,
     )
     progress, advance = _train_progress(steps)
     with progress:
         train_memopilot(config, progress=advance)
-    console.print(f"final writer: [bold]{out / 'final'}[/] (use: ttlearn run rps --memory memopilot --writer {out / 'final'})")
+    console.print(
+        f"final writer: [bold]{out / 'final'}[/] (use: ttlearn run rps --memory memopilot --writer {out / 'final'})"
+    )
 
 
 @app.command("list")
@@ -497,7 +586,12 @@ def list_parts() -> None:
     from ttlearn.llm.base import LLMS
     from ttlearn.memory.base import MEMORIES
 
-    for title, registry in (("environments", ENVS), ("memories", MEMORIES), ("llms", LLMS), ("scripted players", PLAYERS)):
+    for title, registry in (
+        ("environments", ENVS),
+        ("memories", MEMORIES),
+        ("llms", LLMS),
+        ("scripted players", PLAYERS),
+    ):
         console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
 
 

@@ -51,9 +51,7 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
-            raise UnknownNameError(
-                f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}"
-            ) from None
+            raise UnknownNameError(f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}") from None
 
     def names(self) -> list[str]:
         self._discover()
@@ -67,8 +65,7 @@ class Registry(Generic[T]):
         unknown = sorted(set(options) - set(accepted) - set(reserved))
         if unknown:
             raise ValueError(
-                f"{self.kind} {name!r} has no option {', '.join(unknown)}; "
-                f"it accepts: {', '.join(accepted) or 'none'}"
+                f"{self.kind} {name!r} has no option {', '.join(unknown)}; it accepts: {', '.join(accepted) or 'none'}"
             )
 
     def build(self, name: str, *, reserved: tuple[str, ...] = (), **options: Any) -> Any:

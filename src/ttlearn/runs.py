@@ -118,9 +118,16 @@ class Run:
 
     def finish_game(self, episode: Episode, state: dict[str, Any]) -> None:
         """Make a finished game durable: snapshot, then its events and game record in one append."""
-        snapshot = {"game": episode.index, "hash": canonical_hash(state), "config": self.config.model_dump(), "state": state}
+        snapshot = {
+            "game": episode.index,
+            "hash": canonical_hash(state),
+            "config": self.config.model_dump(),
+            "state": state,
+        }
         _write_atomic(self.snapshot_path(episode.index), json.dumps(snapshot, ensure_ascii=False))
-        self._buffer.append({"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]})
+        self._buffer.append(
+            {"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]}
+        )
         block = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self._buffer)
         with open(self.path / "events.jsonl", "a", encoding="utf-8") as fh:
             fh.write(block)

@@ -95,8 +95,14 @@ class Session:
             llm.close()
 
 
-def play_episode(env: Env, player: Player, context: Callable[[str], str], run_seed: int, index: int,
-                 on_step: Callable[[int, Step, str], None] | None = None) -> Episode:
+def play_episode(
+    env: Env,
+    player: Player,
+    context: Callable[[str], str],
+    run_seed: int,
+    index: int,
+    on_step: Callable[[int, Step, str], None] | None = None,
+) -> Episode:
     """Episode `index` (1-based) of the sequence seeded `run_seed`; `context(env.task())` is the memory shown.
 
     Training plays its games through this same function, so a training sequence replays exactly as `ttlearn run
@@ -124,7 +130,7 @@ def play_episode(env: Env, player: Player, context: Callable[[str], str], run_se
 def make_player(spec: str, llm_factory: Callable[[str], LLM] = make_llm, temperature: float = 0.0) -> Player:
     """`scripted:NAME` → a registered scripted player; anything else → the frozen LLM player on that LLM spec."""
     if spec.startswith(SCRIPTED):
-        return PLAYERS.build(spec[len(SCRIPTED):])
+        return PLAYERS.build(spec[len(SCRIPTED) :])
     return LLMPlayer(llm_factory(spec), temperature=temperature)
 
 
@@ -148,7 +154,7 @@ def validate(cfg: RunConfig) -> Env:
         if spec is None:
             continue
         if spec.startswith(SCRIPTED):
-            PLAYERS.get(spec[len(SCRIPTED):])
+            PLAYERS.get(spec[len(SCRIPTED) :])
         else:
             LLMS.get(spec.partition(":")[0])
     if cfg.memory_from and not Path(cfg.memory_from).exists():

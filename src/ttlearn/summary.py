@@ -46,13 +46,21 @@ def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
 
 
 def print_summary(console: Console, summary: dict[str, Any], path: Path) -> None:
-    table = Table(title=f"{summary['config']['env']} · memory {summary['config']['memory']} · {summary['config']['player']}")
+    table = Table(
+        title=f"{summary['config']['env']} · memory {summary['config']['memory']} · {summary['config']['player']}"
+    )
     for column in ("game", "score", "cumulative", "steps", "invalid", "tokens", "LLM s", "wall s"):
         table.add_column(column, justify="right")
     for g in summary["games"]:
         table.add_row(
-            str(g["game"]), f"{g['score']:+g}", f"{g['cumulative']:+.2f}", str(g["steps"]), str(g["invalid"]),
-            str(g["tokens"]), f"{g['llm_s']:.1f}", f"{g['wall_s']:.1f}",
+            str(g["game"]),
+            f"{g['score']:+g}",
+            f"{g['cumulative']:+.2f}",
+            str(g["steps"]),
+            str(g["invalid"]),
+            str(g["tokens"]),
+            f"{g['llm_s']:.1f}",
+            f"{g['wall_s']:.1f}",
         )
     console.print(table)
     share = summary["llm_s"] / summary["played_s"] if summary["played_s"] else 0.0

@@ -141,8 +141,17 @@ def instance_facts(env: Env, moves_per_turn: int) -> dict[str, Any]:
     return facts
 
 
-def play_attempt(env: Env, player: Player, obs: Any, context: str, *, index: int, seed: int,
-                 act_seed: Callable[[int], int], mark: Mark | None = None) -> Episode:
+def play_attempt(
+    env: Env,
+    player: Player,
+    obs: Any,
+    context: str,
+    *,
+    index: int,
+    seed: int,
+    act_seed: Callable[[int], int],
+    mark: Mark | None = None,
+) -> Episode:
     """Play one attempt from `obs` to the end; the player sees `context` (the memory) at every decision."""
     player.begin_episode(env)
     task = env.task()
@@ -160,8 +169,18 @@ def play_attempt(env: Env, player: Player, obs: Any, context: str, *, index: int
     return Episode(index, seed, task, tuple(steps), env.score(), env.success(), info)
 
 
-def play_trial(env: Env, player: Player, memory: Memory, *, seed: int, attempts: int, early_stop: bool,
-               act_seed: Callable[[int, int], int], moves_per_turn: int = 1, mark: Mark | None = None) -> Trial:
+def play_trial(
+    env: Env,
+    player: Player,
+    memory: Memory,
+    *,
+    seed: int,
+    attempts: int,
+    early_stop: bool,
+    act_seed: Callable[[int, int], int],
+    moves_per_turn: int = 1,
+    mark: Mark | None = None,
+) -> Trial:
     """Up to `attempts` attempts at the instance `seed`, the memory writing between them (never after the last or
     after a success that ends the trial). `act_seed(attempt, step)` seeds each decision. The caller resets the
     memory; this function only feeds it."""
@@ -173,8 +192,9 @@ def play_trial(env: Env, player: Player, memory: Memory, *, seed: int, attempts:
         if index > 1:
             obs = env.restart()
         context = memory.context(env.task())
-        episode = play_attempt(env, player, obs, context, index=index, seed=seed,
-                               act_seed=functools.partial(act_seed, index), mark=mark)
+        episode = play_attempt(
+            env, player, obs, context, index=index, seed=seed, act_seed=functools.partial(act_seed, index), mark=mark
+        )
         trial.attempts.append(episode)
         if index == attempts or (episode.success and early_stop):
             break
@@ -224,7 +244,9 @@ def open_run_dir(out: Path, config: TrialConfig) -> list[dict[str, Any]]:
     if config_file.exists():
         saved = TrialConfig.model_validate_json(config_file.read_text())
         if saved != config:
-            raise FileExistsError(f"{out} holds a different trial run; resume it with its own config or use another --out")
+            raise FileExistsError(
+                f"{out} holds a different trial run; resume it with its own config or use another --out"
+            )
         return read_tasks(out)
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} exists and is not a trial run directory")
@@ -277,9 +299,15 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in records]
     first = [next((e.index for e in eps if e.success), None) for eps in attempts]
     summary: dict[str, Any] = {
-        "env": config.env, "memory": config.memory, "player": config.player, "tasks": len(records), "attempts": n,
+        "env": config.env,
+        "memory": config.memory,
+        "player": config.player,
+        "tasks": len(records),
+        "attempts": n,
         "success_at_k": success_at_k(first, n).tolist(),
-        "trajectory_entropy": mean_trajectory_entropy([[tuple(s.action for s in e.steps) for e in eps] for eps in attempts]),
+        "trajectory_entropy": mean_trajectory_entropy(
+            [[tuple(s.action for s in e.steps) for e in eps] for eps in attempts]
+        ),
         "mean_attempts": float(np.mean([len(eps) for eps in attempts])),
         "first_attempt_score": float(np.mean([eps[0].score for eps in attempts])),
         "invalid_rate": float(np.mean([not s.valid for eps in attempts for e in eps for s in e.steps])),
@@ -311,7 +339,7 @@ def validate_trials(config: TrialConfig) -> Env:
         if spec is None:
             continue
         if spec.startswith(SCRIPTED):
-            PLAYERS.get(spec[len(SCRIPTED):])
+            PLAYERS.get(spec[len(SCRIPTED) :])
         else:
             LLMS.get(spec.partition(":")[0])
     resolve_moves_per_turn(config.moves_per_turn, env)
@@ -346,7 +374,7 @@ def build_parts(config: TrialConfig, llm_factory: Callable[[str], LLM] = make_ll
 
     whole_turn = getattr(env, "actions_per_turn", 1)
     if config.player.startswith(SCRIPTED):  # scripted players write whole turns themselves
-        player: Player = PLAYERS.build(config.player[len(SCRIPTED):])
+        player: Player = PLAYERS.build(config.player[len(SCRIPTED) :])
         moves = whole_turn
     else:
         llm = recorded(config.player, "player")
@@ -372,8 +400,13 @@ def run_task(parts: TrialParts, config: TrialConfig, task: int, fresh: dict[str,
     parts.calls.clear()
     parts.memory.load(copy.deepcopy(fresh))
     trial = play_trial(
-        parts.env, parts.player, parts.memory, seed=task_seed(config, task), attempts=config.attempts,
-        early_stop=config.stops_early, moves_per_turn=parts.moves_per_turn,
+        parts.env,
+        parts.player,
+        parts.memory,
+        seed=task_seed(config, task),
+        attempts=config.attempts,
+        early_stop=config.stops_early,
+        moves_per_turn=parts.moves_per_turn,
         act_seed=lambda attempt, step: derive_seed(config.seed, "act", task, attempt, step),
     )
     attempts = []
@@ -382,14 +415,24 @@ def run_task(parts: TrialParts, config: TrialConfig, task: int, fresh: dict[str,
         data["info"].pop("rules", None)  # the same long text for every attempt; trials.json rebuilds it
         attempts.append(data)
     return {
-        "type": "task", "task": task, "seed": trial.seed, "first_success": trial.first_success,
-        "instance": trial.instance, "attempts": attempts, "memory": parts.memory.state(),
-        "calls": list(parts.calls), "wall_s": time.perf_counter() - start,
+        "type": "task",
+        "task": task,
+        "seed": trial.seed,
+        "first_success": trial.first_success,
+        "instance": trial.instance,
+        "attempts": attempts,
+        "memory": parts.memory.state(),
+        "calls": list(parts.calls),
+        "wall_s": time.perf_counter() - start,
     }
 
 
-def run_trials(config: TrialConfig, out: Path, progress: Callable[[int, int, dict[str, Any]], None] | None = None,
-               llm_factory: Callable[[str], LLM] = make_llm) -> dict[str, Any]:
+def run_trials(
+    config: TrialConfig,
+    out: Path,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    llm_factory: Callable[[str], LLM] = make_llm,
+) -> dict[str, Any]:
     """Play the tasks still missing from `out` (creating it, or resuming it with the same config) and write the
     summary. `progress(done, total, record)` is called after every finished task."""
     validate_trials(config)
@@ -418,8 +461,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     for k, value in enumerate(summary["success_at_k"], start=1):
         extra = f"  {summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
         lines.append(f"{k}  {value:.3f}{extra}")
-    lines.append(f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {summary['invalid_rate']:.1%}"
-                 f" · {summary['wall_s_per_task']:.1f} s/task")
+    lines.append(
+        f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {summary['invalid_rate']:.1%}"
+        f" · {summary['wall_s_per_task']:.1f} s/task"
+    )
     if summary["instances"]:
         lines.append("instances: " + json.dumps(summary["instances"]))
     return "\n".join(lines)

@@ -163,8 +163,14 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
             env_options = {**config.env_options, **({"opponent": opponent} if config.opponents else {})}
             for c in config.memories:
                 run_config = RunConfig(
-                    env=config.env, env_options=env_options, memory=c.name, memory_options=c.options,
-                    player=c.player or config.player, writer=config.writer, games=config.games, seed=seed,
+                    env=config.env,
+                    env_options=env_options,
+                    memory=c.name,
+                    memory_options=c.options,
+                    player=c.player or config.player,
+                    writer=config.writer,
+                    games=config.games,
+                    seed=seed,
                     temperature=config.temperature,
                 )
                 path = Path(out) / RUNS_DIR / c.label / opponent / f"seed{seed}"
@@ -190,10 +196,16 @@ def git_commit() -> str | None:
     """The commit of the ttlearn source tree (suffixed +dirty with local changes), or None outside a checkout."""
     here = Path(__file__).parent
     try:
-        head = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              check=False)
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=False)
+        head = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if head.returncode != 0:
@@ -257,8 +269,9 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def execute(items: list[PlanItem], workers: int | None = None, ray: bool = False,
-            ray_address: str | None = None) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
+def execute(
+    items: list[PlanItem], workers: int | None = None, ray: bool = False, ray_address: str | None = None
+) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
     """Play the items in parallel worker processes, or as Ray tasks with `ray`, yielding (item, outcome) as each
     finishes. Stops at the first failing run (after the runs in flight end) with `RunFailed`: every later run
     would most likely fail the same way."""
@@ -300,8 +313,13 @@ def _execute_ray(items: list[PlanItem], address: str | None) -> Iterator[tuple[P
         import ray
     except ImportError:
         raise ValueError("--ray needs Ray, which is not installed: pip install 'ray[default]'") from None
-    ray.init(address=address, runtime_env={"env_vars": SINGLE_THREAD_ENV}, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    ray.init(
+        address=address,
+        runtime_env={"env_vars": SINGLE_THREAD_ENV},
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(play_item)
         pending = {task.remote(str(item.path), item.config.model_dump_json()): item for item in items}

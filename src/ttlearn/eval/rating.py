@@ -55,8 +55,9 @@ def battles_from_results(results: Iterable[GameResult | Mapping[str, Any]]) -> l
         r = record if isinstance(record, GameResult) else GameResult(**record)
         scores = by_game[(r.opponent, r.seed, r.game)]
         if r.method in scores:
-            raise ValueError(f"method {r.method!r} has two results for opponent {r.opponent!r}, "
-                             f"seed {r.seed}, game {r.game}")
+            raise ValueError(
+                f"method {r.method!r} has two results for opponent {r.opponent!r}, seed {r.seed}, game {r.game}"
+            )
         scores[r.method] = float(r.score)
     battles = []
     for (opponent, seed, _game), scores in by_game.items():
@@ -84,10 +85,12 @@ class _Encoded:
             raise ValueError(f"a battle needs two different methods and score_a in {{0, 0.5, 1}}, got {bad[0]}")
         methods = sorted({x.a for x in battles} | {x.b for x in battles})
         index = {m: i for i, m in enumerate(methods)}
-        return cls(methods,
-                   np.array([index[x.a] for x in battles]),
-                   np.array([index[x.b] for x in battles]),
-                   np.array([x.score_a for x in battles]))
+        return cls(
+            methods,
+            np.array([index[x.a] for x in battles]),
+            np.array([index[x.b] for x in battles]),
+            np.array([x.score_a for x in battles]),
+        )
 
     def wins(self, weights: np.ndarray | None = None) -> np.ndarray:
         """W[i, j] = points i scored against j (ties half), each battle counted `weights` times."""
@@ -152,21 +155,25 @@ def _check_identifiable(encoded: _Encoded, wins: np.ndarray, prior: float) -> No
     connected = _reachable_from_first((wins + wins.T) > 0)
     if not connected.all():
         apart = [m for m, reached in zip(methods, connected) if not reached]
-        raise ValueError(f"the comparison graph is disconnected: {apart} never meet {methods[0]!r} through paired "
-                         "games, so their rating gap is undefined")
+        raise ValueError(
+            f"the comparison graph is disconnected: {apart} never meet {methods[0]!r} through paired "
+            "games, so their rating gap is undefined"
+        )
     scored = wins > 0
     if prior == 0 and not (_reachable_from_first(scored).all() and _reachable_from_first(scored.T).all()):
-        raise ValueError("with prior=0 the maximum-likelihood ratings diverge (some group of methods won or lost "
-                         "every battle against the rest); use prior > 0")
+        raise ValueError(
+            "with prior=0 the maximum-likelihood ratings diverge (some group of methods won or lost "
+            "every battle against the rest); use prior > 0"
+        )
 
 
-def _to_elo(theta: np.ndarray, methods: list[str], scale: float, base: float, anchor: float,
-            anchor_method: str | None) -> np.ndarray:
+def _to_elo(
+    theta: np.ndarray, methods: list[str], scale: float, base: float, anchor: float, anchor_method: str | None
+) -> np.ndarray:
     """R_i = anchor + scale · log_base(p_i) − shift, p_i = e^{θ_i}; the shift makes mean(R) = anchor, or
     R_{anchor_method} = anchor."""
     elo = scale * theta / math.log(base)
-    reference = elo.mean(axis=-1, keepdims=True) if anchor_method is None \
-        else elo[..., [methods.index(anchor_method)]]
+    reference = elo.mean(axis=-1, keepdims=True) if anchor_method is None else elo[..., [methods.index(anchor_method)]]
     return anchor + elo - reference
 
 
@@ -179,8 +186,14 @@ def _check_scale(scale: float, base: float, anchor_method: str | None, methods: 
         raise ValueError(f"anchor_method {anchor_method!r} is not among the rated methods {methods}")
 
 
-def bradley_terry(battles: list[Battle], scale: float = 400.0, base: float = 10.0, anchor: float = 1000.0,
-                  anchor_method: str | None = None, prior: float = DEFAULT_PRIOR) -> dict[str, float]:
+def bradley_terry(
+    battles: list[Battle],
+    scale: float = 400.0,
+    base: float = 10.0,
+    anchor: float = 1000.0,
+    anchor_method: str | None = None,
+    prior: float = DEFAULT_PRIOR,
+) -> dict[str, float]:
     """Maximum-likelihood Bradley–Terry ratings on the Elo scale, best first.
 
     Model: P(i beats j) = p_i / (p_i + p_j); a tie counts as half a win for each side. Reported as
@@ -196,10 +209,18 @@ def bradley_terry(battles: list[Battle], scale: float = 400.0, base: float = 10.
     return dict(sorted(zip(encoded.methods, ratings.tolist()), key=lambda item: -item[1]))
 
 
-def bootstrap_ci(battles: list[Battle], n_boot: int = 1000, block: Literal["sequence", "battle"] = "sequence",
-                 seed: int = 0, level: float = 0.95, scale: float = 400.0, base: float = 10.0,
-                 anchor: float = 1000.0, anchor_method: str | None = None,
-                 prior: float = DEFAULT_PRIOR) -> dict[str, tuple[float, float]]:
+def bootstrap_ci(
+    battles: list[Battle],
+    n_boot: int = 1000,
+    block: Literal["sequence", "battle"] = "sequence",
+    seed: int = 0,
+    level: float = 0.95,
+    scale: float = 400.0,
+    base: float = 10.0,
+    anchor: float = 1000.0,
+    anchor_method: str | None = None,
+    prior: float = DEFAULT_PRIOR,
+) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap confidence intervals of the Bradley–Terry Elo ratings, per method.
 
     Each replicate draws as many blocks as there are, with replacement, and refits: block="sequence" resamples

@@ -43,8 +43,7 @@ ELO_SCALE, ELO_ANCHOR = 400.0, 1000.0
 N_BOOT, BOOT_SEED = 1000, 0
 DIGITS = 4
 """Numbers in the report are rounded to this many decimals: far below any CI, and stable across platforms."""
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-           "#17becf")
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
 # ---- reading the records ------------------------------------------------------------------------------------------
@@ -66,14 +65,16 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
     runs = []
     for config_file in (out_dir / RUNS_DIR).glob("*/*/*/config.json"):
         run = Run.open(config_file.parent, repair=False)
-        runs.append(RecordedRun(
-            method=config_file.parent.parts[-3],
-            opponent=run.config.env_options.get("opponent", NO_OPPONENT),
-            seed=run.config.seed,
-            dir=config_file.parent.relative_to(out_dir).as_posix(),
-            config=run.config,
-            episodes=tuple(run.episodes),
-        ))
+        runs.append(
+            RecordedRun(
+                method=config_file.parent.parts[-3],
+                opponent=run.config.env_options.get("opponent", NO_OPPONENT),
+                seed=run.config.seed,
+                dir=config_file.parent.relative_to(out_dir).as_posix(),
+                config=run.config,
+                episodes=tuple(run.episodes),
+            )
+        )
     if not runs:
         raise FileNotFoundError(f"{out_dir} holds no arena runs ({RUNS_DIR}/<method>/<opponent>/seed<k>/config.json)")
     envs = sorted({r.config.env for r in runs})
@@ -96,15 +97,23 @@ def rating_section(runs: Sequence[RecordedRun]) -> dict[str, Any]:
     matrix, and per pair the battle points of each sequence (what each win-matrix cell links to)."""
     battles = battles_from_results(game_results(runs))
     methods = sorted({r.method for r in runs})
-    section: dict[str, Any] = {"scale": ELO_SCALE, "anchor": ELO_ANCHOR, "n_boot": N_BOOT, "bootstrap_seed": BOOT_SEED,
-                               "block": "sequence", "rows": [], "note": None, "win_matrix": None, "pairs": []}
+    section: dict[str, Any] = {
+        "scale": ELO_SCALE,
+        "anchor": ELO_ANCHOR,
+        "n_boot": N_BOOT,
+        "bootstrap_seed": BOOT_SEED,
+        "block": "sequence",
+        "rows": [],
+        "note": None,
+        "win_matrix": None,
+        "pairs": [],
+    }
     if len(methods) < 2:
         section["note"] = "only one method: there is nothing to rate"
         return section
     try:
         elo = bradley_terry(battles, scale=ELO_SCALE, anchor=ELO_ANCHOR)
-        cis = bootstrap_ci(battles, n_boot=N_BOOT, block="sequence", seed=BOOT_SEED, scale=ELO_SCALE,
-                           anchor=ELO_ANCHOR)
+        cis = bootstrap_ci(battles, n_boot=N_BOOT, block="sequence", seed=BOOT_SEED, scale=ELO_SCALE, anchor=ELO_ANCHOR)
     except ValueError as exc:  # no paired games, or a disconnected comparison graph
         section["note"] = f"no ratings: {exc}"
         return section
@@ -118,21 +127,43 @@ def rating_section(runs: Sequence[RecordedRun]) -> dict[str, Any]:
         points[b.b] += 1 - b.score_a
         per_pair[(b.a, b.b)][b.sequence].append(b.score_a)
     for method, rank in rank_with_ties(elo, cis).items():
-        section["rows"].append({
-            "method": method, "rank": rank, "elo": _round(elo[method]), "ci_low": _round(cis[method][0]),
-            "ci_high": _round(cis[method][1]), "battles": counts[method],
-            "win_rate": _round(points[method] / counts[method]),
-        })
+        section["rows"].append(
+            {
+                "method": method,
+                "rank": rank,
+                "elo": _round(elo[method]),
+                "ci_low": _round(cis[method][0]),
+                "ci_high": _round(cis[method][1]),
+                "battles": counts[method],
+                "win_rate": _round(points[method] / counts[method]),
+            }
+        )
     names, rate, games = win_matrix(battles)
-    section["win_matrix"] = {"methods": names, "rate": [[_round(x) for x in row] for row in rate.tolist()],
-                             "games": games.tolist()}
+    section["win_matrix"] = {
+        "methods": names,
+        "rate": [[_round(x) for x in row] for row in rate.tolist()],
+        "games": games.tolist(),
+    }
     dirs = {(r.method, r.opponent, r.seed): r.dir for r in runs}
     for (a, b), sequences in sorted(per_pair.items()):
-        section["pairs"].append({"a": a, "b": b, "sequences": [
-            {"opponent": opp, "seed": seed, "battles": len(s), "points_a": sum(s), "points_b": len(s) - sum(s),
-             "dir_a": dirs[(a, opp, seed)], "dir_b": dirs[(b, opp, seed)]}
-            for (opp, seed), s in sorted(sequences.items())
-        ]})
+        section["pairs"].append(
+            {
+                "a": a,
+                "b": b,
+                "sequences": [
+                    {
+                        "opponent": opp,
+                        "seed": seed,
+                        "battles": len(s),
+                        "points_a": sum(s),
+                        "points_b": len(s) - sum(s),
+                        "dir_a": dirs[(a, opp, seed)],
+                        "dir_b": dirs[(b, opp, seed)],
+                    }
+                    for (opp, seed), s in sorted(sequences.items())
+                ],
+            }
+        )
     return section
 
 
@@ -160,12 +191,20 @@ def scores_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
     rows = []
     for (method, opponent), cell in sorted(cells.items()):
         mean, half = _mean_and_half_width([float(np.mean([e.score for e in r.episodes])) for r in cell])
-        row = {"method": method, "opponent": opponent, "mean": mean, "half_width": half, "seeds": len(cell),
-               "mbb_per_hand": None, "mbb_half_width": None}
+        row = {
+            "method": method,
+            "opponent": opponent,
+            "mean": mean,
+            "half_width": half,
+            "seeds": len(cell),
+            "mbb_per_hand": None,
+            "mbb_half_width": None,
+        }
         hands = [[_hands(e) for e in r.episodes] for r in cell]
         if all(h for per_run in hands for h in per_run):
             row["mbb_per_hand"], row["mbb_half_width"] = _mean_and_half_width(
-                [mbb_per_hand(sum(e.score for e in r.episodes), sum(h)) for r, h in zip(cell, hands)])
+                [mbb_per_hand(sum(e.score for e in r.episodes), sum(h)) for r, h in zip(cell, hands)]
+            )
         rows.append(row)
     return rows
 
@@ -207,8 +246,12 @@ def success_section(runs: Sequence[RecordedRun]) -> dict[str, list[float]]:
         return {}
     k_max = max(len(t) for by_trial in trials.values() for t in by_trial.values())
     return {
-        method: [_round(x) for x in success_at_k(
-            [next((i + 1 for i, ok in enumerate(t) if ok), None) for t in by_trial.values()], k_max)]
+        method: [
+            _round(x)
+            for x in success_at_k(
+                [next((i + 1 for i, ok in enumerate(t) if ok), None) for t in by_trial.values()], k_max
+            )
+        ]
         for method, by_trial in sorted(trials.items())
     }
 
@@ -223,15 +266,20 @@ def costs_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
         steps = sum(len(e.steps) for e in episodes)
         tokens = sum(e.info.get("prompt_tokens", 0) + e.info.get("completion_tokens", 0) for e in episodes)
         flags = [e.success for e in episodes]
-        rows.append({
-            "method": method, "games": len(episodes), "steps": steps,
-            "invalid_rate": _round(sum(e.invalid_actions for e in episodes) / steps) if steps else None,
-            "success_rate": _round(sum(map(bool, flags)) / len(flags)) if flags and None not in flags else None,
-            "tokens": tokens, "tokens_per_game": _round(tokens / len(episodes)) if episodes else None,
-            "llm_calls": sum(e.info.get("llm_calls", 0) for e in episodes),
-            "llm_s": _round(sum(e.info.get("llm_s", 0.0) for e in episodes)),
-            "wall_s": _round(sum(e.info.get("wall_s", 0.0) for e in episodes)),
-        })
+        rows.append(
+            {
+                "method": method,
+                "games": len(episodes),
+                "steps": steps,
+                "invalid_rate": _round(sum(e.invalid_actions for e in episodes) / steps) if steps else None,
+                "success_rate": _round(sum(map(bool, flags)) / len(flags)) if flags and None not in flags else None,
+                "tokens": tokens,
+                "tokens_per_game": _round(tokens / len(episodes)) if episodes else None,
+                "llm_calls": sum(e.info.get("llm_calls", 0) for e in episodes),
+                "llm_s": _round(sum(e.info.get("llm_s", 0.0) for e in episodes)),
+                "wall_s": _round(sum(e.info.get("wall_s", 0.0) for e in episodes)),
+            }
+        )
     return rows
 
 
@@ -242,8 +290,15 @@ def provenance_section(out_dir: Path, runs: Sequence[RecordedRun]) -> dict[str, 
     arena = json.loads(arena_file.read_text()) if arena_file.exists() else {}
     methods = {}
     for r in runs:
-        methods.setdefault(r.method, {"memory": r.config.memory, "memory_options": r.config.memory_options,
-                                      "player": r.config.player, "writer": r.config.writer})
+        methods.setdefault(
+            r.method,
+            {
+                "memory": r.config.memory,
+                "memory_options": r.config.memory_options,
+                "player": r.config.player,
+                "writer": r.config.writer,
+            },
+        )
     return {
         "env": runs[0].config.env,
         "arena_config": arena.get("config"),
@@ -269,9 +324,15 @@ def build_report(out_dir: Path) -> dict[str, Any]:
         "success_at_k": success_section(runs),
         "costs": costs_section(runs),
         "runs": [
-            {"method": r.method, "opponent": r.opponent, "seed": r.seed, "dir": r.dir, "games": r.config.games,
-             "scores": [_round(e.score) for e in r.episodes],
-             "summary": (Path(out_dir) / r.dir / "summary.json").exists()}
+            {
+                "method": r.method,
+                "opponent": r.opponent,
+                "seed": r.seed,
+                "dir": r.dir,
+                "games": r.config.games,
+                "scores": [_round(e.score) for e in r.episodes],
+                "summary": (Path(out_dir) / r.dir / "summary.json").exists(),
+            }
             for r in runs
         ],
     }
@@ -280,8 +341,9 @@ def build_report(out_dir: Path) -> dict[str, Any]:
 def write_report(out_dir: Path) -> dict[str, Any]:
     """Build the report and write OUT/report.json and OUT/report.html; returns the report."""
     report = build_report(out_dir)
-    (Path(out_dir) / REPORT_JSON).write_text(json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n",
-                                             encoding="utf-8")
+    (Path(out_dir) / REPORT_JSON).write_text(
+        json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
     (Path(out_dir) / REPORT_HTML).write_text(render_html(report), encoding="utf-8")
     return report
 
@@ -293,8 +355,14 @@ def elo_table(report: dict[str, Any]) -> Table:
     for column in ("rank", "method", "Elo", "95 % CI", "battles", "win rate"):
         table.add_column(column, justify="left" if column == "method" else "right")
     for row in ratings["rows"]:
-        table.add_row(str(row["rank"]), row["method"], f"{row['elo']:.0f}",
-                      f"{row['ci_low']:.0f} – {row['ci_high']:.0f}", str(row["battles"]), f"{row['win_rate']:.0%}")
+        table.add_row(
+            str(row["rank"]),
+            row["method"],
+            f"{row['elo']:.0f}",
+            f"{row['ci_low']:.0f} – {row['ci_high']:.0f}",
+            str(row["battles"]),
+            f"{row['win_rate']:.0%}",
+        )
     if ratings["note"]:
         table.caption = ratings["note"]
     return table
@@ -349,20 +417,30 @@ class _Frame:
     def axes(self, title: str, x_label: str, y_label: str, kind: str, y_grid: bool = True) -> list[str]:
         """The opening tag, title, grid, tick labels and axis labels (no horizontal grid with y_grid=False)."""
         w, h = self.width, self.height
-        parts = [(f'<svg class="chart" data-chart="{kind}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
-                  f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>'),
-                 f'<text class="title" x="{w / 2:.1f}" y="16" text-anchor="middle">{escape(title)}</text>']
+        parts = [
+            (
+                f'<svg class="chart" data-chart="{kind}" viewBox="0 0 {w} {h}" width="{w}" height="{h}" '
+                f'role="img" aria-label="{escape(title)}"><title>{escape(title)}</title>'
+            ),
+            f'<text class="title" x="{w / 2:.1f}" y="16" text-anchor="middle">{escape(title)}</text>',
+        ]
         x0, x1, y0, y1 = self.left, w - self.right, self.top, h - self.bottom
         for v in self.y_ticks if y_grid else ():
-            parts.append(f'<line class="grid" x1="{x0}" x2="{x1}" y1="{self.y(v):.1f}" y2="{self.y(v):.1f}"/>'
-                         f'<text x="{x0 - 6}" y="{self.y(v) + 4:.1f}" text-anchor="end">{v:g}</text>')
+            parts.append(
+                f'<line class="grid" x1="{x0}" x2="{x1}" y1="{self.y(v):.1f}" y2="{self.y(v):.1f}"/>'
+                f'<text x="{x0 - 6}" y="{self.y(v) + 4:.1f}" text-anchor="end">{v:g}</text>'
+            )
         for v in self.x_ticks:
-            parts.append(f'<line class="grid" x1="{self.x(v):.1f}" x2="{self.x(v):.1f}" y1="{y0}" y2="{y1}"/>'
-                         f'<text x="{self.x(v):.1f}" y="{y1 + 16}" text-anchor="middle">{v:g}</text>')
+            parts.append(
+                f'<line class="grid" x1="{self.x(v):.1f}" x2="{self.x(v):.1f}" y1="{y0}" y2="{y1}"/>'
+                f'<text x="{self.x(v):.1f}" y="{y1 + 16}" text-anchor="middle">{v:g}</text>'
+            )
         parts.append(f'<rect class="frame" x="{x0}" y="{y0}" width="{x1 - x0}" height="{y1 - y0}"/>')
         parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{h - 6}" text-anchor="middle">{escape(x_label)}</text>')
-        parts.append(f'<text x="14" y="{(y0 + y1) / 2:.1f}" text-anchor="middle" '
-                     f'transform="rotate(-90 14 {(y0 + y1) / 2:.1f})">{escape(y_label)}</text>')
+        parts.append(
+            f'<text x="14" y="{(y0 + y1) / 2:.1f}" text-anchor="middle" '
+            f'transform="rotate(-90 14 {(y0 + y1) / 2:.1f})">{escape(y_label)}</text>'
+        )
         return parts
 
 
@@ -376,28 +454,38 @@ def line_chart(series: Sequence[dict[str, Any]], title: str, x_label: str, y_lab
     means = [v for s in series for v in s["y"]]
     bands = [v for s in series for key in ("low", "high") for v in s[key] if v is not None]
     xs = [x for s in series for x in s["x"]]
-    frame = _Frame(720, 300, 56, 170, 28, 40, nice_ticks(min(xs), max(xs), 8, min_step=1),
-                   nice_ticks(*plot_range(means, bands)))
+    frame = _Frame(
+        720, 300, 56, 170, 28, 40, nice_ticks(min(xs), max(xs), 8, min_step=1), nice_ticks(*plot_range(means, bands))
+    )
     clip = f"clip-{_slug(kind, title)}"
     parts = frame.axes(title, x_label, y_label, kind)
-    parts.append(f'<clipPath id="{clip}"><rect x="{frame.left}" y="{frame.top}" '
-                 f'width="{frame.width - frame.left - frame.right}" height="{frame.height - frame.top - frame.bottom}"'
-                 '/></clipPath>')
+    parts.append(
+        f'<clipPath id="{clip}"><rect x="{frame.left}" y="{frame.top}" '
+        f'width="{frame.width - frame.left - frame.right}" height="{frame.height - frame.top - frame.bottom}"'
+        "/></clipPath>"
+    )
     if frame.y_ticks[0] < 0 < frame.y_ticks[-1]:
-        parts.append(f'<line class="zero" x1="{frame.left}" x2="{frame.width - frame.right}" '
-                     f'y1="{frame.y(0):.1f}" y2="{frame.y(0):.1f}"/>')
+        parts.append(
+            f'<line class="zero" x1="{frame.left}" x2="{frame.width - frame.right}" '
+            f'y1="{frame.y(0):.1f}" y2="{frame.y(0):.1f}"/>'
+        )
     for i, s in enumerate(series):
         band = [(x, lo, hi) for x, lo, hi in zip(s["x"], s["low"], s["high"]) if lo is not None]
         if band:
-            outline = _points(frame, [b[0] for b in band], [b[2] for b in band]) + " " + \
-                _points(frame, [b[0] for b in reversed(band)], [b[1] for b in reversed(band)])
+            outline = (
+                _points(frame, [b[0] for b in band], [b[2] for b in band])
+                + " "
+                + _points(frame, [b[0] for b in reversed(band)], [b[1] for b in reversed(band)])
+            )
             parts.append(f'<polygon class="band" fill="{s["color"]}" clip-path="url(#{clip})" points="{outline}"/>')
         parts.append(f'<polyline class="line" stroke="{s["color"]}" points="{_points(frame, s["x"], s["y"])}"/>')
         legend_y = frame.top + 14 + 18 * i
         legend_x = frame.width - frame.right + 12
-        parts.append(f'<line class="line" stroke="{s["color"]}" x1="{legend_x}" x2="{legend_x + 18}" '
-                     f'y1="{legend_y - 4}" y2="{legend_y - 4}"/>'
-                     f'<text x="{legend_x + 24}" y="{legend_y}">{escape(s["name"])}</text>')
+        parts.append(
+            f'<line class="line" stroke="{s["color"]}" x1="{legend_x}" x2="{legend_x + 18}" '
+            f'y1="{legend_y - 4}" y2="{legend_y - 4}"/>'
+            f'<text x="{legend_x + 24}" y="{legend_y}">{escape(s["name"])}</text>'
+        )
     return "\n".join([*parts, "</svg>"])
 
 
@@ -405,17 +493,22 @@ def interval_chart(rows: Sequence[dict[str, Any]], title: str, x_label: str, ref
     """A forest plot: one row per entry (name, color, value, low, high), a dot on a whisker, and a dashed line at
     `reference`."""
     values = [v for r in rows for v in (r["low"], r["high"], r["value"])] + [reference]
-    frame = _Frame(720, 60 + 26 * len(rows), 150, 30, 28, 40, nice_ticks(min(values), max(values)),
-                   [0.0, float(len(rows))])
+    frame = _Frame(
+        720, 60 + 26 * len(rows), 150, 30, 28, 40, nice_ticks(min(values), max(values)), [0.0, float(len(rows))]
+    )
     parts = frame.axes(title, x_label, "", "elo", y_grid=False)
-    parts.append(f'<line class="zero" x1="{frame.x(reference):.1f}" x2="{frame.x(reference):.1f}" '
-                 f'y1="{frame.top}" y2="{frame.height - frame.bottom}"/>')
+    parts.append(
+        f'<line class="zero" x1="{frame.x(reference):.1f}" x2="{frame.x(reference):.1f}" '
+        f'y1="{frame.top}" y2="{frame.height - frame.bottom}"/>'
+    )
     for i, r in enumerate(rows):
         y = frame.y(len(rows) - i - 0.5)
-        parts.append(f'<text x="{frame.left - 8}" y="{y + 4:.1f}" text-anchor="end">{escape(r["name"])}</text>'
-                     f'<line class="whisker" stroke="{r["color"]}" x1="{frame.x(r["low"]):.1f}" '
-                     f'x2="{frame.x(r["high"]):.1f}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                     f'<circle fill="{r["color"]}" cx="{frame.x(r["value"]):.1f}" cy="{y:.1f}" r="5"/>')
+        parts.append(
+            f'<text x="{frame.left - 8}" y="{y + 4:.1f}" text-anchor="end">{escape(r["name"])}</text>'
+            f'<line class="whisker" stroke="{r["color"]}" x1="{frame.x(r["low"]):.1f}" '
+            f'x2="{frame.x(r["high"]):.1f}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<circle fill="{r["color"]}" cx="{frame.x(r["value"]):.1f}" cy="{y:.1f}" r="5"/>'
+        )
     return "\n".join([*parts, "</svg>"])
 
 
@@ -443,20 +536,56 @@ def _charts(report: dict[str, Any]) -> dict[str, Any]:
     rows = report["ratings"]["rows"]
     charts: dict[str, Any] = {"elo": None, "curves": {}, "success": None, "colors": colors}
     if rows:
-        charts["elo"] = Markup(interval_chart(
-            [{"name": r["method"], "color": colors[r["method"]], "value": r["elo"], "low": r["ci_low"],
-              "high": r["ci_high"]} for r in rows],
-            "Bradley–Terry Elo with 95 % block-bootstrap intervals", "Elo", ELO_ANCHOR))
+        charts["elo"] = Markup(
+            interval_chart(
+                [
+                    {
+                        "name": r["method"],
+                        "color": colors[r["method"]],
+                        "value": r["elo"],
+                        "low": r["ci_low"],
+                        "high": r["ci_high"],
+                    }
+                    for r in rows
+                ],
+                "Bradley–Terry Elo with 95 % block-bootstrap intervals",
+                "Elo",
+                ELO_ANCHOR,
+            )
+        )
     for opponent, by_method in report["curves"].items():
-        charts["curves"][opponent] = Markup(line_chart(
-            [{"name": m, "color": colors[m], "x": c["t"], "y": c["mean"], "low": c["low"], "high": c["high"]}
-             for m, c in by_method.items()],
-            f"Cumulative performance vs {opponent}", "game", "running mean score", "cumulative"))
+        charts["curves"][opponent] = Markup(
+            line_chart(
+                [
+                    {"name": m, "color": colors[m], "x": c["t"], "y": c["mean"], "low": c["low"], "high": c["high"]}
+                    for m, c in by_method.items()
+                ],
+                f"Cumulative performance vs {opponent}",
+                "game",
+                "running mean score",
+                "cumulative",
+            )
+        )
     if report["success_at_k"]:
-        charts["success"] = Markup(line_chart(
-            [{"name": m, "color": colors[m], "x": list(range(1, len(v) + 1)), "y": v, "low": [None] * len(v),
-              "high": [None] * len(v)} for m, v in report["success_at_k"].items()],
-            "success@k over sequential attempts", "attempts k", "share of trials solved", "success"))
+        charts["success"] = Markup(
+            line_chart(
+                [
+                    {
+                        "name": m,
+                        "color": colors[m],
+                        "x": list(range(1, len(v) + 1)),
+                        "y": v,
+                        "low": [None] * len(v),
+                        "high": [None] * len(v),
+                    }
+                    for m, v in report["success_at_k"].items()
+                ],
+                "success@k over sequential attempts",
+                "attempts k",
+                "share of trials solved",
+                "success",
+            )
+        )
     return charts
 
 
@@ -469,7 +598,11 @@ def render_html(report: dict[str, Any]) -> str:
     for r in report["runs"]:
         runs_by_cell[(r["method"], r["opponent"])].append(r)
     return env.from_string(_TEMPLATE).render(
-        r=report, p=report["provenance"], charts=_charts(report), scores=scores, runs_by_cell=runs_by_cell,
+        r=report,
+        p=report["provenance"],
+        charts=_charts(report),
+        scores=scores,
+        runs_by_cell=runs_by_cell,
         arena_json=json.dumps(report["provenance"]["arena_config"], indent=2, sort_keys=True),
         holdem=any(row["mbb_per_hand"] is not None for row in report["scores"]),
     )

@@ -42,8 +42,6 @@ PROBE_TEXT = "<|im_start|>user\nWhich move beats rock?<|im_end|>\n<|im_start|>as
 CONVERSION_VERSION = 1  # bump when the cached layout changes so stale caches are rebuilt
 
 
-
-
 # ---- loading ----------------------------------------------------------------------------------------------------
 def clear_quantizer_marks(model: Any) -> None:
     """Forget that the weights came from a GGUF file. transformers keeps a GGUF "quantizer" on the model even though
@@ -203,8 +201,11 @@ class HFPolicy(LLM):
         from peft import LoraConfig, get_peft_model
 
         config = LoraConfig(
-            r=options.r, lora_alpha=options.alpha, lora_dropout=options.dropout,
-            target_modules=list(options.target_modules), task_type="CAUSAL_LM",
+            r=options.r,
+            lora_alpha=options.alpha,
+            lora_dropout=options.dropout,
+            target_modules=list(options.target_modules),
+            task_type="CAUSAL_LM",
         )
         self.model = get_peft_model(self.model, config)  # freezes every base weight
         self.lora = options
@@ -229,18 +230,37 @@ class HFPolicy(LLM):
         return self.tokenizer.encode(plain_answer(choice), add_special_tokens=False)
 
     # ---- sampling and scoring -----------------------------------------------------------------------------------
-    def sample(self, prompts: Sequence[Sequence[Message]], *, max_new_tokens: int = 128, temperature: float = 1.0,
-               seed: int = 0, stop: Sequence[str] = ()) -> list[Sample]:
+    def sample(
+        self,
+        prompts: Sequence[Sequence[Message]],
+        *,
+        max_new_tokens: int = 128,
+        temperature: float = 1.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+    ) -> list[Sample]:
         """Sample one completion per prompt, batched with a KV cache, recording each token's log-prob.
 
         Tokens are drawn from softmax(logits / T) with a generator seeded by `seed` (T = 0: argmax). A row ends at
         an end-of-turn token or when its text contains a `stop` string (the text is cut there; the ids are kept).
         """
-        return self.sample_ids([self.encode(m) for m in prompts], max_new_tokens=max_new_tokens,
-                               temperature=temperature, seed=seed, stop=stop)
+        return self.sample_ids(
+            [self.encode(m) for m in prompts],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            seed=seed,
+            stop=stop,
+        )
 
-    def sample_ids(self, prompt_ids: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
-                   seed: int, stop: Sequence[str] = ()) -> list[Sample]:
+    def sample_ids(
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        stop: Sequence[str] = (),
+    ) -> list[Sample]:
         """`sample` for prompts that are already token ids."""
         import torch
 
@@ -261,8 +281,14 @@ class HFPolicy(LLM):
         inputs, positions, cache = ids, positions_from_mask(mask), None
         with torch.no_grad(), _eval_mode(self.model):
             for _ in range(max_new_tokens):
-                out = self.model(input_ids=inputs, attention_mask=mask, position_ids=positions,
-                                 use_cache=True, logits_to_keep=1, **{self.cache_arg: cache})
+                out = self.model(
+                    input_ids=inputs,
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self.cache_arg: cache},
+                )
                 cache, logits = out[self.cache_arg], out.logits[:, -1].float()
                 if temperature == 0:
                     token = logits.argmax(-1)
@@ -281,7 +307,7 @@ class HFPolicy(LLM):
                 inputs, positions = token[:, None], positions[:, -1:] + 1
         tokens = torch.stack(drawn, dim=1).tolist()
         values = torch.stack(logps, dim=1).tolist()
-        lengths = mask[:, ids.shape[1]:].sum(dim=1).tolist()
+        lengths = mask[:, ids.shape[1] :].sum(dim=1).tolist()
         return [
             self._make_sample(prompt_ids[i], tokens[i][: lengths[i]], values[i][: lengths[i]], bool(ended[i]), stop)
             for i in range(batch)
@@ -293,11 +319,13 @@ class HFPolicy(LLM):
         if not stop:
             return torch.zeros(drawn[0].shape[0], dtype=torch.bool)
         rows = torch.stack(drawn, dim=1).tolist()
-        return torch.tensor([any(s in self.tokenizer.decode(row, skip_special_tokens=True) for s in stop)
-                             for row in rows])
+        return torch.tensor(
+            [any(s in self.tokenizer.decode(row, skip_special_tokens=True) for s in stop) for row in rows]
+        )
 
-    def _make_sample(self, prompt: Sequence[int], completion: list[int], logprobs: list[float], ended: bool,
-                     stop: Sequence[str]) -> Sample:
+    def _make_sample(
+        self, prompt: Sequence[int], completion: list[int], logprobs: list[float], ended: bool, stop: Sequence[str]
+    ) -> Sample:
         text = self.tokenizer.decode(completion, skip_special_tokens=True)
         for s in stop:
             text = text.split(s, 1)[0]
@@ -312,12 +340,13 @@ class HFPolicy(LLM):
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, row in enumerate(rows):
-            ids[i, width - len(row):] = torch.tensor(list(row))
-            mask[i, width - len(row):] = 1
+            ids[i, width - len(row) :] = torch.tensor(list(row))
+            mask[i, width - len(row) :] = 1
         return ids, mask
 
-    def sequence_logprobs(self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]],
-                          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def sequence_logprobs(
+        self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], temperature: float = 1.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """log p(c_k | prompt, c_<k) at temperature T for every completion token, in one batched forward pass.
 
         Returns (logprobs [B, C], mask [B, C]) with C the longest completion; padded entries are 0 with mask 0.
@@ -342,8 +371,12 @@ class HFPolicy(LLM):
         if width == 0:
             return torch.zeros(completions.shape), completion_mask.bool()
         mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        logits = self.model(input_ids=torch.cat([prompts, completions], dim=1), attention_mask=mask,
-                            position_ids=positions_from_mask(mask), logits_to_keep=width + 1).logits[:, :-1]
+        logits = self.model(
+            input_ids=torch.cat([prompts, completions], dim=1),
+            attention_mask=mask,
+            position_ids=positions_from_mask(mask),
+            logits_to_keep=width + 1,
+        ).logits[:, :-1]
         logprobs = token_logprobs(logits, completions, temperature or 1.0)
         return logprobs.masked_fill(completion_mask == 0, 0.0), completion_mask.bool()
 
@@ -357,8 +390,16 @@ class HFPolicy(LLM):
         return {c: float(total) for c, total in zip(choices, logprobs.sum(dim=1).tolist())}
 
     # ---- the LLM protocol ---------------------------------------------------------------------------------------
-    def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
-                 seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        choices: Sequence[str] | None = None,
+    ) -> Completion:
         start = time.perf_counter()
         prompt = self.encode(messages)
         if choices:

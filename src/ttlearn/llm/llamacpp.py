@@ -123,8 +123,12 @@ class LlamaCpp(LLM):
         threads = n_threads or default_threads()
         with native_stderr_silenced():
             self.model = Llama(
-                model_path=str(model_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                seed=0, verbose=False,
+                model_path=str(model_path),
+                n_ctx=n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                seed=0,
+                verbose=False,
             )
         self.spec = spec
         self.template = self.model.metadata.get("tokenizer.chat_template")
@@ -188,8 +192,16 @@ class LlamaCpp(LLM):
         return scores
 
     # ---- protocol ---------------------------------------------------------------------------------------------
-    def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
-                 seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        choices: Sequence[str] | None = None,
+    ) -> Completion:
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
         if choices:

@@ -18,7 +18,6 @@ from typing import Any, Sequence
 from ttlearn.llm.base import LLM, LLMS, LLMError, Message
 from ttlearn.types import Completion
 
-
 CHOICE_FORMATS = (
     lambda schema: {"type": "json_schema", "json_schema": {"name": "action", "schema": schema}},
     lambda schema: {"type": "json_object", "schema": schema},
@@ -29,8 +28,9 @@ CHOICE_FORMATS = (
 class OpenAIChat(LLM):
     supports_choices = True
 
-    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0,
-                 retries: int = 2) -> None:
+    def __init__(
+        self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0, retries: int = 2
+    ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"openai back end needs an http(s) base URL, got {base_url!r}")
         self.base_url, self.model = base_url.rstrip("/"), model
@@ -70,8 +70,16 @@ class OpenAIChat(LLM):
                 self._formats.pop(0)  # this server spells structured output another way
         return self._post(payload)  # no structured output at all: free text for the agent's parser
 
-    def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
-                 seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        choices: Sequence[str] | None = None,
+    ) -> Completion:
         payload: dict[str, Any] = {
             "model": self.model,
             "messages": list(messages),

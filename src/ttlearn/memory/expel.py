@@ -239,8 +239,13 @@ class ExpelMemory(Memory):
     # ---- learning -------------------------------------------------------------------------------------------------
     def observe(self, episode: Episode) -> None:
         assert self.llm is not None
-        entry = {"index": episode.index, "task": episode.task, "log": episode_log(episode), "score": episode.score,
-                 "success": episode.success}
+        entry = {
+            "index": episode.index,
+            "task": episode.task,
+            "log": episode_log(episode),
+            "score": episode.score,
+            "success": episode.success,
+        }
         messages = [
             {"role": "system", "content": episode.info.get("rules", episode.task)},
             {"role": "user", "content": self._prompt(entry)},

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.llm.base import LLM
+from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.types import Episode
 
 

@@ -56,8 +56,15 @@ class LamerMemory(Memory):
     name = "lamer"
     needs_llm = True
 
-    def __init__(self, llm: LLM | None = None, mode: Mode = "reflection", keep: int = 2, max_tokens: int = 96,
-                 max_chars: int = 400, temperature: float = 0.0) -> None:
+    def __init__(
+        self,
+        llm: LLM | None = None,
+        mode: Mode = "reflection",
+        keep: int = 2,
+        max_tokens: int = 96,
+        max_chars: int = 400,
+        temperature: float = 0.0,
+    ) -> None:
         super().__init__(llm)
         if mode not in MODES:
             raise ValueError(f"lamer mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -79,22 +86,28 @@ class LamerMemory(Memory):
         if self.mode in ("history", "both") and self.logs:
             parts.append("Your earlier attempts at this level:\n" + "\n".join(self.logs))
         if self.reflects and self.reflections:
-            parts.append("Your reflections on earlier attempts at this level:\n"
-                         + "\n".join(f"- {r}" for r in self.reflections))
+            parts.append(
+                "Your reflections on earlier attempts at this level:\n" + "\n".join(f"- {r}" for r in self.reflections)
+            )
         return "\n\n".join(parts)
 
     def observe(self, episode: Episode) -> None:
         if self.mode in ("history", "both"):
-            self.logs = (self.logs + [attempt_log(episode)])[-self.keep:]
+            self.logs = (self.logs + [attempt_log(episode)])[-self.keep :]
         if not self.reflects:
             return
         assert self.llm is not None
         messages = reflection_messages(episode.info.get("rules", episode.task), episode, self.reflections)
-        reply = self.llm.complete(messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                                  seed=episode.seed + episode.index, stop=[CLOSE])
+        reply = self.llm.complete(
+            messages,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=episode.seed + episode.index,
+            stop=[CLOSE],
+        )
         text = extract_reflection(reply.text, self.max_chars)
         if text:
-            self.reflections = (self.reflections + [f"After attempt {episode.index}: {text}"])[-self.keep:]
+            self.reflections = (self.reflections + [f"After attempt {episode.index}: {text}"])[-self.keep :]
 
     def state(self) -> dict[str, Any]:
         return {"reflections": list(self.reflections), "logs": list(self.logs)}

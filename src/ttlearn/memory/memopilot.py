@@ -27,7 +27,10 @@ def writer_messages(rules: str, memory: str, episode: Episode, words: int) -> li
     """The input of G_θ: the game's rules, the previous memory m_{t−1} and the trajectory e_t."""
     return [
         {"role": "system", "content": rules},
-        {"role": "user", "content": WRITER_PROMPT.format(memory=memory or "(none yet)", log=episode_log(episode), words=words)},
+        {
+            "role": "user",
+            "content": WRITER_PROMPT.format(memory=memory or "(none yet)", log=episode_log(episode), words=words),
+        },
     ]
 
 
@@ -45,8 +48,14 @@ class MemoPilotMemory(Memory):
     name = "memopilot"
     needs_llm = True
 
-    def __init__(self, llm: LLM | None = None, max_chars: int = 400, words: int = 40, max_tokens: int = 80,
-                 temperature: float = 0.0) -> None:
+    def __init__(
+        self,
+        llm: LLM | None = None,
+        max_chars: int = 400,
+        words: int = 40,
+        max_tokens: int = 80,
+        temperature: float = 0.0,
+    ) -> None:
         super().__init__(llm)
         if max_chars < 20 or words < 3 or max_tokens < 8:
             raise ValueError("memopilot needs max_chars >= 20, words >= 3 and max_tokens >= 8")

@@ -107,8 +107,9 @@ class LamerTrainConfig(BaseModel):
 
 
 # ---- the policy as the trial loop's LLM, keeping what the loss needs ---------------------------------------------
-def choice_logprobs(policy: HFPolicy, prompt: Sequence[int], answers: Sequence[Sequence[int]],
-                    temperature: float) -> torch.Tensor:
+def choice_logprobs(
+    policy: HFPolicy, prompt: Sequence[int], answers: Sequence[Sequence[int]], temperature: float
+) -> torch.Tensor:
     """log π(a | prompt) = log_softmax_a(score(a) / T) with score(a) = Σ_k log p(a_k | prompt, a_<k) at T = 1.
 
     The prompt goes through the model once; its KV cache is repeated for the K answers, which are scored together
@@ -131,8 +132,11 @@ def choice_logprobs(policy: HFPolicy, prompt: Sequence[int], answers: Sequence[S
     if width > 1:
         cache.batch_repeat_interleave(k)
         logits = policy.model(
-            input_ids=rows[:, :-1], attention_mask=torch.cat([torch.ones((k, length), dtype=torch.long), mask[:, :-1]], 1),
-            position_ids=(length + torch.arange(width - 1)).expand(k, -1), use_cache=False, **{policy.cache_arg: cache},
+            input_ids=rows[:, :-1],
+            attention_mask=torch.cat([torch.ones((k, length), dtype=torch.long), mask[:, :-1]], 1),
+            position_ids=(length + torch.arange(width - 1)).expand(k, -1),
+            use_cache=False,
+            **{policy.cache_arg: cache},
         ).logits
         later = torch.log_softmax(logits.float(), dim=-1).gather(-1, rows[:, 1:, None]).squeeze(-1)
         scores = scores + (later * mask[:, 1:]).sum(dim=1)
@@ -168,8 +172,16 @@ class PolicyRecorder(LLM):
     def mark(self, kind: str, attempt: int, step: int) -> None:
         self.tag = (kind, attempt, step)
 
-    def complete(self, messages: Sequence[Message], *, max_tokens: int = 128, temperature: float = 0.0,
-                 seed: int = 0, stop: Sequence[str] = (), choices: Sequence[str] | None = None) -> Completion:
+    def complete(
+        self,
+        messages: Sequence[Message],
+        *,
+        max_tokens: int = 128,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        choices: Sequence[str] | None = None,
+    ) -> Completion:
         import torch
 
         if temperature <= 0:
@@ -184,8 +196,9 @@ class PolicyRecorder(LLM):
             self.records.append(ActionRecord(self.tag, tuple(prompt), answers, chosen, float(logps[chosen])))
             scores = dict(zip(choices, logps.tolist()))
             return Completion(choices[chosen], len(prompt), 0, time.perf_counter() - start, choice_logprobs=scores)
-        (sample,) = self.policy.sample_ids([prompt], max_new_tokens=max_tokens, temperature=temperature,
-                                          seed=seed, stop=stop)
+        (sample,) = self.policy.sample_ids(
+            [prompt], max_new_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop
+        )
         self.records.append(TextRecord(self.tag, sample))
         return Completion(sample.text.strip(), len(prompt), len(sample.completion_ids), time.perf_counter() - start)
 
@@ -214,12 +227,20 @@ def trial_steps(trial: Trial, records: list[ActionRecord | TextRecord]) -> list[
     steps = []
     for episode in trial.attempts:
         for index, step in enumerate(episode.steps):
-            steps.append(TrainStep(step.reward, episode.index, False, step.observation,
-                                   tuple(by_tag.get(("act", episode.index, index), ()))))
+            steps.append(
+                TrainStep(
+                    step.reward,
+                    episode.index,
+                    False,
+                    step.observation,
+                    tuple(by_tag.get(("act", episode.index, index), ())),
+                )
+            )
         written = by_tag.get(("reflect", episode.index, 0), [])
         if written:
-            steps.append(TrainStep(0.0, episode.index, True, ("reflection", written[0].sample.prompt_ids),
-                                   tuple(written)))
+            steps.append(
+                TrainStep(0.0, episode.index, True, ("reflection", written[0].sample.prompt_ids), tuple(written))
+            )
     return steps
 
 
@@ -230,8 +251,15 @@ def step_advantages(trials: list[tuple[Any, Any, list[TrainStep]]], config: Lame
     rewards, returns, groups, trial_ids, anchors = [], [], [], [], []
     for instance, trial_id, steps in trials:
         r = [s.reward for s in steps]
-        returns.extend(cross_episode_returns(r, [s.attempt for s in steps], [s.reflection for s in steps],
-                                             gamma_step=config.gamma_step, gamma_traj=config.discount_across()))
+        returns.extend(
+            cross_episode_returns(
+                r,
+                [s.attempt for s in steps],
+                [s.reflection for s in steps],
+                gamma_step=config.gamma_step,
+                gamma_traj=config.discount_across(),
+            )
+        )
         rewards.extend(r)
         groups.extend([instance] * len(steps))
         trial_ids.extend([trial_id] * len(steps))
@@ -243,8 +271,9 @@ def step_advantages(trials: list[tuple[Any, Any, list[TrainStep]]], config: Lame
 
 
 # ---- the update --------------------------------------------------------------------------------------------------
-def record_logprobs(policy: HFPolicy, record: ActionRecord | TextRecord, temperature: float
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def record_logprobs(
+    policy: HFPolicy, record: ActionRecord | TextRecord, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(log-probs with gradients [1, L], the sampling-time ones [1, L]) of one decision or reflection."""
     import torch
 
@@ -255,8 +284,9 @@ def record_logprobs(policy: HFPolicy, record: ActionRecord | TextRecord, tempera
     return logp, torch.tensor([record.sample.logprobs])
 
 
-def update(policy: HFPolicy, optimizer: Any, rows: list[tuple[ActionRecord | TextRecord, float]],
-           config: LamerTrainConfig) -> dict[str, float]:
+def update(
+    policy: HFPolicy, optimizer: Any, rows: list[tuple[ActionRecord | TextRecord, float]], config: LamerTrainConfig
+) -> dict[str, float]:
     """One optimiser step on `policy_loss` with TRL's "grpo" aggregation: (1/B) Σ_rows mean over the row's tokens.
 
     The sum splits by row, so each row is backpropagated on its own (memory stays one row deep); rows with zero
@@ -277,8 +307,13 @@ def update(policy: HFPolicy, optimizer: Any, rows: list[tuple[ActionRecord | Tex
         used += 1
     norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.max_grad_norm)
     optimizer.step()
-    return {"loss": total, "rows": len(rows), "rows_trained": used, "grad_norm": float(norm),
-            "clip_fraction": clipped / max(used, 1)}
+    return {
+        "loss": total,
+        "rows": len(rows),
+        "rows_trained": used,
+        "grad_norm": float(norm),
+        "clip_fraction": clipped / max(used, 1),
+    }
 
 
 # ---- the loop ----------------------------------------------------------------------------------------------------
@@ -298,8 +333,9 @@ def make_player(recorder: PolicyRecorder, env: Env, config: LamerTrainConfig) ->
     return (TurnPlayer(player, moves) if moves > 1 else player), moves
 
 
-def collect(policy: HFPolicy, env: Env, config: LamerTrainConfig, step: int
-            ) -> tuple[list[tuple[Any, Any, list[TrainStep]]], list[Trial]]:
+def collect(
+    policy: HFPolicy, env: Env, config: LamerTrainConfig, step: int
+) -> tuple[list[tuple[Any, Any, list[TrainStep]]], list[Trial]]:
     """Play every trial of one step; returns (instance, trial id, steps) per trial and the trials themselves."""
     recorder = PolicyRecorder(policy)
     player, moves = make_player(recorder, env, config)
@@ -307,11 +343,26 @@ def collect(policy: HFPolicy, env: Env, config: LamerTrainConfig, step: int
     batch, trials = [], []
     for instance in step_instances(config, step):
         for j in range(n_trials):
-            memory = make_memory("lamer", recorder, mode=config.mode, temperature=config.temperature,
-                                 max_tokens=config.reflection_tokens) if config.reflects else make_memory("none")
+            memory = (
+                make_memory(
+                    "lamer",
+                    recorder,
+                    mode=config.mode,
+                    temperature=config.temperature,
+                    max_tokens=config.reflection_tokens,
+                )
+                if config.reflects
+                else make_memory("none")
+            )
             trial = play_trial(
-                env, player, memory, seed=pool_seed(config, instance), attempts=attempts, early_stop=True,
-                moves_per_turn=moves, mark=recorder.mark,
+                env,
+                player,
+                memory,
+                seed=pool_seed(config, instance),
+                attempts=attempts,
+                early_stop=True,
+                moves_per_turn=moves,
+                mark=recorder.mark,
                 act_seed=lambda a, s, i=instance, j=j: derive_seed(config.seed, "train-act", step, i, j, a, s),
             )
             batch.append((instance, j, trial_steps(trial, recorder.take())))
@@ -365,8 +416,11 @@ def open_train_dir(config: LamerTrainConfig) -> int:
         done = max(checkpoint_steps(out), default=0)
         metrics = out / "metrics.jsonl"
         if metrics.exists():
-            kept = [line for line in metrics.read_text().splitlines(keepends=True)
-                    if line.endswith("\n") and _step_of(line) is not None and _step_of(line) <= done]
+            kept = [
+                line
+                for line in metrics.read_text().splitlines(keepends=True)
+                if line.endswith("\n") and _step_of(line) is not None and _step_of(line) <= done
+            ]
             metrics.write_text("".join(kept))
         config_file.write_text(config.model_dump_json(indent=2))
         return done
@@ -382,13 +436,23 @@ def _step_of(line: str) -> int | None:
         return None
 
 
-def train_lamer(config: LamerTrainConfig, progress: Callable[[int, dict[str, Any]], None] | None = None,
-                policy: HFPolicy | None = None) -> dict[str, Any]:
+def train_lamer(
+    config: LamerTrainConfig,
+    progress: Callable[[int, dict[str, Any]], None] | None = None,
+    policy: HFPolicy | None = None,
+) -> dict[str, Any]:
     """Train (or resume training) and return the last step's metrics. `policy` overrides `config.policy` (tests)."""
     import torch
 
-    env = validate_trials(TrialConfig(env=config.env, env_options=config.env_options, memory="none",
-                                      player="hf", moves_per_turn=config.moves_per_turn))
+    env = validate_trials(
+        TrialConfig(
+            env=config.env,
+            env_options=config.env_options,
+            memory="none",
+            player="hf",
+            moves_per_turn=config.moves_per_turn,
+        )
+    )
     out = Path(config.out)
     done = open_train_dir(config)
     policy = policy or load_policy(config)
@@ -411,9 +475,13 @@ def train_lamer(config: LamerTrainConfig, progress: Callable[[int, dict[str, Any
         stats = update(policy, optimizer, rows, config)
         if not np.isfinite(stats["loss"]):
             raise FloatingPointError(f"non-finite loss at step {step}: {stats}")
-        metrics = {"step": step, **stats, **trial_metrics(trials),
-                   "reflections": sum(isinstance(r, TextRecord) for r, _ in rows),
-                   "wall_s": time.perf_counter() - start}
+        metrics = {
+            "step": step,
+            **stats,
+            **trial_metrics(trials),
+            "reflections": sum(isinstance(r, TextRecord) for r, _ in rows),
+            "wall_s": time.perf_counter() - start,
+        }
         with open(out / "metrics.jsonl", "a", encoding="utf-8") as fh:
             fh.write(json.dumps(metrics) + "\n")
         if step % config.save_every == 0 or step == config.steps:

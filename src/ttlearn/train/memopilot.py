@@ -198,9 +198,16 @@ def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
     return out
 
 
-def policy_update(policy: HFPolicy, optimizer: torch.optim.Optimizer, writes: Sequence[Write],
-                  advantages: np.ndarray, config: MemoPilotTrainConfig, *, global_tokens: int | None = None,
-                  step: bool = True) -> dict[str, float]:
+def policy_update(
+    policy: HFPolicy,
+    optimizer: torch.optim.Optimizer,
+    writes: Sequence[Write],
+    advantages: np.ndarray,
+    config: MemoPilotTrainConfig,
+    *,
+    global_tokens: int | None = None,
+    step: bool = True,
+) -> dict[str, float]:
     """`ppo_epochs` optimiser steps of `policy_loss` on the writes' completion tokens, old log-probs = sampled ones.
 
     Returns stats of the first epoch's loss (the number a resumed run must reproduce) and of the last step's
@@ -221,9 +228,14 @@ def policy_update(policy: HFPolicy, optimizer: torch.optim.Optimizer, writes: Se
     refs: list[torch.Tensor | None] = [None] * len(chunks)
     if config.beta:
         with torch.no_grad(), policy.adapters_disabled():
-            refs = [policy.sequence_logprobs([writes[i].sample.prompt_ids for i in c],
-                                             [writes[i].sample.completion_ids for i in c], config.temperature)[0]
-                    for c in chunks]
+            refs = [
+                policy.sequence_logprobs(
+                    [writes[i].sample.prompt_ids for i in c],
+                    [writes[i].sample.completion_ids for i in c],
+                    config.temperature,
+                )[0]
+                for c in chunks
+            ]
     first: dict[str, float] = {}
     policy.model.train()
     try:
@@ -231,13 +243,21 @@ def policy_update(policy: HFPolicy, optimizer: torch.optim.Optimizer, writes: Se
             totals = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0}
             for chunk, ref in zip(chunks, refs):
                 batch = [writes[i].sample for i in chunk]
-                logp, mask = policy.sequence_logprobs([s.prompt_ids for s in batch],
-                                                      [s.completion_ids for s in batch], config.temperature)
+                logp, mask = policy.sequence_logprobs(
+                    [s.prompt_ids for s in batch], [s.completion_ids for s in batch], config.temperature
+                )
                 old = _padded([s.logprobs for s in batch], logp.shape[1])
                 loss, stats = policy_loss(
-                    logp, old, torch.tensor(advantages[list(chunk)], dtype=logp.dtype), mask,
-                    epsilon=config.epsilon, epsilon_high=config.epsilon_high, beta=config.beta, ref_logp=ref,
-                    loss_type=config.loss_type, max_completion_length=config.max_completion_length,
+                    logp,
+                    old,
+                    torch.tensor(advantages[list(chunk)], dtype=logp.dtype),
+                    mask,
+                    epsilon=config.epsilon,
+                    epsilon_high=config.epsilon_high,
+                    beta=config.beta,
+                    ref_logp=ref,
+                    loss_type=config.loss_type,
+                    max_completion_length=config.max_completion_length,
                     num_items_in_batch=num_items,
                 )
                 chunk_tokens = sum(tokens[i] for i in chunk)
@@ -264,8 +284,9 @@ def policy_update(policy: HFPolicy, optimizer: torch.optim.Optimizer, writes: Se
 class MemoPilotTrainer:
     """Holds the writer, the frozen player and the optimiser; `train()` runs the remaining steps."""
 
-    def __init__(self, config: MemoPilotTrainConfig, *, player: Player | None = None,
-                 progress: Progress | None = None) -> None:
+    def __init__(
+        self, config: MemoPilotTrainConfig, *, player: Player | None = None, progress: Progress | None = None
+    ) -> None:
         import torch
 
         from ttlearn.llm.hf import HFPolicy, LoraOptions
@@ -278,8 +299,12 @@ class MemoPilotTrainer:
             self.make_env(opponent, config.seed)
         self._claim_run_directory()
         torch.manual_seed(config.seed)  # identical LoRA initialisation on every rank
-        lora = LoraOptions(r=config.lora_r, alpha=config.lora_alpha, dropout=config.lora_dropout,
-                           target_modules=tuple(config.lora_targets))
+        lora = LoraOptions(
+            r=config.lora_r,
+            alpha=config.lora_alpha,
+            dropout=config.lora_dropout,
+            target_modules=tuple(config.lora_targets),
+        )
         self.policy = HFPolicy.from_source(config.writer_base, lora=lora)
         self.params = self.policy.trainable_parameters()
         _broadcast(self.params)
@@ -293,21 +318,30 @@ class MemoPilotTrainer:
         return make_env(cfg.env, **{**cfg.env_options, "opponent": opponent, "rounds": cfg.rounds, "seed": seed})
 
     # ---- rollouts -------------------------------------------------------------------------------------------------
-    def rollout(self, sequence: int, opponent: str, seed: int, rollouts: Sequence[int], temperature: float,
-                sample_seed: int) -> tuple[list[Write], np.ndarray, float]:
+    def rollout(
+        self, sequence: int, opponent: str, seed: int, rollouts: Sequence[int], temperature: float, sample_seed: int
+    ) -> tuple[list[Write], np.ndarray, float]:
         """Play `rollouts` (indices into the group) of one sequence: (writes, rewards [len, T−1], game-1 reward)."""
         cfg = self.config
         envs = [self.make_env(opponent, seed) for _ in rollouts]
-        first = play_episode(envs[0], self.player, fixed_memory(""), seed, 1)  # no memory yet: the same game in every rollout
+        first = play_episode(
+            envs[0], self.player, fixed_memory(""), seed, 1
+        )  # no memory yet: the same game in every rollout
         episodes, memories = [first] * len(rollouts), [""] * len(rollouts)
         rewards = np.zeros((len(rollouts), cfg.games - 1))
         writes: list[Write] = []
         for turn in range(1, cfg.games):
             prompts = [writer_messages(e.info["rules"], m, e, cfg.memory_words) for e, m in zip(episodes, memories)]
-            samples = self.policy.sample(prompts, max_new_tokens=cfg.max_completion_length, temperature=temperature,
-                                         seed=derive_seed(sample_seed, turn))
+            samples = self.policy.sample(
+                prompts,
+                max_new_tokens=cfg.max_completion_length,
+                temperature=temperature,
+                seed=derive_seed(sample_seed, turn),
+            )
             memories = [bound_memory(s.text, cfg.memory_chars) for s in samples]
-            episodes = [play_episode(env, self.player, fixed_memory(m), seed, turn + 1) for env, m in zip(envs, memories)]
+            episodes = [
+                play_episode(env, self.player, fixed_memory(m), seed, turn + 1) for env, m in zip(envs, memories)
+            ]
             rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes]
             writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, samples)]
         return writes, rewards, first.score / cfg.rounds
@@ -316,8 +350,10 @@ class MemoPilotTrainer:
         """(index, opponent, seed) of the step's training sequences; opponents cycle across steps."""
         n = self.config.sequences_per_step
         opponents = self.config.opponents
-        return [(k, opponents[k % len(opponents)], derive_seed(self.config.seed, "sequence", k))
-                for k in range(step * n, (step + 1) * n)]
+        return [
+            (k, opponents[k % len(opponents)], derive_seed(self.config.seed, "sequence", k))
+            for k in range(step * n, (step + 1) * n)
+        ]
 
     # ---- one step -------------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, Any]:
@@ -327,8 +363,9 @@ class MemoPilotTrainer:
         rewards: dict[int, np.ndarray] = {}
         first_game = []
         for k, opponent, seed in self.sequences(step):
-            mine, local, first = self.rollout(k, opponent, seed, self.rollouts, cfg.temperature,
-                                              derive_seed(cfg.seed, "write", k, self.rank))
+            mine, local, first = self.rollout(
+                k, opponent, seed, self.rollouts, cfg.temperature, derive_seed(cfg.seed, "write", k, self.rank)
+            )
             full = np.zeros((cfg.group, cfg.games - 1))
             full[self.rollouts] = local
             rewards[k] = _all_sum(full)
@@ -343,19 +380,21 @@ class MemoPilotTrainer:
         update_s = time.perf_counter() - update_start
         processed = sum(len(w.sample.prompt_ids) + len(w.sample.completion_ids) for w in writes) * cfg.ppo_epochs
         table = np.stack(list(rewards.values()))  # [S, G, T−1]
-        all_adv = np.concatenate([turn_level_advantages(r, scale=cfg.scale_rewards).ravel()
-                                  for r in rewards.values()])
+        all_adv = np.concatenate([turn_level_advantages(r, scale=cfg.scale_rewards).ravel() for r in rewards.values()])
         metrics = {
             "step": step + 1,
             "sequences": [{"opponent": o, "seed": s} for _, o, s in self.sequences(step)],
             "reward_mean": table.mean(axis=(0, 1)).round(6).tolist(),
             "reward_std": table.std(axis=1, ddof=1).mean(axis=0).round(6).tolist(),
             "first_game_reward": float(np.mean(first_game)),
-            "advantage_mean": float(all_adv.mean()), "advantage_std": float(all_adv.std()),
+            "advantage_mean": float(all_adv.mean()),
+            "advantage_std": float(all_adv.std()),
             "advantage_abs_mean": float(np.abs(all_adv).mean()),
             **{k: v for k, v in stats.items() if k != "kl" or cfg.beta},
             "tokens_per_s": processed / update_s,
-            "rollout_s": rollout_s, "update_s": update_s, "wall_s": time.perf_counter() - start,
+            "rollout_s": rollout_s,
+            "update_s": update_s,
+            "wall_s": time.perf_counter() - start,
         }
         return metrics
 
@@ -389,7 +428,9 @@ class MemoPilotTrainer:
         key = (opponent, seed)
         if key not in self._no_memory:
             env = self.make_env(opponent, seed)
-            scores = [play_episode(env, self.player, fixed_memory(""), seed, g).score for g in range(2, self.config.games + 1)]
+            scores = [
+                play_episode(env, self.player, fixed_memory(""), seed, g).score for g in range(2, self.config.games + 1)
+            ]
             self._no_memory[key] = float(np.mean(scores)) / self.config.rounds
         return self._no_memory[key]
 
@@ -426,13 +467,16 @@ class MemoPilotTrainer:
             scratch = self.out / f".{target.name}.partial"
             shutil.rmtree(scratch, ignore_errors=True)
             self.policy.save_adapter(scratch)
-            torch.save({
-                "step": self.step,
-                "optimizer": self.optimizer.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "python_rng": random.getstate(),
-                "numpy_rng": np.random.get_state(),
-            }, scratch / STATE_FILE)
+            torch.save(
+                {
+                    "step": self.step,
+                    "optimizer": self.optimizer.state_dict(),
+                    "torch_rng": torch.get_rng_state(),
+                    "python_rng": random.getstate(),
+                    "numpy_rng": np.random.get_state(),
+                },
+                scratch / STATE_FILE,
+            )
             (scratch / "metrics.json").write_text(json.dumps(metrics, indent=2))
             shutil.rmtree(target, ignore_errors=True)
             os.replace(scratch, target)
@@ -452,11 +496,14 @@ class MemoPilotTrainer:
         current = json.loads(self.config.model_dump_json())
         if saved_config.is_file():
             before = json.loads(saved_config.read_text())
-            changed = sorted(k for k in set(before) | set(current)
-                             if k not in RESUMABLE and before.get(k) != current.get(k))
+            changed = sorted(
+                k for k in set(before) | set(current) if k not in RESUMABLE and before.get(k) != current.get(k)
+            )
             if changed:
-                raise ValueError(f"{self.out} holds a run with different settings ({', '.join(changed)}); "
-                                 "use another --out or the same settings")
+                raise ValueError(
+                    f"{self.out} holds a run with different settings ({', '.join(changed)}); "
+                    "use another --out or the same settings"
+                )
         _barrier()
         if self.rank == 0:
             self.out.mkdir(parents=True, exist_ok=True)
