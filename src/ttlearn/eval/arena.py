@@ -58,7 +58,8 @@ class Contestant(BaseModel):
     """One entry of the arena: a memory method with its options, shown in the tables as `label`.
 
     `player` overrides the arena's player, for reference entries such as a `scripted:random` floor or a
-    `scripted:oracle` ceiling. A plain string in YAML or on the command line is a memory name without options.
+    `scripted:oracle` ceiling; `writer` overrides the memory writer (e.g. a trained MemoPilot writer beside the
+    untrained one). A plain string in YAML or on the command line is a memory name without options.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -67,6 +68,7 @@ class Contestant(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     label: str = ""
     player: str | None = None
+    writer: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -168,7 +170,7 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
                     memory=c.name,
                     memory_options=c.options,
                     player=c.player or config.player,
-                    writer=config.writer,
+                    writer=c.writer or config.writer,
                     games=config.games,
                     seed=seed,
                     temperature=config.temperature,
