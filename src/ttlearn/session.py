@@ -146,8 +146,8 @@ def _latest_state(source: Path) -> dict[str, Any]:
     return json.loads(source.read_text())["state"]
 
 
-def validate(cfg: RunConfig) -> Env:
-    """Check every name and option of a config before any model loads or any directory is written."""
+def validate_parts(cfg: Any) -> Env:
+    """Check the environment, memory and LLM specs of a run or trial config; returns the built environment."""
     env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
     MEMORIES.check(cfg.memory, cfg.memory_options, reserved=("llm",))
     for spec in (cfg.player, cfg.writer):
@@ -157,6 +157,17 @@ def validate(cfg: RunConfig) -> Env:
             PLAYERS.get(spec[len(SCRIPTED) :])
         else:
             LLMS.get(spec.partition(":")[0])
+    return env
+
+
+def writer_spec(cfg: Any) -> str:
+    """The memory writer's LLM: the configured one, else the player's LLM, else (scripted player) the default."""
+    return cfg.writer or (DEFAULT_LLM if cfg.player.startswith(SCRIPTED) else cfg.player)
+
+
+def validate(cfg: RunConfig) -> Env:
+    """Check every name and option of a config before any model loads or any directory is written."""
+    env = validate_parts(cfg)
     if cfg.memory_from and not Path(cfg.memory_from).exists():
         raise FileNotFoundError(f"--memory-from {cfg.memory_from} does not exist")
     return env
@@ -178,7 +189,7 @@ def build_session(run: Run, replay: ReplayBook | None = None, llm_factory: Calla
     player = make_player(cfg.player, lambda spec: recorded(spec, "player"), cfg.temperature)
     writer: LLM | None = None
     if MEMORIES.get(cfg.memory).needs_llm:
-        spec = cfg.writer or (DEFAULT_LLM if cfg.player.startswith(SCRIPTED) else cfg.player)
+        spec = writer_spec(cfg)
         writer = recorded(spec, "memory")
     memory = make_memory(cfg.memory, writer, **cfg.memory_options)
     memory.bind_run(run.path, run.path.name)

@@ -33,12 +33,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn.agent import PLAYERS, Decision, LLMPlayer, Player
-from ttlearn.envs.base import Env, make_env
+from ttlearn.envs.base import Env
 from ttlearn.eval.metrics import mean_pass_at_k, mean_trajectory_entropy, success_at_k
-from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm
+from ttlearn.llm.base import DEFAULT_LLM, LLM, make_llm
 from ttlearn.llm.cache import RecordingLLM
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
-from ttlearn.session import SCRIPTED, derive_seed
+from ttlearn.session import SCRIPTED, derive_seed, validate_parts, writer_spec
 from ttlearn.types import Episode, Step
 
 INSTANCE_FACTS = ("optimal_length", "min_reveals", "no_guess")
@@ -333,15 +333,7 @@ def resolve_moves_per_turn(requested: int | None, env: Env) -> int:
 
 def validate_trials(config: TrialConfig) -> Env:
     """Check every name and option before a model loads or a directory is written."""
-    env = make_env(config.env, **{"seed": config.seed, **config.env_options})
-    MEMORIES.check(config.memory, config.memory_options, reserved=("llm",))
-    for spec in (config.player, config.writer):
-        if spec is None:
-            continue
-        if spec.startswith(SCRIPTED):
-            PLAYERS.get(spec[len(SCRIPTED) :])
-        else:
-            LLMS.get(spec.partition(":")[0])
+    env = validate_parts(config)
     resolve_moves_per_turn(config.moves_per_turn, env)
     return env
 
@@ -384,7 +376,7 @@ def build_parts(config: TrialConfig, llm_factory: Callable[[str], LLM] = make_ll
             player = TurnPlayer(player, moves)
     writer = None
     if MEMORIES.get(config.memory).needs_llm:
-        spec = config.writer or (DEFAULT_LLM if config.player.startswith(SCRIPTED) else config.player)
+        spec = writer_spec(config)
         writer = recorded(spec, "memory")
     memory = make_memory(config.memory, writer, **config.memory_options)
     return TrialParts(env, player, memory, moves, list(loaded.values()), calls)
