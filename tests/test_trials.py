@@ -18,6 +18,7 @@ from ttlearn.trials import (
     TrialConfig,
     TurnPlayer,
     play_trial,
+    read_tasks,
     run_trials,
     summarize_trials,
 )
@@ -182,3 +183,19 @@ def test_bad_config_is_refused_before_anything_runs(tmp_path) -> None:
     with pytest.raises(ValueError, match="lamer mode"):
         make_memory("lamer", FakeLLM(scripted_reply), mode="diary")
     assert not (tmp_path / "x").exists()
+
+
+def test_epochs_carry_the_memory_and_report_memrl_protocol_metrics(tmp_path):
+    config = TrialConfig(
+        env="minesweeper", memory="history", player="scripted:random", tasks=2, attempts=1, epochs=3, seed=4
+    )
+    summary = run_trials(config, tmp_path / "epochs")
+    records = read_tasks(tmp_path / "epochs")
+    assert [(r["epoch"], r["task"]) for r in records] == [(e, t) for e in (1, 2, 3) for t in (1, 2)]
+    assert [r["seed"] for r in records[:2]] == [r["seed"] for r in records[2:4]]  # the same task set every epoch
+    assert len(records[-1]["memory"]["logs"]) == 2 and records[-1]["memory"] != records[0]["memory"]  # carried over
+    per_epoch = [sum(r["first_success"] is not None for r in records if r["epoch"] == e) / 2 for e in (1, 2, 3)]
+    solved = {r["task"] for r in records if r["first_success"] is not None}
+    assert summary["protocol"]["epoch_success"] == per_epoch
+    assert summary["protocol"]["last_epoch_success"] == per_epoch[-1]
+    assert summary["protocol"]["cumulative_success"] == len(solved) / 2

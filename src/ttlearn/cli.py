@@ -109,6 +109,9 @@ def run(
         None, min=1, help="Trials mode (LaMer): attempts per task, with the memory between attempts."
     ),
     tasks: Optional[int] = typer.Option(None, min=1, help="Trials mode: how many task instances (default 10)."),
+    epochs: Optional[int] = typer.Option(
+        None, min=1, help="Trials mode, MemRL protocol: replay the task set N times, the memory carried over."
+    ),
     policy: Optional[Path] = typer.Option(None, help="Trials mode: a trained LaMer policy folder (hf: adapter)."),
     llm: str = typer.Option(
         DEFAULT_LLM, help="Player: smollm2, gemma270m, gguf:PATH, openai:URL#MODEL, or scripted:random|oracle|learner."
@@ -140,7 +143,7 @@ def run(
         memory_from=str(memory_from) if memory_from else None,
     )
     out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
-    if attempts or tasks or policy or memory == "lamer":
+    if attempts or tasks or epochs or policy or memory == "lamer":
         trials = TrialConfig(
             env=env,
             env_options=env_options,
@@ -150,6 +153,7 @@ def run(
             writer=writer,
             tasks=tasks or 10,
             attempts=attempts or 3,
+            epochs=epochs or 1,
             seed=seed,
             temperature=temperature,
         )

@@ -38,6 +38,7 @@ from ttlearn.eval.metrics import mean_pass_at_k, mean_trajectory_entropy, succes
 from ttlearn.llm.base import DEFAULT_LLM, LLM, make_llm
 from ttlearn.llm.cache import RecordingLLM
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
+from ttlearn.memory.memrl import run_protocol
 from ttlearn.session import SCRIPTED, derive_seed, validate_parts, writer_spec
 from ttlearn.types import Episode, Step
 
@@ -68,9 +69,25 @@ class TrialConfig(BaseModel):
     temperature: float = Field(0.0, ge=0.0)
     early_stop: bool | None = None
     """Stop a trial at its first success; None: stop with a memory, play every attempt with memory "none"."""
+    epochs: int = Field(1, ge=1)
+    """MemRL's protocol: play the same task set this many times; the memory then carries over between tasks and
+    epochs (runtime learning) instead of starting fresh for every task, and the summary adds last-epoch and
+    cumulative success."""
     moves_per_turn: int | None = Field(None, ge=1)
     """Scored decisions per turn for LLM players on choice-scoring back ends (Sokoban takes up to 3 moves a turn,
     scoring picks one); None: the environment's `actions_per_turn` (1 where it has none)."""
+
+    @property
+    def carries_memory(self) -> bool:
+        return self.epochs > 1
+
+    @property
+    def total(self) -> int:
+        return self.tasks * self.epochs
+
+    def position(self, index: int) -> tuple[int, int]:
+        """(epoch, task) of the index-th trial (1-based): epochs replay tasks 1..K in order."""
+        return (index - 1) // self.tasks + 1, (index - 1) % self.tasks + 1
 
     @property
     def stops_early(self) -> bool:
@@ -180,10 +197,11 @@ def play_trial(
     act_seed: Callable[[int, int], int],
     moves_per_turn: int = 1,
     mark: Mark | None = None,
+    observe_last: bool = False,
 ) -> Trial:
     """Up to `attempts` attempts at the instance `seed`, the memory writing between them (never after the last or
-    after a success that ends the trial). `act_seed(attempt, step)` seeds each decision. The caller resets the
-    memory; this function only feeds it."""
+    after a success that ends the trial, unless `observe_last`: a memory carried to later tasks learns from every
+    attempt). `act_seed(attempt, step)` seeds each decision. The caller resets the memory; this only feeds it."""
     if attempts < 1:
         raise ValueError(f"a trial needs at least one attempt, got {attempts}")
     obs = env.reset(seed)
@@ -196,11 +214,14 @@ def play_trial(
             env, player, obs, context, index=index, seed=seed, act_seed=functools.partial(act_seed, index), mark=mark
         )
         trial.attempts.append(episode)
-        if index == attempts or (episode.success and early_stop):
+        last = index == attempts or bool(episode.success and early_stop)
+        if last and not observe_last:
             break
         if mark is not None:
             mark("reflect", index, 0)
         memory.observe(episode)
+        if last:
+            break
     return trial
 
 
@@ -315,6 +336,16 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         "instances": instance_summary([r["instance"] for r in records]),
         "pass_at_k": None,
     }
+    if config.epochs > 1:
+        per_epoch: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
+        for record in records:
+            per_epoch[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
+        protocol = run_protocol([e for e in per_epoch if e])
+        summary["protocol"] = {
+            "epoch_success": protocol.per_epoch,
+            "last_epoch_success": protocol.last_epoch_success,
+            "cumulative_success": protocol.cumulative_success,
+        }
     if config.memory == "none" and all(len(eps) == n for eps in attempts):
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
         summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
@@ -386,11 +417,12 @@ def task_seed(config: TrialConfig, task: int) -> int:
     return derive_seed(config.seed, "task", task)
 
 
-def run_task(parts: TrialParts, config: TrialConfig, task: int, fresh: dict[str, Any]) -> dict[str, Any]:
-    """Play instance `task` as one trial from a fresh memory; returns its JSON record."""
+def run_task(parts: TrialParts, config: TrialConfig, index: int, start_state: dict[str, Any]) -> dict[str, Any]:
+    """Play the index-th trial (instance `task` of its epoch) from `start_state`; returns its JSON record."""
     start = time.perf_counter()
+    epoch, task = config.position(index)
     parts.calls.clear()
-    parts.memory.load(copy.deepcopy(fresh))
+    parts.memory.load(copy.deepcopy(start_state))
     trial = play_trial(
         parts.env,
         parts.player,
@@ -399,7 +431,8 @@ def run_task(parts: TrialParts, config: TrialConfig, task: int, fresh: dict[str,
         attempts=config.attempts,
         early_stop=config.stops_early,
         moves_per_turn=parts.moves_per_turn,
-        act_seed=lambda attempt, step: derive_seed(config.seed, "act", task, attempt, step),
+        observe_last=config.carries_memory,
+        act_seed=lambda attempt, step: derive_seed(config.seed, "act", epoch, task, attempt, step),
     )
     attempts = []
     for episode in trial.attempts:
@@ -408,6 +441,7 @@ def run_task(parts: TrialParts, config: TrialConfig, task: int, fresh: dict[str,
         attempts.append(data)
     return {
         "type": "task",
+        "epoch": epoch,
         "task": task,
         "seed": trial.seed,
         "first_success": trial.first_success,
@@ -429,16 +463,17 @@ def run_trials(
     summary. `progress(done, total, record)` is called after every finished task."""
     validate_trials(config)
     records = open_run_dir(Path(out), config)
-    if len(records) < config.tasks:
+    if len(records) < config.total:
         parts = build_parts(config, llm_factory)
         fresh = parts.memory.state()
         try:
-            for task in range(len(records) + 1, config.tasks + 1):
-                record = run_task(parts, config, task, fresh)
+            for index in range(len(records) + 1, config.total + 1):
+                carried = config.carries_memory and records
+                record = run_task(parts, config, index, records[-1]["memory"] if carried else fresh)
                 append_task(Path(out), record)
                 records.append(record)
                 if progress is not None:
-                    progress(len(records), config.tasks, record)
+                    progress(len(records), config.total, record)
         finally:
             parts.close()
     summary = summarize_trials(records, config)
@@ -457,6 +492,13 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {summary['invalid_rate']:.1%}"
         f" · {summary['wall_s_per_task']:.1f} s/task"
     )
+    if summary.get("protocol"):
+        p = summary["protocol"]
+        rates = " ".join(f"{r:.2f}" for r in p["epoch_success"])
+        lines.append(
+            f"epochs: success {rates} · last epoch {p['last_epoch_success']:.3f}"
+            f" · cumulative {p['cumulative_success']:.3f}"
+        )
     if summary["instances"]:
         lines.append("instances: " + json.dumps(summary["instances"]))
     return "\n".join(lines)
