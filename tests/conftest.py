@@ -1,4 +1,8 @@
-"""Shared test settings: one BLAS/torch thread (2 shared cores), an isolated cache, and the embedded model's path."""
+"""Shared test settings: one BLAS/torch thread (2 shared cores), offline hub, and the embedded model loaded once.
+
+The model cache ($TTLEARN_CACHE, default ~/.cache/ttlearn) is shared on purpose: converting the GGUF for torch
+takes a minute, once per machine.
+"""
 
 from __future__ import annotations
 

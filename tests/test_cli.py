@@ -111,3 +111,13 @@ def test_memrl_inspect_and_explain(tmp_path):
     explained = invoke("memory", "explain", str(run.path), "--game", "3")
     assert explained.exit_code == 0, explained.output
     assert explained.output.count("retrieval") == 4 and "sim" in explained.output and "→" in explained.output
+
+
+def test_show_prints_the_summary_and_one_games_steps(tmp_path):
+    out = tmp_path / "s"
+    assert invoke("run", "rps", "--opponent", "constant", "--games", "2", *SCRIPTED, "--out", str(out)).exit_code == 0
+    summary = invoke("show", str(out))
+    assert summary.exit_code == 0 and "cumulative" in summary.output and "mean score" in summary.output
+    game = invoke("show", str(out), "--game", "2", "--prompts")
+    assert game.exit_code == 0 and game.output.count("step ") == 6 and "game 2 score" in game.output
+    assert "between 1 and 2" in invoke("show", str(out), "--game", "3").output
