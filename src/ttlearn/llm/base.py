@@ -7,9 +7,12 @@ Back ends register a *scheme*; a spec string `scheme[:argument]` picks one, e.g.
 from __future__ import annotations
 
 import os
+import time
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, Sequence
+
+import numpy as np
 
 from ttlearn.registry import Registry
 from ttlearn.types import Completion
@@ -66,3 +69,21 @@ def plain_prompt(messages: Sequence[Message]) -> str:
 def plain_answer(choice: str) -> str:
     """How a base model writes `choice` after `plain_prompt`: a space before, a newline to end the answer."""
     return " " + choice + "\n"
+
+
+def pick_choice(logprobs: dict[str, float], temperature: float, seed: int) -> str:
+    """Argmax at temperature 0 (first listed wins ties), else a sample from softmax(logprob / T)."""
+    names = list(logprobs)
+    values = np.array([logprobs[n] for n in names])
+    if temperature <= 0:
+        return names[int(np.argmax(values))]
+    weights = np.exp((values - values.max()) / temperature)
+    return names[int(np.random.default_rng(seed).choice(len(names), p=weights / weights.sum()))]
+
+
+def choice_completion(
+    logprobs: dict[str, float], temperature: float, seed: int, prompt_tokens: int, started: float
+) -> Completion:
+    """The answer of a back end that scored every choice: the picked choice, with all the scores attached."""
+    text = pick_choice(logprobs, temperature, seed)
+    return Completion(text, prompt_tokens, 0, time.perf_counter() - started, choice_logprobs=logprobs)

@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ttlearn.llm.base import LLM, LLMS, LLMError, Message, cache_root, plain_answer, plain_prompt
-from ttlearn.llm.llamacpp import pick_choice, smollm2_path
+from ttlearn.llm.base import LLM, LLMS, LLMError, Message, cache_root, choice_completion, plain_answer, plain_prompt
+from ttlearn.llm.llamacpp import smollm2_path
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
@@ -403,9 +403,7 @@ class HFPolicy(LLM):
         start = time.perf_counter()
         prompt = self.encode(messages)
         if choices:
-            scores = self.score_choices(prompt, choices)
-            text = pick_choice(scores, temperature, seed)
-            return Completion(text, len(prompt), 0, time.perf_counter() - start, choice_logprobs=scores)
+            return choice_completion(self.score_choices(prompt, choices), temperature, seed, len(prompt), start)
         (sample,) = self.sample_ids([prompt], max_new_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop)
         return Completion(sample.text.strip(), len(prompt), len(sample.completion_ids), time.perf_counter() - start)
 

@@ -24,7 +24,16 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from ttlearn.llm.base import LLM, LLMS, LLMError, Message, cache_root, plain_answer, plain_prompt
+from ttlearn.llm.base import (
+    LLM,
+    LLMS,
+    LLMError,
+    Message,
+    cache_root,
+    choice_completion,
+    plain_answer,
+    plain_prompt,
+)
 from ttlearn.types import Completion
 
 REBUILD_HINT = (
@@ -205,9 +214,7 @@ class LlamaCpp(LLM):
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
         if choices:
-            scores = self.score_choices(prompt, choices)
-            text = pick_choice(scores, temperature, seed)
-            return Completion(text, len(prompt), 0, time.perf_counter() - start, choice_logprobs=scores)
+            return choice_completion(self.score_choices(prompt, choices), temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.model.n_ctx():
             raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
         out: dict[str, Any] = self.model.create_completion(
@@ -223,16 +230,6 @@ class LlamaCpp(LLM):
 
     def close(self) -> None:
         self.model.close()
-
-
-def pick_choice(logprobs: dict[str, float], temperature: float, seed: int) -> str:
-    """Argmax at temperature 0 (first listed wins ties), else a sample from softmax(logprob / T)."""
-    names = list(logprobs)
-    values = np.array([logprobs[n] for n in names])
-    if temperature <= 0:
-        return names[int(np.argmax(values))]
-    weights = np.exp((values - values.max()) / temperature)
-    return names[int(np.random.default_rng(seed).choice(len(names), p=weights / weights.sum()))]
 
 
 @LLMS.register("smollm2")
