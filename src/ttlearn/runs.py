@@ -28,8 +28,9 @@ from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.types import Episode
 
 
-class RunConfig(BaseModel):
-    """Everything needed to rebuild a session. Validated, so a bad value fails before any model loads."""
+class PartsConfig(BaseModel):
+    """What every way of playing shares: the environment, the memory, the player and writer LLMs, seed and
+    temperature. `session.validate_parts` checks these before any model loads."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -40,9 +41,14 @@ class RunConfig(BaseModel):
     player: str = DEFAULT_LLM
     writer: str | None = None
     """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
-    games: int = Field(6, ge=1)
     seed: int = 0
     temperature: float = Field(0.0, ge=0.0)
+
+
+class RunConfig(PartsConfig):
+    """Everything needed to rebuild a session. Validated, so a bad value fails before any model loads."""
+
+    games: int = Field(6, ge=1)
     memory_from: str | None = None
     """A snapshot file or run directory whose latest memory state seeds this run."""
     version: str = __version__

@@ -20,7 +20,7 @@ from ttlearn.envs.base import Env, make_env
 from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm
 from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
-from ttlearn.runs import Run, RunConfig
+from ttlearn.runs import PartsConfig, Run, RunConfig
 from ttlearn.types import Episode, Step
 
 SCRIPTED = "scripted:"
@@ -146,7 +146,7 @@ def _latest_state(source: Path) -> dict[str, Any]:
     return json.loads(source.read_text())["state"]
 
 
-def validate_parts(cfg: Any) -> Env:
+def validate_parts(cfg: PartsConfig) -> Env:
     """Check the environment, memory and LLM specs of a run or trial config; returns the built environment."""
     env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
     MEMORIES.check(cfg.memory, cfg.memory_options, reserved=("llm",))
@@ -160,7 +160,7 @@ def validate_parts(cfg: Any) -> Env:
     return env
 
 
-def writer_spec(cfg: Any) -> str:
+def writer_spec(cfg: PartsConfig) -> str:
     """The memory writer's LLM: the configured one, else the player's LLM, else (scripted player) the default."""
     return cfg.writer or (DEFAULT_LLM if cfg.player.startswith(SCRIPTED) else cfg.player)
 

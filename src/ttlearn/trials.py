@@ -30,15 +30,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ttlearn.agent import PLAYERS, Decision, LLMPlayer, Player
 from ttlearn.envs.base import Env
 from ttlearn.eval.metrics import mean_pass_at_k, mean_trajectory_entropy, success_at_k
-from ttlearn.llm.base import DEFAULT_LLM, LLM, make_llm
+from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import RecordingLLM
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
 from ttlearn.memory.memrl import run_protocol
+from ttlearn.runs import PartsConfig
 from ttlearn.session import SCRIPTED, derive_seed, validate_parts, writer_spec
 from ttlearn.types import Episode, Step
 
@@ -51,22 +52,12 @@ Mark = Callable[[str, int, int], None]
 trainer can file the LLM calls that follow under the right step."""
 
 
-class TrialConfig(BaseModel):
+class TrialConfig(PartsConfig):
     """A multi-attempt run: `tasks` instances, `attempts` attempts each. Validated before any model loads."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    env: str
-    env_options: dict[str, Any] = Field(default_factory=dict)
     memory: str = "lamer"
-    memory_options: dict[str, Any] = Field(default_factory=dict)
-    player: str = DEFAULT_LLM
-    writer: str | None = None
-    """LLM spec of the reflection writer; None means the player's LLM (or the default model for scripted players)."""
     tasks: int = Field(10, ge=1)
     attempts: int = Field(3, ge=1)
-    seed: int = 0
-    temperature: float = Field(0.0, ge=0.0)
     early_stop: bool | None = None
     """Stop a trial at its first success; None: stop with a memory, play every attempt with memory "none"."""
     epochs: int = Field(1, ge=1)
