@@ -121,3 +121,17 @@ def test_show_prints_the_summary_and_one_games_steps(tmp_path):
     game = invoke("show", str(out), "--game", "2", "--prompts")
     assert game.exit_code == 0 and game.output.count("step ") == 6 and "game 2 score" in game.output
     assert "between 1 and 2" in invoke("show", str(out), "--game", "3").output
+
+
+def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
+    out = tmp_path / "t"
+    args = ["run", "minesweeper", "--attempts", "2", "--tasks", "3", "--llm", "scripted:random", "--out", str(out)]
+    assert invoke(*args).exit_code == 0
+    summary = invoke("show", str(out))
+    assert summary.exit_code == 0 and "95% CI" in summary.output and "3 of 3 tasks finished" in summary.output
+    task = invoke("show", str(out), "--game", "2")
+    record = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()][1]
+    moves = [step["action"] for attempt in record["attempts"] for step in attempt["steps"]]
+    assert task.exit_code == 0 and task.output.count("attempt ") == 2
+    assert all(move in task.output for move in moves)
+    assert "between 1 and 3" in invoke("show", str(out), "--game", "4").output

@@ -9,10 +9,12 @@ from ttlearn.eval.metrics import (
     mean_ci,
     mean_pass_at_k,
     mean_trajectory_entropy,
+    normal_critical,
     pass_at_k,
     student_t_critical,
     success_at_k,
     trajectory_entropy,
+    wilson_interval,
 )
 
 
@@ -78,6 +80,30 @@ def test_trajectory_entropy_hand_examples():
 )
 def test_student_t_critical_matches_tables(df, expected):
     assert student_t_critical(0.95, df) == pytest.approx(expected, abs=1e-4)
+
+
+def test_normal_critical_matches_tables():
+    assert normal_critical(0.95) == pytest.approx(1.959964, abs=1e-6)
+    assert normal_critical(0.99) == pytest.approx(2.575829, abs=1e-6)
+    with pytest.raises(ValueError):
+        normal_critical(1.0)
+
+
+@pytest.mark.parametrize(
+    "successes, n, expected",
+    [(81, 263, (0.2553, 0.3662)), (15, 148, (0.0624, 0.1605)), (0, 20, (0.0, 0.1611))],  # Newcombe (1998), Table II
+)
+def test_wilson_interval_matches_newcombe(successes, n, expected):
+    assert wilson_interval(successes, n) == pytest.approx(expected, abs=1e-4)
+
+
+def test_wilson_interval_is_symmetric_and_rejects_bad_counts():
+    low, high = wilson_interval(3, 10)
+    assert wilson_interval(7, 10) == pytest.approx((1 - high, 1 - low))
+    assert wilson_interval(10, 10)[1] == 1.0
+    for bad in [(-1, 5), (6, 5), (0, 0)]:
+        with pytest.raises(ValueError):
+            wilson_interval(*bad)
 
 
 def test_mean_ci_uses_student_t():

@@ -10,6 +10,7 @@ from fakes import FakeLLM
 
 from ttlearn.agent import LLMPlayer
 from ttlearn.envs.base import make_env
+from ttlearn.eval.metrics import wilson_interval
 from ttlearn.memory.base import make_memory
 from ttlearn.memory.lamer import extract_reflection
 from ttlearn.players.basic import RandomPlayer
@@ -151,6 +152,7 @@ def test_summary_numbers_by_hand() -> None:
     ]
     summary = summarize_trials(records, TrialConfig(env="sokoban", memory="none", tasks=4))
     assert summary["success_at_k"] == pytest.approx([1 / 4, 2 / 4, 3 / 4])  # first successes 2, 1, never, 3
+    assert summary["success_at_k_ci95"] == [list(wilson_interval(c, 4)) for c in (1, 2, 3)]
     # c = 1, 3, 0, 1 of n = 3: pass@1 = mean(c/n); pass@2 = mean(1 - C(n-c, 2)/C(3, 2)) = (2/3 + 1 + 0 + 2/3)/4
     assert summary["pass_at_k"] == pytest.approx([5 / 12, 7 / 12, 3 / 4])
     h = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))  # task 1: two "up" runs, one "down"
@@ -167,6 +169,8 @@ def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
     full = run_trials(config, out)
     lines = (out / TASKS_FILE).read_text().splitlines(keepends=True)
     (out / TASKS_FILE).write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write
+    torn = (out / TASKS_FILE).read_bytes()
+    assert len(read_tasks(out, repair=False)) == 2 and (out / TASKS_FILE).read_bytes() == torn  # readers never cut
     played: list[int] = []
     resumed = run_trials(config, out, progress=lambda done, total, record: played.append(record["task"]))
     assert played == [3]

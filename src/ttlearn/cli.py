@@ -23,7 +23,17 @@ from ttlearn.llm.cache import ReplayBook
 from ttlearn.registry import UnknownNameError
 from ttlearn.runs import Run, RunConfig
 from ttlearn.session import build_session, validate
-from ttlearn.trials import TrialConfig, format_summary, load_trial_config, run_trials, validate_trials
+from ttlearn.trials import (
+    TrialConfig,
+    format_summary,
+    format_task,
+    is_trial_dir,
+    load_trial_config,
+    read_tasks,
+    run_trials,
+    summarize_trials,
+    validate_trials,
+)
 
 app = typer.Typer(
     help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
@@ -233,7 +243,10 @@ def show(
     game: Optional[int] = typer.Option(None, help="Show this game's steps, prompts and replies."),
     prompts: bool = typer.Option(False, help="With --game: print the full prompts too."),
 ) -> None:
-    """Print a run's summary, or one game's prompts and replies."""
+    """Print a run's summary, or one game's prompts and replies (in a trial run: one task's attempts)."""
+    if is_trial_dir(run_dir):
+        show_trials(run_dir, game, prompts)
+        return
     run = Run.open(run_dir)
     if game is None:
         summary_mod.print_summary(console, summary_mod.summarize(run), run.path)
@@ -252,6 +265,25 @@ def show(
             console.print(f"step {event['step']}: {event['action']} → {event['reward']:+g}{flag}")
         elif event["type"] == "game":
             console.print(f"[bold]game {game} score {event['episode']['score']:+g}[/]")
+
+
+def show_trials(run_dir: Path, task: int | None, prompts: bool) -> None:
+    """A trial run (live or finished) read without repairing it: its success@k table, or one task in full."""
+    records = read_tasks(run_dir, repair=False)
+    config = load_trial_config(run_dir)
+    if task is None:
+        console.print(format_summary(summarize_trials(records, config)), highlight=False)
+        console.print(f"{len(records)} of {config.total} tasks finished")
+        return
+    if not 1 <= task <= len(records):
+        raise ValueError(f"--game must be a finished task, between 1 and {len(records)}")
+    record = records[task - 1]
+    console.print(format_task(record), markup=False, highlight=False)
+    for call in record["calls"] if prompts else []:
+        console.rule(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s")
+        for message in call["messages"]:
+            console.print(f"[bold]{message['role']}:[/] {message['content']}", markup=False, highlight=False)
+        console.print(f"[bold]reply:[/] {call['completion']['text']!r}", highlight=False)
 
 
 memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)

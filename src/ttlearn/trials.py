@@ -34,7 +34,7 @@ from pydantic import Field
 
 from ttlearn.agent import PLAYERS, Decision, LLMPlayer, Player
 from ttlearn.envs.base import Env
-from ttlearn.eval.metrics import mean_pass_at_k, mean_trajectory_entropy, success_at_k
+from ttlearn.eval.metrics import mean_pass_at_k, mean_trajectory_entropy, success_at_k, wilson_interval
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import RecordingLLM
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
@@ -220,8 +220,9 @@ def play_trial(
 CONFIG_FILE, TASKS_FILE, SUMMARY_FILE = "trials.json", "tasks.jsonl", "summary.json"
 
 
-def read_tasks(out: Path) -> list[dict[str, Any]]:
-    """The finished task records of a run directory, dropping (and truncating away) a torn last line."""
+def read_tasks(out: Path, *, repair: bool = True) -> list[dict[str, Any]]:
+    """The finished task records of a run directory, dropping a torn last line — and truncating it away when
+    `repair` (only the writer may: a reader of a live run would cut a line being appended)."""
     path = Path(out) / TASKS_FILE
     if not path.exists():
         return []
@@ -236,7 +237,7 @@ def read_tasks(out: Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 break
             good_end = offset
-    if good_end < path.stat().st_size:
+    if repair and good_end < path.stat().st_size:
         with open(path, "r+b") as fh:
             fh.truncate(good_end)
     return records
@@ -275,6 +276,27 @@ def load_trial_config(out: Path) -> TrialConfig:
     return TrialConfig.model_validate_json(path.read_text())
 
 
+def is_trial_dir(path: Path) -> bool:
+    return (Path(path) / CONFIG_FILE).is_file()
+
+
+def format_task(record: dict[str, Any]) -> str:
+    """One finished task as plain text: its instance facts, then each attempt's context, moves and outcome."""
+    lines = [
+        f"task {record['task']} (epoch {record['epoch']}, seed {record['seed']}) · {json.dumps(record['instance'])}"
+    ]
+    for attempt in record["attempts"]:
+        outcome = "solved" if attempt["success"] else "unsolved"
+        lines.append(f"attempt {attempt['index']}: score {attempt['score']:+g}, {outcome}")
+        context = attempt["info"].get("context", "")
+        if context:
+            lines.append("  saw: " + " ".join(context.split()))
+        for step in attempt["steps"]:
+            flag = "" if step["valid"] else " (invalid → fallback)"
+            lines.append(f"  {step['action']} → {step['reward']:+g}{flag}")
+    return "\n".join(lines)
+
+
 # ---- summary -----------------------------------------------------------------------------------------------------
 def _stats(values: list[float]) -> dict[str, float]:
     return {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values))}
@@ -300,8 +322,9 @@ def instance_summary(instances: list[dict[str, Any]]) -> dict[str, Any]:
 def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict[str, Any]:
     """Everything the table shows, from task records alone.
 
-    success@k: solved within the first k sequential attempts. pass@k: the unbiased estimator over the n attempts of
-    each task, reported only when they are independent samples (memory "none") and all were played (no early stop).
+    success@k: solved within the first k sequential attempts, with its 95 % Wilson interval over the tasks.
+    pass@k: the unbiased estimator over the n attempts of each task, reported only when they are independent samples
+    (memory "none") and all were played (no early stop).
     Trajectory entropy: per instance, the Shannon entropy (bits) of the distribution of distinct action sequences
     over its attempts, averaged over instances.
     """
@@ -317,6 +340,9 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         "tasks": len(records),
         "attempts": n,
         "success_at_k": success_at_k(first, n).tolist(),
+        "success_at_k_ci95": [
+            list(wilson_interval(sum(a is not None and a <= k for a in first), len(first))) for k in range(1, n + 1)
+        ],
         "trajectory_entropy": mean_trajectory_entropy(
             [[tuple(s.action for s in e.steps) for e in eps] for eps in attempts]
         ),
@@ -475,10 +501,11 @@ def run_trials(
 def format_summary(summary: dict[str, Any]) -> str:
     """A plain-text table of success@k (and pass@k) for the CLI to print."""
     lines = [f"{summary['env']} · memory {summary['memory']} · {summary['player']} · {summary['tasks']} tasks"]
-    lines.append("k  success@k" + ("  pass@k" if summary["pass_at_k"] else ""))
+    lines.append(f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else ""))
     for k, value in enumerate(summary["success_at_k"], start=1):
-        extra = f"  {summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
-        lines.append(f"{k}  {value:.3f}{extra}")
+        low, high = summary["success_at_k_ci95"][k - 1]
+        extra = f"{summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
+        lines.append(f"{k:<3}{value:<11.3f}{f'{low:.3f}–{high:.3f}':<15}{extra}".rstrip())
     lines.append(
         f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {summary['invalid_rate']:.1%}"
         f" · {summary['wall_s_per_task']:.1f} s/task"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -111,22 +111,49 @@ def student_t_cdf_two_sided(t: float, df: int) -> float:
     return float(2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * series))
 
 
-def student_t_critical(level: float, df: int) -> float:
-    """The t* with P(|T| ≤ t*) = level for ν = df, by bisection on `student_t_cdf_two_sided` (monotone in t)."""
+def _critical(cdf_two_sided: Callable[[float], float], level: float) -> float:
+    """The x* with cdf_two_sided(x*) = level, by bisection (the two-sided cdf grows monotonically in x ≥ 0)."""
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     low, high = 0.0, 1.0
-    while student_t_cdf_two_sided(high, df) < level:
+    while cdf_two_sided(high) < level:
         low, high = high, 2 * high
     for _ in range(200):
         mid = (low + high) / 2
-        if student_t_cdf_two_sided(mid, df) < level:
+        if cdf_two_sided(mid) < level:
             low = mid
         else:
             high = mid
         if high - low < 1e-12 * high:
             break
     return (low + high) / 2
+
+
+def student_t_critical(level: float, df: int) -> float:
+    """The t* with P(|T| ≤ t*) = level for ν = df (`student_t_cdf_two_sided` inverted)."""
+    return _critical(lambda t: student_t_cdf_two_sided(t, df), level)
+
+
+def normal_critical(level: float) -> float:
+    """The z* with P(|Z| ≤ z*) = erf(z*/√2) = level (1.95996… for 0.95)."""
+    return _critical(lambda z: math.erf(z / math.sqrt(2)), level)
+
+
+def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a success rate p̂ = successes / n:
+
+        (p̂ + z²/2n ± z · √(p̂(1 − p̂)/n + z²/4n²)) / (1 + z²/n),   z = z*_level.
+
+    Unlike p̂ ± z·√(p̂(1 − p̂)/n) it stays inside [0, 1] and is not empty at p̂ = 0 — the usual case for a small
+    model on Sokoban, where 0 of 50 still allows a true rate up to 7 %.
+    """
+    if not (isinstance(successes, int) and isinstance(n, int)) or n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"need integers n >= 1 and 0 <= successes <= n, got {successes!r}, {n!r}")
+    z = normal_critical(level)
+    p, z2 = successes / n, z * z
+    center = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, center - half), min(1.0, center + half)
 
 
 def mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:

@@ -24,6 +24,7 @@ import json
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -207,7 +208,9 @@ class HFPolicy(LLM):
             target_modules=list(options.target_modules),
             task_type="CAUSAL_LM",
         )
-        self.model = get_peft_model(self.model, config)  # freezes every base weight
+        with warnings.catch_warnings():  # peft 0.21 reads a property transformers 5 deprecates; not ours to fix
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            self.model = get_peft_model(self.model, config)  # freezes every base weight
         self.lora = options
 
     # ---- prompts ------------------------------------------------------------------------------------------------
