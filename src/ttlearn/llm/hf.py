@@ -383,14 +383,47 @@ class HFPolicy(LLM):
         logprobs = token_logprobs(logits, completions, temperature or 1.0)
         return logprobs.masked_fill(completion_mask == 0, 0.0), completion_mask.bool()
 
-    def score_choices(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> dict[str, float]:
-        """log P(choice + end | prompt) = Σ_k log p(a_k | prompt, a_<k) for each choice, all in one batch."""
+    def choice_scores(self, prompt_ids: Sequence[int], answers: Sequence[Sequence[int]]) -> torch.Tensor:
+        """score(a) = Σ_k log p(a_k | prompt, a_<k) at T = 1 for each answer, as a [K] tensor.
+
+        The prompt goes through the model once and its KV cache is repeated for the K answers, which are scored
+        together (right-padded): a Minesweeper decision has ~30 legal cells, so batching whole prompts would cost
+        30× the compute. Gradients flow unless the caller disables them (the LaMer trainer needs them).
+        """
         import torch
 
-        answers = [self.answer_ids(c) for c in choices]
+        if not answers or any(len(a) == 0 for a in answers):
+            raise ValueError("every choice needs at least one token")
+        out = self.model(input_ids=torch.tensor([list(prompt_ids)]), use_cache=True, logits_to_keep=1)
+        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        scores = torch.stack([first[a[0]] for a in answers])
+        k, width, length = len(answers), max(len(a) for a in answers), len(prompt_ids)
+        if width == 1:
+            return scores
+        rows = torch.full((k, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((k, width), dtype=torch.long)
+        for i, answer in enumerate(answers):
+            rows[i, : len(answer)] = torch.tensor(list(answer))
+            mask[i, : len(answer)] = 1
+        cache = out[self.cache_arg]
+        cache.batch_repeat_interleave(k)
+        logits = self.model(
+            input_ids=rows[:, :-1],
+            attention_mask=torch.cat([torch.ones((k, length), dtype=torch.long), mask[:, :-1]], 1),
+            position_ids=(length + torch.arange(width - 1)).expand(k, -1),
+            use_cache=False,
+            **{self.cache_arg: cache},
+        ).logits
+        later = torch.log_softmax(logits.float(), dim=-1).gather(-1, rows[:, 1:, None]).squeeze(-1)
+        return scores + (later * mask[:, 1:]).sum(dim=1)
+
+    def score_choices(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> dict[str, float]:
+        """log P(choice + end | prompt) for each choice (`choice_scores` without gradients, dropout off)."""
+        import torch
+
         with torch.no_grad(), _eval_mode(self.model):
-            logprobs, _ = self.sequence_logprobs([prompt_ids] * len(answers), answers)
-        return {c: float(total) for c, total in zip(choices, logprobs.sum(dim=1).tolist())}
+            scores = self.choice_scores(prompt_ids, [self.answer_ids(c) for c in choices])
+        return dict(zip(choices, scores.tolist()))
 
     # ---- the LLM protocol ---------------------------------------------------------------------------------------
     def complete(

@@ -110,37 +110,10 @@ class LamerTrainConfig(BaseModel):
 def choice_logprobs(
     policy: HFPolicy, prompt: Sequence[int], answers: Sequence[Sequence[int]], temperature: float
 ) -> torch.Tensor:
-    """log π(a | prompt) = log_softmax_a(score(a) / T) with score(a) = Σ_k log p(a_k | prompt, a_<k) at T = 1.
-
-    The prompt goes through the model once; its KV cache is repeated for the K answers, which are scored together
-    (right-padded). Gradients flow through both passes. Returns a [K] tensor.
-    """
+    """log π(a | prompt) = log_softmax_a(score(a) / T), score by `HFPolicy.choice_scores` (gradients flow)."""
     import torch
 
-    if not answers or any(len(a) == 0 for a in answers):
-        raise ValueError("every choice needs at least one token")
-    out = policy.model(input_ids=torch.tensor([list(prompt)]), use_cache=True, logits_to_keep=1)
-    first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
-    cache = out[policy.cache_arg]
-    k, width, length = len(answers), max(len(a) for a in answers), len(prompt)
-    rows = torch.full((k, width), policy.pad_id, dtype=torch.long)
-    mask = torch.zeros((k, width), dtype=torch.long)
-    for i, answer in enumerate(answers):
-        rows[i, : len(answer)] = torch.tensor(list(answer))
-        mask[i, : len(answer)] = 1
-    scores = torch.stack([first[a[0]] for a in answers])
-    if width > 1:
-        cache.batch_repeat_interleave(k)
-        logits = policy.model(
-            input_ids=rows[:, :-1],
-            attention_mask=torch.cat([torch.ones((k, length), dtype=torch.long), mask[:, :-1]], 1),
-            position_ids=(length + torch.arange(width - 1)).expand(k, -1),
-            use_cache=False,
-            **{policy.cache_arg: cache},
-        ).logits
-        later = torch.log_softmax(logits.float(), dim=-1).gather(-1, rows[:, 1:, None]).squeeze(-1)
-        scores = scores + (later * mask[:, 1:]).sum(dim=1)
-    return torch.log_softmax(scores / temperature, dim=0)
+    return torch.log_softmax(policy.choice_scores(prompt, answers) / temperature, dim=0)
 
 
 @dataclass(frozen=True)
