@@ -1,4 +1,4 @@
-"""Data-parallel MemoPilot training: 2 CPU processes (gloo) × 2 steps, then check both ranks hold identical LoRA weights.
+"""Data-parallel MemoPilot training: 2 CPU processes (gloo) × 2 steps; both ranks must hold identical LoRA weights.
 
     accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no --dynamo_backend no \
         benchmarks/ddp_memopilot.py [--out /tmp/mp-ddp]

@@ -114,7 +114,8 @@ def main() -> None:
             f"n={r['n']:>7} index={'usearch' if r['ann'] else 'numpy'}: insert {r['insert_per_s']:,.0f} items/s | "
             f"top-k2 store p50 {r['store_p50']:.3f} ms p99 {r['store_p99']:.3f} ms | raw index p50 {r['raw_p50']:.3f} "
             f"ms p99 {r['raw_p99']:.3f} ms | store/raw p50 {r['ratio_p50']:.2f}x | target found {r['recall']:.0%} | "
-            f"Q-updates {r['q_updates_per_s']:,.0f}/s (batches of 100), {r['episode_updates_per_s']:,.0f} episodes/s (3 items)"
+            f"Q-updates {r['q_updates_per_s']:,.0f}/s (batches of 100), "
+            f"{r['episode_updates_per_s']:,.0f} episodes/s (3 items)"
         )
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 

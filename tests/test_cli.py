@@ -135,3 +135,5 @@ def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
     assert task.exit_code == 0 and task.output.count("attempt ") == 2
     assert all(move in task.output for move in moves)
     assert "between 1 and 3" in invoke("show", str(out), "--game", "4").output
+    same = invoke("show", str(out), "--against", str(out))
+    assert same.exit_code == 0 and "paired on 3 shared tasks" in same.output and "+0.000" in same.output

@@ -17,7 +17,8 @@ MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
 ADVANTAGES = torch.tensor([1.0, -2.0], dtype=torch.float64)
 OLD = torch.zeros(2, 3, dtype=torch.float64)
 # Per-token loss −min(ρA, clip(ρ, 0.8, 1.2)A):
-#   seq 0, A = +1: ρ 1.5 → −min(1.5, 1.2) = −1.2 (clipped high); ρ 0.9 → −0.9; ρ 0.7 → −min(0.7, 0.8) = −0.7 (not clipped)
+#   seq 0, A = +1: ρ 1.5 → −min(1.5, 1.2) = −1.2 (clipped high); ρ 0.9 → −0.9;
+#                  ρ 0.7 → −min(0.7, 0.8) = −0.7 (not clipped)
 #   seq 1, A = −2: ρ 1.1 → 2.2; ρ 0.5 → −min(−1.0, −1.6) = 1.6 (clipped low); padding ρ 2.0 → 4.0 (masked out)
 # Row sums −2.8 (3 tokens) and 3.8 (2 tokens); total 1.0 over 5 tokens.
 

@@ -6,6 +6,7 @@ import pytest
 from ttlearn.eval.metrics import (
     cumulative_performance,
     mbb_per_hand,
+    mcnemar_exact,
     mean_ci,
     mean_pass_at_k,
     mean_trajectory_entropy,
@@ -80,6 +81,15 @@ def test_trajectory_entropy_hand_examples():
 )
 def test_student_t_critical_matches_tables(df, expected):
     assert student_t_critical(0.95, df) == pytest.approx(expected, abs=1e-4)
+
+
+def test_mcnemar_exact_by_hand():
+    assert mcnemar_exact(0, 0) == 1.0 and mcnemar_exact(3, 3) == 1.0
+    assert mcnemar_exact(5, 0) == pytest.approx(2 / 32)  # all 5 discordant tasks favour A: 2 · (1/2)^5
+    assert mcnemar_exact(1, 7) == pytest.approx(2 * (1 + 8) / 256)
+    assert mcnemar_exact(7, 1) == mcnemar_exact(1, 7)
+    with pytest.raises(ValueError):
+        mcnemar_exact(-1, 2)
 
 
 def test_normal_critical_matches_tables():

@@ -33,7 +33,10 @@ def test_hash_embedder_is_unit_norm_and_stable_across_processes() -> None:
     assert vecs.dtype == np.float32 and vecs.shape == (3, 256)
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-6)
     assert vecs[0] @ vecs[1] == pytest.approx(1.0) and abs(vecs[0] @ vecs[2]) < 0.5
-    code = "from ttlearn.memory.embed import HashEmbedder; print(HashEmbedder().embed(['opponent plays rock'])[0][:8].tolist())"
+    code = (
+        "from ttlearn.memory.embed import HashEmbedder;"
+        " print(HashEmbedder().embed(['opponent plays rock'])[0][:8].tolist())"
+    )
     other = subprocess.run(
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC}
     )

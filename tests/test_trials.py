@@ -10,7 +10,7 @@ from fakes import FakeLLM
 
 from ttlearn.agent import LLMPlayer
 from ttlearn.envs.base import make_env
-from ttlearn.eval.metrics import wilson_interval
+from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
 from ttlearn.memory.base import make_memory
 from ttlearn.memory.lamer import extract_reflection
 from ttlearn.players.basic import RandomPlayer
@@ -18,6 +18,7 @@ from ttlearn.trials import (
     TASKS_FILE,
     TrialConfig,
     TurnPlayer,
+    compare_trials,
     play_trial,
     read_tasks,
     run_trials,
@@ -161,6 +162,24 @@ def test_summary_numbers_by_hand() -> None:
     assert summary["instances"]["within_budget_rate"] == 0.75
     lamer = summarize_trials(records, TrialConfig(env="sokoban", memory="lamer", tasks=4))
     assert lamer["pass_at_k"] is None  # sequential attempts with feedback are not independent samples
+
+
+def test_paired_comparison_counts_discordant_tasks_by_seed() -> None:
+    def runs(firsts: list[int | None], seeds: list[int]) -> list[dict]:
+        return [{"epoch": 1, "seed": s, "first_success": f} for f, s in zip(firsts, seeds)]
+
+    a = runs([1, 2, None, 3, 2], [10, 11, 12, 13, 14])
+    b = runs([1, None, None, None, 3, 1], [10, 11, 12, 13, 14, 99])  # task 99 is not in A: left out
+    rows = compare_trials(a, b, attempts=3)["rows"]
+    assert compare_trials(a, b, attempts=3)["tasks"] == 5
+    assert [(r["a"], r["b"], r["only_a"], r["only_b"]) for r in rows] == [
+        (0.2, 0.2, 0, 0),
+        (0.6, 0.2, 2, 0),
+        (0.8, 0.4, 2, 0),
+    ]
+    assert rows[2]["p_value"] == mcnemar_exact(2, 0) == 0.5
+    with pytest.raises(ValueError, match="share no finished task"):
+        compare_trials(a, runs([1], [42]), attempts=3)
 
 
 def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:

@@ -25,6 +25,8 @@ from ttlearn.runs import Run, RunConfig
 from ttlearn.session import build_session, validate
 from ttlearn.trials import (
     TrialConfig,
+    compare_trials,
+    format_comparison,
     format_summary,
     format_task,
     is_trial_dir,
@@ -242,11 +244,16 @@ def show(
     run_dir: Path = typer.Argument(..., help="A run directory."),
     game: Optional[int] = typer.Option(None, help="Show this game's steps, prompts and replies."),
     prompts: bool = typer.Option(False, help="With --game: print the full prompts too."),
+    against: Optional[Path] = typer.Option(
+        None, help="Trial runs: another run on the same tasks; prints paired success@k with McNemar p-values."
+    ),
 ) -> None:
     """Print a run's summary, or one game's prompts and replies (in a trial run: one task's attempts)."""
     if is_trial_dir(run_dir):
-        show_trials(run_dir, game, prompts)
+        show_trials(run_dir, game, prompts, against)
         return
+    if against is not None:
+        raise ValueError("--against compares trial runs (ttlearn run ENV --attempts N)")
     run = Run.open(run_dir)
     if game is None:
         summary_mod.print_summary(console, summary_mod.summarize(run), run.path)
@@ -267,10 +274,18 @@ def show(
             console.print(f"[bold]game {game} score {event['episode']['score']:+g}[/]")
 
 
-def show_trials(run_dir: Path, task: int | None, prompts: bool) -> None:
-    """A trial run (live or finished) read without repairing it: its success@k table, or one task in full."""
+def show_trials(run_dir: Path, task: int | None, prompts: bool, against: Path | None) -> None:
+    """A trial run (live or finished) read without repairing it: its success@k table (or a paired comparison with
+    another run), or one task in full."""
     records = read_tasks(run_dir, repair=False)
     config = load_trial_config(run_dir)
+    if against is not None:
+        other = load_trial_config(against)
+        if (other.env, other.env_options, other.seed) != (config.env, config.env_options, config.seed):
+            raise ValueError(f"{against} plays other instances (env, env options or seed differ)")
+        comparison = compare_trials(records, read_tasks(against, repair=False), min(config.attempts, other.attempts))
+        console.print(format_comparison(comparison, str(run_dir), str(against)), highlight=False)
+        return
     if task is None:
         console.print(format_summary(summarize_trials(records, config)), highlight=False)
         console.print(f"{len(records)} of {config.total} tasks finished")

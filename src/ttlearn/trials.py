@@ -34,7 +34,13 @@ from pydantic import Field
 
 from ttlearn.agent import PLAYERS, Decision, LLMPlayer, Player
 from ttlearn.envs.base import Env
-from ttlearn.eval.metrics import mean_pass_at_k, mean_trajectory_entropy, success_at_k, wilson_interval
+from ttlearn.eval.metrics import (
+    mcnemar_exact,
+    mean_pass_at_k,
+    mean_trajectory_entropy,
+    success_at_k,
+    wilson_interval,
+)
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import RecordingLLM
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
@@ -367,6 +373,41 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
         summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
     return summary
+
+
+def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
+    """success@k of two runs on the tasks both finished (paired by seed, so the same instances), with the
+    discordant counts and the exact McNemar p-value per k: the honest test of "A beats B" on one task set."""
+    first_b = {(r["epoch"], r["seed"]): r["first_success"] for r in b}
+    pairs = [(r["first_success"], first_b[(r["epoch"], r["seed"])]) for r in a if (r["epoch"], r["seed"]) in first_b]
+    if not pairs:
+        raise ValueError("the two runs share no finished task (compare runs of the same env, seed and task set)")
+    rows = []
+    for k in range(1, attempts + 1):
+        hits = [(x is not None and x <= k, y is not None and y <= k) for x, y in pairs]
+        only_a, only_b = sum(x and not y for x, y in hits), sum(y and not x for x, y in hits)
+        rows.append(
+            {
+                "k": k,
+                "a": sum(x for x, _ in hits) / len(hits),
+                "b": sum(y for _, y in hits) / len(hits),
+                "only_a": only_a,
+                "only_b": only_b,
+                "p_value": mcnemar_exact(only_a, only_b),
+            }
+        )
+    return {"tasks": len(pairs), "rows": rows}
+
+
+def format_comparison(comparison: dict[str, Any], name_a: str, name_b: str) -> str:
+    lines = [f"paired on {comparison['tasks']} shared tasks · A = {name_a} · B = {name_b}"]
+    lines.append(f"{'k':<3}{'A':<8}{'B':<8}{'A−B':<8}{'only A':<8}{'only B':<8}McNemar p")
+    for row in comparison["rows"]:
+        lines.append(
+            f"{row['k']:<3}{row['a']:<8.3f}{row['b']:<8.3f}{row['a'] - row['b']:<+8.3f}"
+            f"{row['only_a']:<8}{row['only_b']:<8}{row['p_value']:.3f}"
+        )
+    return "\n".join(lines)
 
 
 # ---- building and running ----------------------------------------------------------------------------------------

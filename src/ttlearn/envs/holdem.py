@@ -68,7 +68,7 @@ def per_hand_sd(nets_bb: Sequence[float], duplicate: bool = False) -> float:
 
 
 class Act(NamedTuple):
-    """One betting action; `amount` is the chips a call puts in, the round's raise-to total of a bet or raise, else 0."""
+    """One betting action; `amount`: the chips a call puts in, the round's raise-to total of a bet or raise, else 0."""
 
     street: int
     seat: int

@@ -68,6 +68,19 @@ def success_at_k(first_success: Sequence[int | None], k_max: int) -> np.ndarray:
     return (solved[None, :] <= ks[:, None]).sum(axis=1) / attempts.size
 
 
+def mcnemar_exact(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value for paired binary outcomes (the same tasks under methods A and B).
+
+    Only the discordant tasks carry information: under H0 (no difference) each of the n = b + c of them favours A
+    with probability 1/2, so p = min(1, 2 · Σ_{i ≤ min(b, c)} C(n, i) / 2ⁿ); p = 1 when n = 0.
+    """
+    if not (isinstance(only_a, int) and isinstance(only_b, int)) or only_a < 0 or only_b < 0:
+        raise ValueError(f"discordant counts must be non-negative integers, got {only_a!r}, {only_b!r}")
+    n = only_a + only_b
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1))
+    return min(1.0, 2 * tail / 2**n)
+
+
 def trajectory_entropy(action_sequences: Iterable[Sequence[Hashable]]) -> float:
     """Shannon entropy, in bits, of the empirical distribution of distinct action sequences on one instance.
 

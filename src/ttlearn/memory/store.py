@@ -396,7 +396,10 @@ class MemoryStore:
 
     def retrievals(self, name: str, *, run_id: str | None = None, episode: int | None = None) -> list[RetrievalRecord]:
         """Logged retrievals of a namespace in order, optionally of one run and/or one episode."""
-        sql = "SELECT id, run_id, episode, query, candidates, chosen, explored, created FROM retrievals WHERE namespace_id = ?"
+        sql = (
+            "SELECT id, run_id, episode, query, candidates, chosen, explored, created FROM retrievals"
+            " WHERE namespace_id = ?"
+        )
         params: list[Any] = [self._namespace_id(name)]
         for column, value in (("run_id", run_id), ("episode", episode)):
             if value is not None:
