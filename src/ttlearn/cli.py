@@ -209,7 +209,7 @@ def play_trials(config: TrialConfig, out: Path) -> None:
 @friendly
 def resume(run_dir: Path = typer.Argument(..., help="A run directory left by an interrupted `ttlearn run`.")) -> None:
     """Finish an interrupted run: no game (or trial task) is lost or played twice."""
-    if (run_dir / "trials.json").exists():
+    if is_trial_dir(run_dir):
         play_trials(load_trial_config(run_dir), run_dir)
         return
     run = Run.open(run_dir)
