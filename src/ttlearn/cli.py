@@ -538,7 +538,17 @@ def _train_progress(total: int) -> tuple[Progress, Callable[[int, dict[str, Any]
     return progress, advance
 
 
-SHOWN_METRICS = ("loss", "reward_mean", "success_rate", "kl", "clip_fraction", "grad_norm", "eval_reward")
+SHOWN_METRICS = (
+    "loss",
+    "reward_mean",
+    "reward_per_trial",
+    "success_rate",
+    "success_any",
+    "kl",
+    "clip_fraction",
+    "grad_norm",
+    "eval_reward",
+)
 
 
 @train_app.command("lamer")
