@@ -542,7 +542,7 @@ def run_trials(
 def format_summary(summary: dict[str, Any]) -> str:
     """A plain-text table of success@k (and pass@k) for the CLI to print."""
     lines = [f"{summary['env']} · memory {summary['memory']} · {summary['player']} · {summary['tasks']} tasks"]
-    lines.append(f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else ""))
+    lines.append((f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")).rstrip())
     for k, value in enumerate(summary["success_at_k"], start=1):
         low, high = summary["success_at_k_ci95"][k - 1]
         extra = f"{summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
