@@ -342,6 +342,7 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     summary: dict[str, Any] = {
         "env": config.env,
         "memory": config.memory,
+        "memory_options": config.memory_options,
         "player": config.player,
         "tasks": len(records),
         "attempts": n,
@@ -541,7 +542,9 @@ def run_trials(
 
 def format_summary(summary: dict[str, Any]) -> str:
     """A plain-text table of success@k (and pass@k) for the CLI to print."""
-    lines = [f"{summary['env']} · memory {summary['memory']} · {summary['player']} · {summary['tasks']} tasks"]
+    options = "".join(f" {k}={v}" for k, v in summary.get("memory_options", {}).items())
+    memory = f"{summary['memory']}{f' ({options.strip()})' if options else ''}"
+    lines = [f"{summary['env']} · memory {memory} · {summary['player']} · {summary['tasks']} tasks"]
     lines.append((f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")).rstrip())
     for k, value in enumerate(summary["success_at_k"], start=1):
         low, high = summary["success_at_k_ci95"][k - 1]
