@@ -262,11 +262,7 @@ def show(
         raise ValueError(f"game must be between 1 and {len(run.episodes)}")
     for event in run.events(game):
         if event["type"] == "call":
-            console.rule(f"LLM call ({event['role']}) · {event['completion']['latency_s']:.2f}s")
-            if prompts:
-                for message in event["messages"]:
-                    console.print(f"[bold]{message['role']}:[/] {message['content']}", markup=False, highlight=False)
-            console.print(f"[bold]reply:[/] {event['completion']['text']!r}", highlight=False)
+            print_call(event, prompts)
         elif event["type"] == "step":
             flag = "" if event["valid"] else " [red](invalid → fallback)[/]"
             console.print(f"step {event['step']}: {event['action']} → {event['reward']:+g}{flag}")
@@ -295,10 +291,16 @@ def show_trials(run_dir: Path, task: int | None, prompts: bool, against: Path | 
     record = records[task - 1]
     console.print(format_task(record), markup=False, highlight=False)
     for call in record["calls"] if prompts else []:
-        console.rule(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s")
+        print_call(call, prompts=True)
+
+
+def print_call(call: dict[str, Any], prompts: bool) -> None:
+    """One recorded LLM call: its role and latency, the prompt messages when asked, and the reply."""
+    console.rule(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s")
+    if prompts:
         for message in call["messages"]:
             console.print(f"[bold]{message['role']}:[/] {message['content']}", markup=False, highlight=False)
-        console.print(f"[bold]reply:[/] {call['completion']['text']!r}", highlight=False)
+    console.print(f"[bold]reply:[/] {call['completion']['text']!r}", highlight=False)
 
 
 memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)

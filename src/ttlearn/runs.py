@@ -19,7 +19,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -57,6 +57,46 @@ class RunConfig(PartsConfig):
 def canonical_hash(data: Any) -> str:
     blob = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def append_durable(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    """Append records as JSON lines in one write, flushed and fsynced: a crash leaves whole lines plus at most one
+    torn last line, which `read_durable` skips."""
+    block = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(block)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_durable(
+    path: Path, *, repair: bool, ends_block: Callable[[dict[str, Any]], bool] = lambda record: True
+) -> list[dict[str, Any]]:
+    """The records of an append-only JSON-lines file up to its last complete block (a block ends with a record for
+    which `ends_block` holds). A torn or unfinished tail is skipped, and cut off when `repair` — only the writer
+    may repair: a reader of a live run would cut a block being appended."""
+    records: list[dict[str, Any]] = []
+    kept, good_end, offset = 0, 0, 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            offset += len(line)
+            if not line.endswith(b"\n"):
+                break
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+            if ends_block(records[-1]):
+                kept, good_end = len(records), offset
+    if repair and good_end < path.stat().st_size:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return records[:kept]
+
+
+def _is_game(record: dict[str, Any]) -> bool:
+    """A game's last record, the one that makes it durable."""
+    return record.get("type") == "game"
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -97,24 +137,8 @@ class Run:
         if not cfg_file.exists():
             raise FileNotFoundError(f"{path} is not a run directory (no config.json)")
         run = cls(path, RunConfig.model_validate_json(cfg_file.read_text()))
-        events = path / "events.jsonl"
-        good_end = 0
-        offset = 0
-        with open(events, "rb") as fh:
-            for line in fh:
-                offset += len(line)
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    break
-                if record.get("type") == "game":
-                    run.episodes.append(Episode.from_json(record["episode"]))
-                    good_end = offset
-        if repair and good_end < events.stat().st_size:
-            with open(events, "r+b") as fh:
-                fh.truncate(good_end)
+        records = read_durable(path / "events.jsonl", repair=repair, ends_block=_is_game)
+        run.episodes = [Episode.from_json(r["episode"]) for r in records if _is_game(r)]
         return run
 
     # ---- recording -------------------------------------------------------------------------------------------
@@ -134,11 +158,7 @@ class Run:
         self._buffer.append(
             {"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]}
         )
-        block = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in self._buffer)
-        with open(self.path / "events.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(block)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_durable(self.path / "events.jsonl", self._buffer)
         self._buffer.clear()
         self.episodes.append(episode)
 

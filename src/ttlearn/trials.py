@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,7 +44,7 @@ from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import RecordingLLM
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
 from ttlearn.memory.memrl import run_protocol
-from ttlearn.runs import PartsConfig
+from ttlearn.runs import PartsConfig, append_durable, read_durable
 from ttlearn.session import SCRIPTED, derive_seed, validate_parts, writer_spec
 from ttlearn.types import Episode, Step
 
@@ -227,33 +226,14 @@ CONFIG_FILE, TASKS_FILE, SUMMARY_FILE = "trials.json", "tasks.jsonl", "summary.j
 
 
 def read_tasks(out: Path, *, repair: bool = True) -> list[dict[str, Any]]:
-    """The finished task records of a run directory, dropping a torn last line — and truncating it away when
-    `repair` (only the writer may: a reader of a live run would cut a line being appended)."""
+    """The finished task records of a run directory (`read_durable`: a torn last line is dropped, and cut only when
+    `repair`)."""
     path = Path(out) / TASKS_FILE
-    if not path.exists():
-        return []
-    records, good_end, offset = [], 0, 0
-    with open(path, "rb") as fh:
-        for line in fh:
-            offset += len(line)
-            if not line.endswith(b"\n"):
-                break
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-            good_end = offset
-    if repair and good_end < path.stat().st_size:
-        with open(path, "r+b") as fh:
-            fh.truncate(good_end)
-    return records
+    return read_durable(path, repair=repair) if path.exists() else []
 
 
 def append_task(out: Path, record: dict[str, Any]) -> None:
-    with open(Path(out) / TASKS_FILE, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    append_durable(Path(out) / TASKS_FILE, [record])
 
 
 def open_run_dir(out: Path, config: TrialConfig) -> list[dict[str, Any]]:
