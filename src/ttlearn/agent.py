@@ -9,12 +9,12 @@ invalid, never raised.
 from __future__ import annotations
 
 import random
-import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 from ttlearn.envs.base import Env
+from ttlearn.envs.base import match_legal_action as parse_action  # noqa: F401 - re-exported
 from ttlearn.llm.base import LLM, Message
 from ttlearn.registry import Registry
 from ttlearn.types import Observation
@@ -51,38 +51,6 @@ class Player(ABC):
         pass
 
 
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-def _normalise(text: str) -> str:
-    return " ".join(_WORD.findall(text.lower()))
-
-
-def parse_action(text: str, legal_actions: Sequence[str]) -> str | None:
-    """The legal action a free-text reply names, or None.
-
-    An exact match (ignoring case and punctuation) wins; otherwise the legal action mentioned earliest in the reply,
-    matched on word boundaries, longest first so "raise" is not read out of "raised" and "call" beats nothing.
-    """
-    if not legal_actions:
-        return None
-    reply = _normalise(text)
-    by_norm = {_normalise(a): a for a in legal_actions}
-    if reply in by_norm:
-        return by_norm[reply]
-    best: tuple[int, int, str] | None = None
-    padded = f" {reply} "
-    for norm, action in by_norm.items():
-        if not norm:
-            continue
-        pos = padded.find(f" {norm} ")
-        if pos >= 0:
-            candidate = (pos, -len(norm), action)
-            if best is None or candidate < best:
-                best = candidate
-    return best[2] if best else None
-
-
 def build_messages(rules: str, memory: str, observation: str, options: Sequence[str]) -> list[Message]:
     system = rules.strip()
     if memory.strip():
@@ -113,14 +81,13 @@ class LLMPlayer(Player):
             )
             if reply.text in obs.legal_actions:
                 return Decision(reply.text, True, reply.text)
-        parse: Callable[[str, Sequence[str]], str | None] = getattr(env, "parse_action", parse_action)
         raws = []
         for attempt in range(self.retries + 1):
             reply = self.llm.complete(
                 messages, temperature=self.temperature, seed=seed + attempt, max_tokens=self.max_tokens
             )
             raws.append(reply.text)
-            action = parse(reply.text, obs.legal_actions)
+            action = env.parse_action(reply.text, obs.legal_actions)
             if action is not None:
                 return Decision(action, True, reply.text, {"attempts": attempt + 1})
         return Decision(rng.choice(list(obs.legal_actions)), False, " | ".join(raws), {"attempts": self.retries + 1})

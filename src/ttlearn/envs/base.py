@@ -1,18 +1,20 @@
 """The environment protocol: a Gymnasium-sized interface over text games and tasks.
 
-An `Env` is one *sequence* of episodes against fixed conditions (for RPS: one opponent). `reset(seed)` starts a new
-episode instance, `restart()` replays the same instance from its initial state (multi-attempt trials), `step(action)`
-advances it. Everything is deterministic given the constructor options and the seed.
+An `Env` is one *sequence* of episodes against fixed conditions (for RPS: one opponent; for `code`: one split of
+HumanEval). `reset(seed)` starts a new episode instance, `restart()` replays the same instance from its initial state
+(multi-attempt trials), `step(action)` advances it. Everything is deterministic given the constructor options and
+the seed.
 
-Optional extras an environment may define (duck-typed, looked up with getattr):
-- `oracle_action(seed: int) -> str`: the best action with full knowledge (bot policy, solver); `scripted:oracle`.
-- `parse_action(text: str, legal_actions) -> str | None`: a custom free-text parser (e.g. several moves per turn);
-  the default is `ttlearn.agent.parse_action`.
+Required: `describe, reset, restart, step, legal_actions, score`. Everything below the line "optional capabilities"
+has a working default; an environment overrides what it has. These are all the play loop, the trial runner, the
+scripted players and the reports may rely on — nothing is looked up by name elsewhere.
 """
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from ttlearn.registry import Registry
@@ -20,9 +22,48 @@ from ttlearn.types import Observation, StepResult
 
 ENVS: Registry[type["Env"]] = Registry("environment", "ttlearn.envs")
 
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _normalise(text: str) -> str:
+    return " ".join(_WORD.findall(text.lower()))
+
+
+def match_legal_action(text: str, legal_actions: Sequence[str]) -> str | None:
+    """The legal action a free-text reply names, or None.
+
+    An exact match (ignoring case and punctuation) wins; otherwise the legal action mentioned earliest in the reply,
+    matched on word boundaries, longest first so "raise" is not read out of "raised" and "call" beats nothing.
+    """
+    if not legal_actions:
+        return None
+    reply = _normalise(text)
+    by_norm = {_normalise(a): a for a in legal_actions}
+    if reply in by_norm:
+        return by_norm[reply]
+    best: tuple[int, int, str] | None = None
+    padded = f" {reply} "
+    for norm, action in by_norm.items():
+        if not norm:
+            continue
+        pos = padded.find(f" {norm} ")
+        if pos >= 0:
+            candidate = (pos, -len(norm), action)
+            if best is None or candidate < best:
+                best = candidate
+    return best[2] if best else None
+
 
 class Env(ABC):
     name: ClassVar[str]
+
+    actions_per_turn: int = 1
+    """How many moves one `step` may carry (Sokoban: up to 3, comma-separated). A choice-scoring player composes a
+    turn of this many single-move decisions."""
+    turns: int | None = None
+    """The most steps one attempt can take, where the environment has a fixed budget (puzzles); None otherwise."""
+    reply_tokens: int = 16
+    """How long a reply may be: a word for games, a whole function for `code`. The LLM player's `max_tokens`."""
 
     @abstractmethod
     def describe(self) -> str:
@@ -38,16 +79,17 @@ class Env(ABC):
 
     @abstractmethod
     def step(self, action: str) -> StepResult:
-        """Apply one legal action; raises ValueError for an illegal one (the agent validates first)."""
+        """Apply one action; raises ValueError for one the environment cannot apply (the player validates first)."""
 
     @abstractmethod
     def legal_actions(self) -> tuple[str, ...]:
-        """The exact action strings accepted now."""
+        """The exact action strings accepted now; empty when actions are free text (code, SQL, tool calls)."""
 
     @abstractmethod
     def score(self) -> float:
         """The episode's headline number (RPS: net wins; hold'em: big blinds; puzzles: total reward)."""
 
+    # ---- optional capabilities ------------------------------------------------------------------------------------
     def success(self) -> bool | None:
         """Whether the episode counts as solved, for environments where that is defined."""
         return None
@@ -57,8 +99,41 @@ class Env(ABC):
         return self.describe()
 
     def transcript(self) -> str:
-        """A compact text log of the current episode, for memories that write about it (reflections, insights)."""
+        """A compact text log of the current episode, for memories that write about it (reflections, insights).
+
+        It holds only what the agent itself saw or did: never a solution, a gold answer or an instance ceiling
+        (those go to `instance_stats`). The contract test checks it."""
         return ""
+
+    def instance_stats(self) -> dict[str, Any]:
+        """Facts about the current instance that only reports may see: ceilings (Sokoban's optimal length,
+        Minesweeper's fewest reveals), the data split, the task id."""
+        return {}
+
+    def instance_count(self) -> int | None:
+        """How many instances the configured split holds, for finite task sets (HumanEval, Spider): `reset(seed)`
+        then plays instance `seed % count`, and runners draw distinct instances by index. None: every seed is a new
+        generated instance."""
+        return None
+
+    def parse_action(self, text: str, legal_actions: Sequence[str]) -> str | None:
+        """The action a free-text reply means, or None when it means none. The default matches a legal action;
+        environments with free-text or multi-move actions document their own rule here."""
+        return match_legal_action(text, legal_actions)
+
+    def invalid_step(self, reply: str) -> StepResult | None:
+        """What a reply that names no action does. None (the default): the player falls back to a random legal
+        action, counted invalid — for games where a move is compulsory. Puzzles and tasks pass the turn with no move
+        and a small penalty instead (LaMer: −0.1), so an unparseable answer costs something."""
+        return None
+
+    def oracle_action(self, seed: int) -> str:
+        """The best action with full knowledge (bot policy, solver, gold answer); `scripted:oracle` plays it."""
+        raise NotImplementedError(f"environment {self.name!r} has no oracle; use another scripted player")
+
+    @property
+    def has_oracle(self) -> bool:
+        return type(self).oracle_action is not Env.oracle_action
 
     def config(self) -> dict[str, Any]:
         """The constructor options, so a run can rebuild the same environment."""

@@ -29,7 +29,4 @@ class OraclePlayer(Player):
     name = "oracle"
 
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
-        oracle = getattr(env, "oracle_action", None)
-        if oracle is None:
-            raise ValueError(f"environment {env.name!r} has no oracle; use another scripted player")
-        return Decision(oracle(seed=seed))
+        return Decision(env.oracle_action(seed=seed))
