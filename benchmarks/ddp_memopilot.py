@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from accelerate import PartialState
 
-from ttlearn.agent import Decision, Player
+from ttlearn.players.base import Decision, Player
 from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ttlearn.llm import make_llm
 from ttlearn.runs import Run, RunConfig
-from ttlearn.session import build_session
+from ttlearn.rollout.session import open_session
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
             games=args.games,
         )
         run = Run.create(Path(tmp) / "run", config)
-        session = build_session(run)
+        session = open_session(run)
         start = time.perf_counter()
         session.play()
         wall = time.perf_counter() - start

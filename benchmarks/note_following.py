@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ttlearn.agent import LLMPlayer
+from ttlearn.players.llm import LLMPlayer
 from ttlearn.envs import make_env
 from ttlearn.llm import make_llm
 

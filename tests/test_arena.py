@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from ttlearn.cli import app
 from ttlearn.eval import arena as arena_mod
-from ttlearn.eval.arena import ArenaConfig, execute, load_arena_config, plan, prepare
+from ttlearn.rollout.arena import ArenaConfig, execute, load_arena_config, plan, prepare
 from ttlearn.runs import Run
 
 # A floor and a learner: scripted players ignore memory, so the contestants differ by player (test-only).

@@ -91,7 +91,7 @@ def test_memrl_inspect_and_explain(tmp_path):
     from fakes import FakeLLM
 
     from ttlearn.runs import RunConfig
-    from ttlearn.session import build_session
+    from ttlearn.rollout.session import open_session
 
     config = RunConfig(
         env="rps",
@@ -103,7 +103,7 @@ def test_memrl_inspect_and_explain(tmp_path):
         games=3,
     )  # validated, but built by the fake factory below
     run = Run.create(tmp_path / "m", config)
-    build_session(run, llm_factory=lambda spec: FakeLLM(lambda prompt: "1. Play paper.")).play()
+    open_session(run, llm_factory=lambda spec: FakeLLM(lambda prompt: "1. Play paper.")).play()
 
     listing = invoke("memory", "inspect", str(run.path))
     assert listing.exit_code == 0, listing.output

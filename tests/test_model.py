@@ -13,7 +13,7 @@ import pytest
 
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.runs import Run, RunConfig
-from ttlearn.session import build_session
+from ttlearn.rollout.session import open_session
 
 pytestmark = pytest.mark.model
 
@@ -43,7 +43,7 @@ def test_short_real_run_then_exact_replay(tmp_path):
         temperature=0.7,
     )
     run = Run.create(tmp_path / "real", config)
-    session = build_session(run)
+    session = open_session(run)
     session.play()
     session.close()
     calls = [e for e in run.events() if e["type"] == "call"]
@@ -54,7 +54,7 @@ def test_short_real_run_then_exact_replay(tmp_path):
     assert Run.open(run.path).snapshot(2)["state"]["memory"]["reflections"]
 
     replayed = Run.create(tmp_path / "replay", config)
-    build_session(replayed, replay=ReplayBook(calls)).play()
+    open_session(replayed, replay=ReplayBook(calls)).play()
     assert [e.score for e in replayed.episodes] == [e.score for e in run.episodes]
     assert [s.action for e in replayed.episodes for s in e.steps] == [s.action for e in run.episodes for s in e.steps]
     assert all(c["cached"] for c in replayed.events() if c["type"] == "call")

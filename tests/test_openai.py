@@ -89,7 +89,7 @@ def test_choices_come_back_as_one_of_them(server):
 
 def test_a_short_session_over_the_server(server, tmp_path):
     from ttlearn.runs import Run, RunConfig
-    from ttlearn.session import build_session
+    from ttlearn.rollout.session import open_session
 
     config = RunConfig(
         env="rps",
@@ -99,7 +99,7 @@ def test_a_short_session_over_the_server(server, tmp_path):
         games=1,
     )
     run = Run.create(tmp_path / "r", config)
-    build_session(run).play()
+    open_session(run).play()
     calls = [e for e in run.events() if e["type"] == "call"]
     assert len(calls) == 3 and all(c["completion"]["latency_s"] > 0 for c in calls)
 

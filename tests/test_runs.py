@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ttlearn.runs import Run, RunConfig
-from ttlearn.session import build_session
+from ttlearn.rollout.session import open_session
 
 
 def scripted_config(**overrides) -> RunConfig:
@@ -30,7 +30,7 @@ def scripted_config(**overrides) -> RunConfig:
 
 def play(path: Path, config: RunConfig) -> Run:
     run = Run.create(path, config)
-    build_session(run).play()
+    open_session(run).play()
     return run
 
 
@@ -52,7 +52,7 @@ def test_torn_tail_is_dropped_and_the_game_replayed(tmp_path):
     reopened = Run.open(torn.path)
     assert len(reopened.episodes) == 2
     reopened.config = scripted_config()  # extend the run to the full length
-    build_session(reopened).play()
+    open_session(reopened).play()
     again = Run.open(torn.path)
     assert [e.index for e in again.episodes] == [1, 2, 3, 4]
     assert [e.score for e in again.episodes] == [e.score for e in full.episodes]
@@ -127,3 +127,32 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path):
     ref, killed = Run.open(tmp_path / "ref"), Run.open(tmp_path / "killed")
     assert [e.score for e in killed.episodes] == [e.score for e in ref.episodes]
     assert killed.snapshot(12)["hash"] == ref.snapshot(12)["hash"]
+
+
+def test_kill_9_mid_flight_with_concurrency_resumes_exactly_as_a_sequential_run(tmp_path):
+    """Three games in flight, killed: the directory holds a prefix of the games in order, and resuming (again with
+    three in flight) ends identical to a run that played one game at a time."""
+    args = ["run", "rps", "--opponent", "nash", "--rounds", "400", "--games", "12", "--llm", "scripted:random"]
+    reference = cli(*args, "--out", str(tmp_path / "ref"))
+    assert reference.wait(timeout=300) == 0, reference.stdout.read()
+
+    victim = cli(*args, "--concurrency", "3", "--out", str(tmp_path / "killed"))
+    deadline = time.time() + 120
+    while len(game_records(tmp_path / "killed")) < 3 and time.time() < deadline:
+        time.sleep(0.02)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    done_before = game_records(tmp_path / "killed")
+    assert done_before == list(range(1, len(done_before) + 1)) and 3 <= len(done_before) < 12
+
+    resumed = cli("resume", str(tmp_path / "killed"), "--concurrency", "3")
+    assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
+    assert game_records(tmp_path / "killed") == list(range(1, 13))
+    ref, killed = Run.open(tmp_path / "ref"), Run.open(tmp_path / "killed")
+    assert [e.score for e in killed.episodes] == [e.score for e in ref.episodes]
+    assert [[s.action for s in e.steps] for e in killed.episodes] == [[s.action for s in e.steps] for e in ref.episodes]
+
+
+def test_concurrency_is_refused_where_games_depend_on_each_other(tmp_path):
+    with pytest.raises(ValueError, match="depend on each other"):
+        open_session(Run.create(tmp_path / "r", scripted_config()), concurrency=2)

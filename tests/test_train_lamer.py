@@ -24,7 +24,7 @@ from ttlearn.train.lamer import (
     train_lamer,
     trial_steps,
 )
-from ttlearn.trials import Trial
+from ttlearn.rollout.loop import Trial
 from ttlearn.types import Episode, Step
 
 torch.set_num_threads(1)

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from ttlearn.agent import Decision, Player
+from ttlearn.players.base import Decision, Player
 from ttlearn.train.memopilot import (
     MemoPilotTrainConfig,
     MemoPilotTrainer,

@@ -8,22 +8,17 @@ import math
 import pytest
 from fakes import FakeLLM
 
-from ttlearn.agent import LLMPlayer
 from ttlearn.envs.base import make_env
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
+from ttlearn.eval.trials import compare_trials, summarize_trials
 from ttlearn.memory.base import make_memory
 from ttlearn.memory.lamer import extract_reflection
 from ttlearn.players.basic import RandomPlayer
-from ttlearn.trials import (
-    TASKS_FILE,
-    TrialConfig,
-    TurnPlayer,
-    compare_trials,
-    play_trial,
-    read_tasks,
-    run_trials,
-    summarize_trials,
-)
+from ttlearn.players.llm import LLMPlayer
+from ttlearn.players.turn import TurnPlayer
+from ttlearn.rollout.loop import play_trial
+from ttlearn.rollout.trials import run_trials
+from ttlearn.runs import TASKS_FILE, TrialConfig, read_tasks
 from ttlearn.types import Episode, Step
 
 REFLECTION = "Push the left box first, then go around."

@@ -1,4 +1,7 @@
-"""The run directory: everything a session did, on disk, append-only, so runs resume and evaluate offline.
+"""Run records: the configs and the append-only directories that sessions and trial runs write, so that runs resume
+exactly and every number can be recomputed offline. This is the layer both the playing code and `eval` stand on.
+
+A session (a sequence of games, the memory carried over):
 
     RUN_DIR/
       config.json            the RunConfig that built the session
@@ -9,6 +12,14 @@
 A game becomes durable when its "game" record is on disk: its events are buffered in memory while it is played and
 written in one append, snapshot first. A process killed mid-game leaves at worst a torn last line, which `open`
 truncates; the game is then replayed from its own seed, so no game is ever lost or duplicated.
+
+A trial run (K task instances, N attempts each, LaMer's reflections in between; MemRL's epochs):
+
+    OUT/trials.json     the TrialConfig
+    OUT/tasks.jsonl     one record per finished instance: its attempts (steps, rewards, success), LLM calls, facts
+    OUT/summary.json    success@1..N, pass@1..N (memory off), trajectory entropy, instance-set ceilings
+
+A task becomes durable in one appended line; a killed run leaves at most a torn last line, which reopening drops.
 """
 
 from __future__ import annotations
@@ -16,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -43,6 +53,39 @@ class PartsConfig(BaseModel):
     """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
     seed: int = 0
     temperature: float = Field(0.0, ge=0.0)
+
+
+class TrialConfig(PartsConfig):
+    """A multi-attempt run: `tasks` instances, `attempts` attempts each. Validated before any model loads."""
+
+    memory: str = "lamer"
+    tasks: int = Field(10, ge=1)
+    attempts: int = Field(3, ge=1)
+    early_stop: bool | None = None
+    """Stop a trial at its first success; None: stop with a memory, play every attempt with memory "none"."""
+    epochs: int = Field(1, ge=1)
+    """MemRL's protocol: play the same task set this many times; the memory then carries over between tasks and
+    epochs (runtime learning) instead of starting fresh for every task, and the summary adds last-epoch and
+    cumulative success."""
+    moves_per_turn: int | None = Field(None, ge=1)
+    """Scored decisions per turn for LLM players on choice-scoring back ends (Sokoban takes up to 3 moves a turn,
+    scoring picks one); None: the environment's `actions_per_turn` (1 where it has none)."""
+
+    @property
+    def carries_memory(self) -> bool:
+        return self.epochs > 1
+
+    @property
+    def total(self) -> int:
+        return self.tasks * self.epochs
+
+    def position(self, index: int) -> tuple[int, int]:
+        """(epoch, task) of the index-th trial (1-based): epochs replay tasks 1..K in order."""
+        return (index - 1) // self.tasks + 1, (index - 1) % self.tasks + 1
+
+    @property
+    def stops_early(self) -> bool:
+        return self.memory != "none" if self.early_stop is None else self.early_stop
 
 
 class RunConfig(PartsConfig):
@@ -99,7 +142,7 @@ def _is_game(record: dict[str, Any]) -> bool:
     return record.get("type") == "game"
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
@@ -113,7 +156,6 @@ class Run:
     path: Path
     config: RunConfig
     episodes: list[Episode] = field(default_factory=list)
-    _buffer: list[dict[str, Any]] = field(default_factory=list)
 
     # ---- creation and reopening -------------------------------------------------------------------------------
     @classmethod
@@ -122,7 +164,7 @@ class Run:
         if (path / "config.json").exists():
             raise FileExistsError(f"{path} already holds a run; use `ttlearn resume {path}` or another --out")
         (path / "snapshots").mkdir(parents=True, exist_ok=True)
-        _write_atomic(path / "config.json", config.model_dump_json(indent=2))
+        write_atomic(path / "config.json", config.model_dump_json(indent=2))
         (path / "events.jsonl").touch()
         return cls(path, config)
 
@@ -142,28 +184,25 @@ class Run:
         return run
 
     # ---- recording -------------------------------------------------------------------------------------------
-    def record(self, event: dict[str, Any]) -> None:
-        """Buffer an event of the game in progress (LLM calls, steps); written when the game finishes."""
-        self._buffer.append({"game": len(self.episodes) + 1, "t": time.time(), **event})
-
-    def finish_game(self, episode: Episode, state: dict[str, Any]) -> None:
-        """Make a finished game durable: snapshot, then its events and game record in one append."""
+    def finish_game(self, episode: Episode, state: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> None:
+        """Make the next game durable: snapshot, then its events (LLM calls, steps) and game record in one append.
+        Games are appended in order, whoever played them."""
+        if episode.index != len(self.episodes) + 1:
+            raise ValueError(f"game {episode.index} finished out of order; game {len(self.episodes) + 1} is next")
         snapshot = {
             "game": episode.index,
             "hash": canonical_hash(state),
             "config": self.config.model_dump(),
             "state": state,
         }
-        _write_atomic(self.snapshot_path(episode.index), json.dumps(snapshot, ensure_ascii=False))
-        self._buffer.append(
-            {"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]}
-        )
-        append_durable(self.path / "events.jsonl", self._buffer)
-        self._buffer.clear()
+        write_atomic(self.snapshot_path(episode.index), json.dumps(snapshot, ensure_ascii=False))
+        block = [{"game": episode.index, **event} for event in events]
+        block.append({"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]})
+        append_durable(self.path / "events.jsonl", block)
         self.episodes.append(episode)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _write_atomic(self.path / "summary.json", json.dumps(summary, indent=2))
+        write_atomic(self.path / "summary.json", json.dumps(summary, indent=2))
 
     # ---- reading ---------------------------------------------------------------------------------------------
     def snapshot_path(self, game: int) -> Path:
@@ -185,3 +224,48 @@ class Run:
     @property
     def finished(self) -> bool:
         return len(self.episodes) >= self.config.games
+
+
+# ---- trial runs ------------------------------------------------------------------------------------------------
+CONFIG_FILE, TASKS_FILE, SUMMARY_FILE = "trials.json", "tasks.jsonl", "summary.json"
+
+
+def read_tasks(out: Path, *, repair: bool = True) -> list[dict[str, Any]]:
+    """The finished task records of a run directory (`read_durable`: a torn last line is dropped, and cut only when
+    `repair`)."""
+    path = Path(out) / TASKS_FILE
+    return read_durable(path, repair=repair) if path.exists() else []
+
+
+def append_task(out: Path, record: dict[str, Any]) -> None:
+    append_durable(Path(out) / TASKS_FILE, [record])
+
+
+def open_trial_dir(out: Path, config: TrialConfig) -> list[dict[str, Any]]:
+    """Create the directory, or reopen it when it holds the same config; returns the tasks already finished."""
+    out = Path(out)
+    config_file = out / CONFIG_FILE
+    if config_file.exists():
+        saved = TrialConfig.model_validate_json(config_file.read_text())
+        if saved != config:
+            raise FileExistsError(
+                f"{out} holds a different trial run; resume it with its own config or use another --out"
+            )
+        return read_tasks(out)
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} exists and is not a trial run directory")
+    out.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(config.model_dump_json(indent=2))
+    return []
+
+
+def load_trial_config(out: Path) -> TrialConfig:
+    """The config of a trial run directory, to resume it with `run_trials(load_trial_config(out), out)`."""
+    path = Path(out) / CONFIG_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{out} is not a trial run directory (no {CONFIG_FILE})")
+    return TrialConfig.model_validate_json(path.read_text())
+
+
+def is_trial_dir(path: Path) -> bool:
+    return (Path(path) / CONFIG_FILE).is_file()

@@ -5,7 +5,7 @@ was shown through `observe` and exposes its next-move *distribution* without con
 samples from it with its own per-game Generator and the oracle best-responds to it. That is why every adaptive bot here
 is deterministic (ties broken towards the lower move): only the bots whose point is noise draw any.
 
-Each bot's `ceiling` is the expected score per round of a best responder that knows the bot (REFERENCE.md §6). For the
+Each bot's `ceiling` is the expected score per round of a best responder that knows the bot (the tiers follow the usual RPS-bot taxonomy: stationary, sequences, reactive, adaptive, meta). For the
 deterministic bots that is +1 however clever they are; their docstrings also say what a player who must *learn* them
 can hope for, which is the number that matters for test-time learning.
 """
@@ -235,7 +235,7 @@ class IocaineBot(Bot):
     beats(x) rotated by 0, 1 or 2 steps (assume you are naive, second-guessing, third-guessing), and likewise
     beats(beats(y)) rotated (assume you predict it). Every strategy is scored each round by what it would have won,
     with exponential decay; the bot plays the best one's move (rock when none applies yet). Deterministic: a knowing
-    responder scores +1, but a learner without its source should expect ≈ 0 or worse within a game (REFERENCE.md §6);
+    responder scores +1, but a learner without its source should expect ≈ 0 or worse within a game;
     across games it can win a little, because the bot forgets everything at each reset.
     """
 

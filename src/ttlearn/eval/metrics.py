@@ -1,6 +1,6 @@
 """Per-run metrics, computed from recorded scores only (pure numpy + math, no scipy).
 
-Each function states its equation; the choice between pass@k and success@k matters (REFERENCE §6): pass@k assumes
+Each function states its equation; the choice between pass@k and success@k matters: pass@k assumes
 k *independent* samples of one task, success@k counts *sequential* attempts where later ones may use feedback.
 """
 

@@ -1,6 +1,6 @@
 """Bradley–Terry ratings on an Elo scale from paired results, with block-bootstrap confidence intervals.
 
-Why this shape (REFERENCE §6): online Elo depends on the order of games, a maximum-likelihood Bradley–Terry fit does
+Why this shape: online Elo depends on the order of games, a maximum-likelihood Bradley–Terry fit does
 not. Methods are compared only on *paired* games — same opponent, seed and game index — so card or instance luck
 cancels. Games of one sequence (opponent, seed) share a learning trajectory and are dependent, so the honest
 confidence interval resamples whole sequences (block bootstrap), not single battles.

@@ -22,12 +22,15 @@ class Memory(ABC):
     name: ClassVar[str]
     needs_llm: ClassVar[bool] = False
     """True when `observe` writes with an LLM (the session then hands it a recorded writer)."""
+    carries_over: ClassVar[bool] = True
+    """False when `context` never depends on what was observed (`none`): its episodes are then independent and may
+    be played concurrently."""
 
     def __init__(self, llm: LLM | None = None) -> None:
         self.llm = llm
 
     def bind_run(self, run_dir: Path, run_id: str) -> None:  # noqa: B027 - optional hook
-        """Called once by the session: where the run lives, for memories that keep files of their own (MemRL)."""
+        """Called once by the builder: where the run lives, for memories that keep files of their own (MemRL)."""
 
     @abstractmethod
     def context(self, query: str) -> str:

@@ -11,6 +11,7 @@ from ttlearn.types import Episode
 @MEMORIES.register("none")
 class NoMemory(Memory):
     name = "none"
+    carries_over = False
 
     def context(self, query: str) -> str:
         return ""

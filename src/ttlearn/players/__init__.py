@@ -1,5 +1,6 @@
-"""Scripted players (`--llm scripted:NAME`): baselines and test aids, never the default."""
+"""Players: the frozen LLM player (`players.llm`), the turn composer (`players.turn`) and the scripted players
+(`--llm scripted:NAME`): baselines and test aids, never the default."""
 
-from ttlearn.agent import PLAYERS
+from ttlearn.players.base import PLAYERS, Decision, Player
 
-__all__ = ["PLAYERS"]
+__all__ = ["PLAYERS", "Decision", "Player"]

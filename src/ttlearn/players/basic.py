@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from ttlearn.agent import PLAYERS, Decision, Player
+from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.envs.base import Env
 from ttlearn.types import Observation
 

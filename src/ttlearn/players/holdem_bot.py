@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ttlearn.agent import PLAYERS, Decision, Player
+from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.envs.base import Env
 from ttlearn.envs.holdem_bots import STYLES
 from ttlearn.types import Observation

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ttlearn.agent import PLAYERS, Decision, Player
+from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.envs.base import Env
 from ttlearn.envs.rps_bots import MOVES, best_responses
 from ttlearn.types import Observation
@@ -78,6 +78,7 @@ class RPSLearner(Player):
     """Context-mixing predictor of the opponent + best response; reads `obs.data` (`my_moves`, `opp_moves`)."""
 
     name = "learner"
+    learns = True
 
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, list[float]]] = {e: {} for e in EXPERTS}

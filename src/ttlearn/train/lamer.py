@@ -1,7 +1,7 @@
 """LaMer's cross-episode meta-RL: train the agent policy (LoRA on an `HFPolicy`) on whole trials.
 
 One step: pick `tasks_per_step` instances from a fixed pool of `tasks`, play `group` trials of `attempts` attempts at
-each (`ttlearn.trials.play_trial`), with the policy both choosing the actions and writing the reflections between
+each (`ttlearn.rollout.loop.play_trial`), with the policy both choosing the actions and writing the reflections between
 attempts; score every step with `cross_episode_returns` (γ_step inside an attempt, γ_traj across attempts, so an early
 attempt is credited for what the later ones achieve), turn returns into advantages by GiGPO (anchor = the observation
 text) or the GRPO variant, and take one clipped policy-gradient step (`policy_loss`) on the action and reflection
@@ -33,25 +33,23 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ttlearn.agent import LLMPlayer, Player
 from ttlearn.envs.base import Env
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import make_memory
-from ttlearn.session import derive_seed
 from ttlearn.train.advantages import (
     cross_episode_returns,
     gigpo_advantages,
     grpo_episode_advantages,
 )
 from ttlearn.train.loss import policy_loss
-from ttlearn.trials import (
-    Trial,
-    TrialConfig,
-    TurnPlayer,
-    play_trial,
-    resolve_moves_per_turn,
-    validate_trials,
-)
+from ttlearn.players.base import Player
+from ttlearn.players.llm import LLMPlayer
+from ttlearn.players.turn import TurnPlayer
+from ttlearn.rollout.loop import Trial, play_trial
+from ttlearn.rollout.parts import resolve_moves_per_turn
+from ttlearn.rollout.trials import validate_trials
+from ttlearn.runs import TrialConfig
+from ttlearn.seeding import derive_seed
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
@@ -334,7 +332,6 @@ def collect(
                 seed=pool_seed(config, instance),
                 attempts=attempts,
                 early_stop=True,
-                moves_per_turn=moves,
                 mark=recorder.mark,
                 act_seed=lambda a, s, i=instance, j=j: derive_seed(config.seed, "train-act", step, i, j, a, s),
             )

@@ -27,10 +27,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ttlearn.agent import Player
 from ttlearn.envs.base import make_env
 from ttlearn.memory.memopilot import bound_memory, writer_messages
-from ttlearn.session import derive_seed, make_player, play_episode
+from ttlearn.llm.base import make_llm
+from ttlearn.players.base import Player
+from ttlearn.rollout.loop import play_sequence_game
+from ttlearn.rollout.parts import make_player
+from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
 from ttlearn.train.loss import LOSS_TYPES
 
@@ -309,7 +312,8 @@ class MemoPilotTrainer:
         self.params = self.policy.trainable_parameters()
         _broadcast(self.params)
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
-        self.player = player or make_player(config.player, temperature=config.player_temperature)
+        probe_env = self.make_env(config.opponents[0], config.seed)
+        self.player = player or make_player(config.player, make_llm, config.player_temperature, probe_env)[0]
         self.step = self._resume()
         self._no_memory: dict[tuple[str, int], float] = {}
 
@@ -324,9 +328,7 @@ class MemoPilotTrainer:
         """Play `rollouts` (indices into the group) of one sequence: (writes, rewards [len, T−1], game-1 reward)."""
         cfg = self.config
         envs = [self.make_env(opponent, seed) for _ in rollouts]
-        first = play_episode(
-            envs[0], self.player, fixed_memory(""), seed, 1
-        )  # no memory yet: the same game in every rollout
+        first = play_sequence_game(envs[0], self.player, fixed_memory(""), seed, 1)  # no memory: same in every rollout
         episodes, memories = [first] * len(rollouts), [""] * len(rollouts)
         rewards = np.zeros((len(rollouts), cfg.games - 1))
         writes: list[Write] = []
@@ -340,7 +342,7 @@ class MemoPilotTrainer:
             )
             memories = [bound_memory(s.text, cfg.memory_chars) for s in samples]
             episodes = [
-                play_episode(env, self.player, fixed_memory(m), seed, turn + 1) for env, m in zip(envs, memories)
+                play_sequence_game(env, self.player, fixed_memory(m), seed, turn + 1) for env, m in zip(envs, memories)
             ]
             rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes]
             writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, samples)]
@@ -429,7 +431,7 @@ class MemoPilotTrainer:
         if key not in self._no_memory:
             env = self.make_env(opponent, seed)
             scores = [
-                play_episode(env, self.player, fixed_memory(""), seed, g).score for g in range(2, self.config.games + 1)
+                play_sequence_game(env, self.player, fixed_memory(""), seed, g).score for g in range(2, self.config.games + 1)
             ]
             self._no_memory[key] = float(np.mean(scores)) / self.config.rounds
         return self._no_memory[key]

@@ -1,12 +1,9 @@
-"""The end-of-run summary, computed from the recorded episodes alone (so `show` and `resume` agree with `run`)."""
+"""The end-of-run summary of a session, computed from its recorded episodes alone (so `show` and `resume` agree with
+`run`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table
 
 from ttlearn.eval.metrics import cumulative_performance
 from ttlearn.runs import Run
@@ -43,29 +40,3 @@ def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
         "played_s": played_s,
         "wall_s": wall_s if wall_s is not None else played_s,
     }
-
-
-def print_summary(console: Console, summary: dict[str, Any], path: Path) -> None:
-    table = Table(
-        title=f"{summary['config']['env']} · memory {summary['config']['memory']} · {summary['config']['player']}"
-    )
-    for column in ("game", "score", "cumulative", "steps", "invalid", "tokens", "LLM s", "wall s"):
-        table.add_column(column, justify="right")
-    for g in summary["games"]:
-        table.add_row(
-            str(g["game"]),
-            f"{g['score']:+g}",
-            f"{g['cumulative']:+.2f}",
-            str(g["steps"]),
-            str(g["invalid"]),
-            str(g["tokens"]),
-            f"{g['llm_s']:.1f}",
-            f"{g['wall_s']:.1f}",
-        )
-    console.print(table)
-    share = summary["llm_s"] / summary["played_s"] if summary["played_s"] else 0.0
-    console.print(
-        f"mean score {summary['mean_score']:+.2f} · invalid actions {summary['invalid_rate']:.1%} · "
-        f"{summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s of {summary['played_s']:.1f}s played ({share:.0%})"
-    )
-    console.print(f"run directory: [bold]{path}[/]")

@@ -1,13 +1,15 @@
 """The arena: every contestant (a memory method, optionally with its own player) plays the same sequences.
 
-Paired design (REFERENCE §6): a sequence is (opponent, seed); every contestant's run of that sequence has the same run
-seed, hence the same environment seed and the same game seeds, so the report can compare methods game by game.
+Paired design: a sequence is (opponent, seed); every contestant's run of that sequence has the same run seed, hence
+the same environment seed and the same game seeds, so the report can compare methods game by game (and rate them by
+Bradley–Terry over these paired battles).
 
     OUT/
       arena.json                                  the arena config, ttlearn version and git commit of the last start
       runs/<label>/<opponent>/seed<k>/            one ordinary run directory per (contestant, opponent, seed)
 
-Each plan item is one run, played start to finish by one worker process (or Ray task). An item whose run directory
+Each plan item is one run, played start to finish by one worker process (or Ray task), or by one of `concurrency`
+threads of this process that share one loaded back end (the way to keep a server's parallel slots busy). An item whose run directory
 holds a summary.json is finished and skipped; any other item is (re)opened and resumed from its last durable game,
 so an interrupted arena resumes by running the same command again, without replaying finished sequences. A per-run
 lock file keeps two workers — say, an orphan of a killed arena and its successor — from writing one run at once.
@@ -23,7 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -36,8 +38,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.runs import Run, RunConfig
-from ttlearn.session import build_session, validate
-from ttlearn.summary import summarize
+from ttlearn.rollout.parts import LLMPool
+from ttlearn.rollout.session import open_session, validate
+from ttlearn.eval.summary import summarize
 
 ARENA_FILE = "arena.json"
 RUNS_DIR = "runs"
@@ -247,8 +250,9 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def play_item(path: str, config_json: str) -> dict[str, Any]:
-    """Create or resume one run and play its missing games; returns what the progress bar shows."""
+def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[str, Any]:
+    """Create or resume one run and play its missing games; returns what the progress bar shows. `pool`: back ends
+    shared with other runs in flight in this process."""
     run_dir, config = Path(path), RunConfig.model_validate_json(config_json)
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -256,11 +260,12 @@ def play_item(path: str, config_json: str) -> dict[str, Any]:
         run = Run.open(run_dir) if (run_dir / "config.json").exists() else Run.create(run_dir, config)
         already = len(run.episodes)
         if not run.finished:
-            session = build_session(run)
+            session = open_session(run, pool=pool)
             try:
                 session.play()
             finally:
-                session.close()
+                if pool is None:
+                    session.close()
         summary = summarize(run, wall_s=time.perf_counter() - start)
         run.write_summary(summary)
     return {"played": len(run.episodes) - already, "mean_score": summary["mean_score"], "wall_s": summary["wall_s"]}
@@ -272,22 +277,44 @@ def default_workers() -> int:
 
 
 def execute(
-    items: list[PlanItem], workers: int | None = None, ray: bool = False, ray_address: str | None = None
+    items: list[PlanItem],
+    workers: int | None = None,
+    ray: bool = False,
+    ray_address: str | None = None,
+    concurrency: int = 1,
 ) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
-    """Play the items in parallel worker processes, or as Ray tasks with `ray`, yielding (item, outcome) as each
-    finishes. Stops at the first failing run (after the runs in flight end) with `RunFailed`: every later run
-    would most likely fail the same way."""
+    """Play the items in parallel worker processes, as Ray tasks with `ray`, or `concurrency` at a time on threads
+    sharing one back end per spec, yielding (item, outcome) as each finishes. Stops at the first failing run (after
+    the runs in flight end) with `RunFailed`: every later run would most likely fail the same way."""
     if ray:
         yield from _execute_ray(items, ray_address)
+        return
+    if concurrency > 1:
+        yield from _execute_threads(items, concurrency)
         return
     workers = workers or default_workers()
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=use_one_thread)
+    yield from _collect(pool, lambda item: pool.submit(play_item, str(item.path), item.config.model_dump_json()), items)
+
+
+def _execute_threads(items: list[PlanItem], concurrency: int) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
+    shared = LLMPool()
     try:
-        pending: dict[Future, PlanItem] = {
-            pool.submit(play_item, str(item.path), item.config.model_dump_json()): item for item in items
-        }
+        threads = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="arena")
+        submit = lambda item: threads.submit(play_item, str(item.path), item.config.model_dump_json(), shared)  # noqa: E731
+        yield from _collect(threads, submit, items)
+    finally:
+        shared.close()
+
+
+def _collect(
+    pool: Executor, submit: Callable[[PlanItem], Future], items: list[PlanItem]
+) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
+    """Submit every item, yield (item, outcome) as each finishes; shut the pool down however this ends."""
+    try:
+        pending: dict[Future, PlanItem] = {submit(item): item for item in items}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in sorted(done, key=lambda f: pending[f].name):

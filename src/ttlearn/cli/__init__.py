@@ -1,0 +1,41 @@
+"""The `ttlearn` command line: one small module per command group, sharing `common` (errors, options, progress)."""
+
+from __future__ import annotations
+
+import typer
+
+from ttlearn.cli import arena, memory, play, show, train
+from ttlearn.cli.common import console, friendly
+
+app = typer.Typer(
+    help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+play.register(app)
+app.command()(friendly(show.show))
+arena.register(app)
+app.add_typer(memory.memory_app, name="memory")
+app.add_typer(train.train_app, name="train")
+
+
+@app.command("list")
+def list_parts() -> None:
+    """List the registered environments, memory methods, LLM back ends, scripted players and trainers."""
+    from ttlearn.envs.base import ENVS
+    from ttlearn.llm.base import LLMS
+    from ttlearn.memory.base import MEMORIES
+    from ttlearn.players.base import PLAYERS
+
+    for title, registry in (
+        ("environments", ENVS),
+        ("memories", MEMORIES),
+        ("llms", LLMS),
+        ("scripted players", PLAYERS),
+    ):
+        console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
+
+
+def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`
+    app()

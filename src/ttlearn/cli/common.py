@@ -1,0 +1,158 @@
+"""What every command shares: the console, one-red-line errors, KEY=VALUE options, the progress bar, and printing
+the summaries and records that `run`, `resume` and `show` display."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ttlearn.llm.base import LLMError
+from ttlearn.registry import UnknownNameError
+
+console = Console()
+USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError)
+
+
+def friendly(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the errors a user can cause into one red line and exit code 2, instead of a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except USER_ERRORS as exc:
+            console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
+    """`KEY=VALUE` pairs → a dict, values read as YAML scalars (so 3 is an int and true a bool)."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
+        options[key.replace("-", "_")] = yaml.safe_load(value)
+    return options
+
+
+def csv(text: str | None) -> list[str] | None:
+    return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int, completed: int = 0) -> Iterator[Callable[..., None]]:
+    """A bar with a done/total count, elapsed time and a free-text last event; yields `update(completed=…,
+    advance=…, last=…)`."""
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[last]}"),
+        console=console,
+    ) as progress:
+        bar = progress.add_task(description, total=total, completed=completed, last="")
+        yield functools.partial(progress.update, bar)
+
+
+def print_summary(summary: dict[str, Any], path: Path) -> None:
+    """A session's games as a table, then the totals and where the run lives."""
+    config = summary["config"]
+    table = Table(title=f"{config['env']} · memory {config['memory']} · {config['player']}")
+    for column in ("game", "score", "cumulative", "steps", "invalid", "tokens", "LLM s", "wall s"):
+        table.add_column(column, justify="right")
+    for g in summary["games"]:
+        table.add_row(
+            str(g["game"]),
+            f"{g['score']:+g}",
+            f"{g['cumulative']:+.2f}",
+            str(g["steps"]),
+            str(g["invalid"]),
+            str(g["tokens"]),
+            f"{g['llm_s']:.1f}",
+            f"{g['wall_s']:.1f}",
+        )
+    console.print(table)
+    share = summary["llm_s"] / summary["played_s"] if summary["played_s"] else 0.0
+    console.print(
+        f"mean score {summary['mean_score']:+.2f} · invalid actions {summary['invalid_rate']:.1%} · "
+        f"{summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s of {summary['played_s']:.1f}s played ({share:.0%})"
+    )
+    console.print(f"run directory: [bold]{path}[/]")
+
+
+def print_call(call: dict[str, Any], prompts: bool) -> None:
+    """One recorded LLM call: its role and latency, the prompt messages when asked, and the reply."""
+    console.rule(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s")
+    if prompts:
+        for message in call["messages"]:
+            console.print(f"[bold]{message['role']}:[/] {message['content']}", markup=False, highlight=False)
+    console.print(f"[bold]reply:[/] {call['completion']['text']!r}", highlight=False)
+
+
+def format_trial_summary(summary: dict[str, Any]) -> str:
+    """A plain-text table of success@k (and pass@k) of a trial run."""
+    options = "".join(f" {k}={v}" for k, v in summary.get("memory_options", {}).items())
+    memory = f"{summary['memory']}{f' ({options.strip()})' if options else ''}"
+    lines = [f"{summary['env']} · memory {memory} · {summary['player']} · {summary['tasks']} tasks"]
+    lines.append((f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")).rstrip())
+    for k, value in enumerate(summary["success_at_k"], start=1):
+        low, high = summary["success_at_k_ci95"][k - 1]
+        extra = f"{summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
+        lines.append(f"{k:<3}{value:<11.3f}{f'{low:.3f}–{high:.3f}':<15}{extra}".rstrip())
+    lines.append(
+        f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {summary['invalid_rate']:.1%}"
+        f" · {summary['wall_s_per_task']:.1f} s/task"
+    )
+    if summary.get("protocol"):
+        p = summary["protocol"]
+        rates = " ".join(f"{r:.2f}" for r in p["epoch_success"])
+        lines.append(
+            f"epochs: success {rates} · last epoch {p['last_epoch_success']:.3f}"
+            f" · cumulative {p['cumulative_success']:.3f}"
+        )
+    if summary["instances"]:
+        lines.append("instances: " + json.dumps(summary["instances"]))
+    return "\n".join(lines)
+
+
+def format_task(record: dict[str, Any]) -> str:
+    """One finished task as plain text: its instance facts, then each attempt's context, moves and outcome."""
+    lines = [
+        f"task {record['task']} (epoch {record['epoch']}, seed {record['seed']}) · {json.dumps(record['instance'])}"
+    ]
+    for attempt in record["attempts"]:
+        outcome = "solved" if attempt["success"] else "unsolved"
+        lines.append(f"attempt {attempt['index']}: score {attempt['score']:+g}, {outcome}")
+        context = attempt["info"].get("context", "")
+        if context:
+            lines.append("  saw: " + " ".join(context.split()))
+        for step in attempt["steps"]:
+            flag = "" if step["valid"] else " (invalid)"
+            lines.append(f"  {step['action'] or '(no move)'} → {step['reward']:+g}{flag}")
+    return "\n".join(lines)
+
+
+def format_comparison(comparison: dict[str, Any], name_a: str, name_b: str) -> str:
+    lines = [f"paired on {comparison['tasks']} shared tasks · A = {name_a} · B = {name_b}"]
+    lines.append(f"{'k':<3}{'A':<8}{'B':<8}{'A−B':<8}{'only A':<8}{'only B':<8}McNemar p")
+    for row in comparison["rows"]:
+        lines.append(
+            f"{row['k']:<3}{row['a']:<8.3f}{row['b']:<8.3f}{row['a'] - row['b']:<+8.3f}"
+            f"{row['only_a']:<8}{row['only_b']:<8}{row['p_value']:.3f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""`ttlearn memory …`: fork, diff, inspect and explain the memories a run left behind, and migrate a MemRL store."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from ttlearn.cli.common import console, friendly
+from ttlearn.runs import Run
+
+memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)
+
+
+@memory_app.command("fork")
+@friendly
+def memory_fork(
+    run_dir: Path = typer.Argument(..., help="The run whose memory to fork."),
+    game: int = typer.Option(..., help="Fork the memory as it was after this game."),
+    out: Path = typer.Option(..., help="Folder for the fork; pass it to `ttlearn run --memory-from`."),
+) -> None:
+    """Copy the memory after game N into a new folder, to continue from it with `run --memory-from` (new seed)."""
+    snapshot = Run.open(run_dir, repair=False).snapshot(game)
+    (out / "snapshots").mkdir(parents=True, exist_ok=False)
+    (out / "snapshots" / f"game_{game:04d}.json").write_text(json.dumps(snapshot, ensure_ascii=False))
+    (out / "fork.json").write_text(json.dumps({"source": str(run_dir), "game": game, "hash": snapshot["hash"]}))
+    console.print(f"forked memory of {run_dir} after game {game} (hash {snapshot['hash'][:12]}) → {out}")
+
+
+@memory_app.command("diff")
+@friendly
+def memory_diff(
+    run_dir: Path = typer.Argument(..., help="A run directory."),
+    a: int = typer.Option(..., "--from", help="Earlier game."),
+    b: int = typer.Option(..., "--to", help="Later game."),
+) -> None:
+    """Show what changed in the memory between two games (a unified diff of the snapshots)."""
+    run = Run.open(run_dir, repair=False)
+    before, after = (json.dumps(run.snapshot(g)["state"], indent=1, sort_keys=True).splitlines() for g in (a, b))
+    lines = list(difflib.unified_diff(before, after, f"after game {a}", f"after game {b}", lineterm=""))
+    console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
+
+
+def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
+    """The MemRL store of a run, its namespace and the run id the session gave it."""
+    from ttlearn.memory.store import MemoryStore
+
+    run = Run.open(run_dir, repair=False)
+    options = run.config.memory_options
+    path = Path(options.get("store") or run.path / "memrl.sqlite")
+    if not path.exists():
+        raise FileNotFoundError(f"{run_dir} has no MemRL store ({path}); was it run with --memory memrl/memp/rag?")
+    return MemoryStore(path), options.get("namespace", "default"), run.path.name
+
+
+@memory_app.command("inspect")
+@friendly
+def memory_inspect(
+    run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
+    limit: int = typer.Option(20, help="How many memories to show."),
+) -> None:
+    """List the memories of a MemRL store, newest first, with Q-value, visits and last reward."""
+    store, namespace, _ = _memrl_store(run_dir)
+    table = Table(title=f"MemRL store · namespace {namespace}")
+    for column in ("id", "episode", "Q", "visits", "last r", "intent", "experience"):
+        table.add_column(column, overflow="fold")
+    for item in store.inspect(namespace, limit=limit):
+        last = "" if item.last_reward is None else f"{item.last_reward:+g}"
+        table.add_row(
+            str(item.id),
+            str(item.episode),
+            f"{item.q_value:+.3f}",
+            str(item.visits),
+            last,
+            item.intent[:60],
+            item.experience[:120],
+        )
+    console.print(table)
+
+
+@memory_app.command("explain")
+@friendly
+def memory_explain(
+    run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
+    game: int = typer.Option(..., help="The game whose retrievals to show."),
+) -> None:
+    """Show which memories were retrieved for a game, with similarity, Q and the combined score."""
+    store, namespace, run_id = _memrl_store(run_dir)
+    records = store.retrievals(namespace, run_id=run_id, episode=game)
+    if not records:
+        console.print(f"no retrieval was recorded for game {game}")
+    for number, record in enumerate(records, start=1):
+        console.rule(f"retrieval {number} of game {game}{' · ε-exploration' if record.explored else ''}")
+        console.print(f"query: {record.query}", markup=False, highlight=False)
+        for cand in record.candidates:
+            mark = "→" if cand["id"] in record.chosen else " "
+            console.print(
+                f"{mark} #{cand['id']}  sim {cand['sim']:.3f}  Q {cand['q']:+.3f}  score {cand['score']:+.3f}",
+                markup=False,
+                highlight=False,
+            )
+
+
+@memory_app.command("reembed")
+@friendly
+def memory_reembed(
+    store: Path = typer.Argument(..., help="A MemRL SQLite store."),
+    namespace: str = typer.Option("default", help="Namespace to migrate."),
+    embedder: str = typer.Option(..., help="The new embedder, e.g. minilm or hash."),
+) -> None:
+    """Re-embed every intent key of a namespace with another embedder (the explicit migration)."""
+    from ttlearn.memory.embed import make_embedder
+    from ttlearn.memory.store import MemoryStore
+
+    if not store.exists():
+        raise FileNotFoundError(f"no store at {store}")
+    count = MemoryStore(store).reembed(namespace, make_embedder(embedder))
+    console.print(f"re-embedded {count} intent keys of {namespace!r} with {embedder}")

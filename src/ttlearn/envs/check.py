@@ -1,0 +1,112 @@
+"""`check_env`: the one contract check every environment must pass (in the spirit of Gymnasium's `check_env`).
+
+It builds the environment twice from the same options and plays the same seeded episode on both, then `restart()`s
+and replays it, and checks what the play loop, the trial runner, the memories and the reports rely on. Write a new
+environment, then run `check_env(make_env("mine"))` — the test suite does it for every registered one.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from ttlearn.envs.base import Env, make_env
+from ttlearn.types import Observation, StepResult
+
+MAX_STEPS = 400
+HIDDEN_PHRASES = ("optimal", "fewest", "solvable", "gold", "canonical solution", "ground truth", "expected answer")
+"""Words that only a hidden fact (a solution, a ceiling) would put into what the agent sees."""
+
+
+class ContractError(AssertionError):
+    """The environment breaks the contract; the message says which rule."""
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ContractError(message)
+
+
+def _choose(env: Env, obs: Observation, rng: random.Random, use_oracle: bool, seed: int) -> str:
+    if use_oracle:
+        return env.oracle_action(seed=seed)
+    if obs.legal_actions:
+        return rng.choice(list(obs.legal_actions))
+    return "this reply names no action"
+
+
+def _play(env: Env, obs: Observation, seed: int, use_oracle: bool) -> tuple[list[str], list[StepResult]]:
+    """An episode from `obs`: the oracle's moves, or seeded random legal moves (free text: an unusable reply,
+    which must go through `invalid_step`)."""
+    rng = random.Random(seed)
+    actions: list[str] = []
+    results: list[StepResult] = []
+    done = False
+    while not done:
+        _require(len(actions) < MAX_STEPS, f"no end after {MAX_STEPS} steps")
+        _require(all(isinstance(a, str) for a in obs.legal_actions), "legal actions must be strings")
+        action = _choose(env, obs, rng, use_oracle, seed)
+        if obs.legal_actions or use_oracle:
+            result = env.step(action)
+        else:
+            passed = env.invalid_step(action)
+            _require(passed is not None, "free-text actions need invalid_step to answer an unusable reply")
+            result = passed
+        _require(isinstance(result.reward, (int, float)), "rewards must be numbers")
+        actions.append(action)
+        results.append(result)
+        obs, done = result.observation, result.done
+    return actions, results
+
+
+def _replay(env: Env, actions: list[str], free_text: bool) -> list[float]:
+    rewards = []
+    for action in actions:
+        result = env.invalid_step(action) if free_text else env.step(action)
+        assert result is not None
+        rewards.append(result.reward)
+    return rewards
+
+
+def _seen_text(env: Env, first: Observation, results: list[StepResult]) -> str:
+    return "\n".join([env.describe(), env.task(), first.text, *(r.observation.text for r in results), env.transcript()])
+
+
+def check_env(env: Env, seed: int = 3, use_oracle: bool = False) -> dict[str, Any]:
+    """Check `env` against the contract; raises `ContractError` naming the broken rule. With `use_oracle` the episode
+    is played by `oracle_action`, which must then solve it where `success()` is defined. Returns what was played."""
+    twin = make_env(env.name, **env.config())
+    first, twin_first = env.reset(seed), twin.reset(seed)
+    _require(first == twin_first, "reset(seed) must be deterministic given the options and the seed")
+    _require(isinstance(env.describe(), str) and env.describe().strip(), "describe() must give the rules")
+    free_text = not first.legal_actions
+    if use_oracle:
+        _require(env.has_oracle, f"{env.name} has no oracle_action")
+    actions, results = _play(env, first, seed, use_oracle)
+    twin_actions, twin_results = _play(twin, twin_first, seed, use_oracle)
+    _require(
+        actions == twin_actions and [r.reward for r in results] == [r.reward for r in twin_results],
+        "the same seed and moves must give the same rewards",
+    )
+    score, success, transcript = env.score(), env.success(), env.transcript()
+    _require(isinstance(score, (int, float)), "score() must be a number")
+    _require(success is None or isinstance(success, bool), "success() must be a bool or None")
+    if use_oracle and success is not None:
+        _require(success, f"the oracle must solve instance {seed}")
+
+    _require(env.restart() == first, "restart() must return the instance's initial observation")
+    replayed = _replay(env, actions, free_text and not use_oracle)
+    _require(replayed == [r.reward for r in results], "after restart() the same moves must give the same rewards")
+    _require(env.transcript() == transcript and env.score() == score, "a restarted replay must end the same way")
+
+    seen = _seen_text(env, first, results).lower()
+    leaked = [phrase for phrase in HIDDEN_PHRASES if phrase in seen]
+    facts = [v for v in env.instance_stats().values() if isinstance(v, str) and len(v) >= 12]
+    leaked += [fact[:40] for fact in facts if fact.lower() in seen]
+    _require(not leaked, f"what the agent sees holds hidden facts: {leaked}")
+
+    count = env.instance_count()
+    if count is not None:
+        _require(count > 0, "instance_count() must be positive")
+        _require(twin.reset(seed + count) == first, "reset(seed) must play instance seed % instance_count()")
+    return {"actions": actions, "score": score, "success": success}

@@ -1,0 +1,115 @@
+"""Trial-run evaluation from task records alone: success@k with Wilson intervals, pass@k of independent attempts,
+trajectory entropy, instance-set ceilings, MemRL's protocol metrics, and the paired comparison of two runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ttlearn.eval.metrics import (
+    mcnemar_exact,
+    mean_pass_at_k,
+    mean_trajectory_entropy,
+    success_at_k,
+    wilson_interval,
+)
+from ttlearn.memory.memrl import run_protocol
+from ttlearn.runs import TrialConfig
+from ttlearn.types import Episode
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values))}
+
+
+def instance_summary(instances: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ceilings of the instance set: optimal-length / fewest-reveals stats, the no-guess rate, and the share of
+    instances whose need (optimal moves, fewest reveals) fits in an attempt's move budget at all."""
+    out: dict[str, Any] = {}
+    for name in ("optimal_length", "min_reveals"):
+        values = [i[name] for i in instances if name in i]
+        if values:
+            out[name] = _stats(values)
+            budgets = [(i[name], i["budget"]) for i in instances if name in i and "budget" in i]
+            if budgets:
+                out["within_budget_rate"] = float(np.mean([need <= budget for need, budget in budgets]))
+    flags = [i["no_guess"] for i in instances if "no_guess" in i]
+    if flags:
+        out["no_guess_rate"] = float(np.mean(flags))
+    return out
+
+
+def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict[str, Any]:
+    """Everything the table shows, from task records alone.
+
+    success@k: solved within the first k sequential attempts, with its 95 % Wilson interval over the tasks.
+    pass@k: the unbiased estimator over the n attempts of each task, reported only when they are independent samples
+    (memory "none") and all were played (no early stop).
+    Trajectory entropy: per instance, the Shannon entropy (bits) of the distribution of distinct action sequences
+    over its attempts, averaged over instances.
+    """
+    if not records:
+        raise ValueError("no finished tasks to summarise")
+    n = config.attempts
+    attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in records]
+    first = [next((e.index for e in eps if e.success), None) for eps in attempts]
+    summary: dict[str, Any] = {
+        "env": config.env,
+        "memory": config.memory,
+        "memory_options": config.memory_options,
+        "player": config.player,
+        "tasks": len(records),
+        "attempts": n,
+        "success_at_k": success_at_k(first, n).tolist(),
+        "success_at_k_ci95": [
+            list(wilson_interval(sum(a is not None and a <= k for a in first), len(first))) for k in range(1, n + 1)
+        ],
+        "trajectory_entropy": mean_trajectory_entropy(
+            [[tuple(s.action for s in e.steps) for e in eps] for eps in attempts]
+        ),
+        "mean_attempts": float(np.mean([len(eps) for eps in attempts])),
+        "first_attempt_score": float(np.mean([eps[0].score for eps in attempts])),
+        "invalid_rate": float(np.mean([not s.valid for eps in attempts for e in eps for s in e.steps])),
+        "wall_s_per_task": float(np.mean([r["wall_s"] for r in records])),
+        "instances": instance_summary([r["instance"] for r in records]),
+        "pass_at_k": None,
+    }
+    if config.epochs > 1:
+        per_epoch: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
+        for record in records:
+            per_epoch[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
+        protocol = run_protocol([e for e in per_epoch if e])
+        summary["protocol"] = {
+            "epoch_success": protocol.per_epoch,
+            "last_epoch_success": protocol.last_epoch_success,
+            "cumulative_success": protocol.cumulative_success,
+        }
+    if config.memory == "none" and all(len(eps) == n for eps in attempts):
+        samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
+        summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
+    return summary
+
+
+def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
+    """success@k of two runs on the tasks both finished (paired by seed, so the same instances), with the
+    discordant counts and the exact McNemar p-value per k: the honest test of "A beats B" on one task set."""
+    first_b = {(r["epoch"], r["seed"]): r["first_success"] for r in b}
+    pairs = [(r["first_success"], first_b[(r["epoch"], r["seed"])]) for r in a if (r["epoch"], r["seed"]) in first_b]
+    if not pairs:
+        raise ValueError("the two runs share no finished task (compare runs of the same env, seed and task set)")
+    rows = []
+    for k in range(1, attempts + 1):
+        hits = [(x is not None and x <= k, y is not None and y <= k) for x, y in pairs]
+        only_a, only_b = sum(x and not y for x, y in hits), sum(y and not x for x, y in hits)
+        rows.append(
+            {
+                "k": k,
+                "a": sum(x for x, _ in hits) / len(hits),
+                "b": sum(y for _, y in hits) / len(hits),
+                "only_a": only_a,
+                "only_b": only_b,
+                "p_value": mcnemar_exact(only_a, only_b),
+            }
+        )
+    return {"tasks": len(pairs), "rows": rows}

@@ -1,0 +1,155 @@
+"""The one episode loop, used by sessions, trial runs, both trainers and the arena.
+
+An episode is played from an observation until the environment says it is done. Each decision sees the memory's
+context for the current situation; a decision that names no action goes to the environment's `invalid_step` (the
+turn passes with a penalty), or, for games where a move is compulsory, is replaced by a seeded random legal move —
+counted invalid either way. A trial is N such episodes at one instance, `restart()`ed between them, the memory
+observing each attempt before the next.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ttlearn.envs.base import Env
+from ttlearn.memory.base import Memory
+from ttlearn.players.base import Decision, Player
+from ttlearn.seeding import derive_seed
+from ttlearn.types import Episode, Observation, Step, StepResult
+
+Mark = Callable[[str, int, int], None]
+"""Told ("act", attempt, step) before each decision and ("reflect", attempt, 0) before each memory write, so a
+trainer can file the LLM calls that follow under the right step."""
+
+
+def apply_decision(env: Env, obs: Observation, decision: Decision, seed: int) -> tuple[str, StepResult]:
+    """Play a decision; returns the action actually played ("" when the turn passed) and the step's result."""
+    if decision.valid:
+        return decision.action, env.step(decision.action)
+    passed = env.invalid_step(decision.raw)
+    if passed is not None:
+        return "", passed
+    if not obs.legal_actions:
+        raise ValueError(f"environment {env.name!r} has free-text actions but no invalid_step to answer a bad reply")
+    fallback = random.Random(derive_seed(seed, "fallback")).choice(list(obs.legal_actions))
+    return fallback, env.step(fallback)
+
+
+def play_episode(
+    env: Env,
+    player: Player,
+    context: Callable[[str], str],
+    *,
+    index: int,
+    seed: int,
+    act_seed: Callable[[int], int],
+    obs: Observation | None = None,
+    on_step: Callable[[Step, str], None] | None = None,
+    mark: Mark | None = None,
+) -> Episode:
+    """Episode `index` of instance `seed`, from `obs` (default: `env.reset(seed)`) to the end.
+
+    `context(env.task())` is the memory shown at each decision; `act_seed(step)` seeds each decision;
+    `on_step(step, context)` sees every step as it is played."""
+    if obs is None:
+        obs = env.reset(seed)
+    player.begin_episode(env)
+    task = env.task()
+    steps: list[Step] = []
+    shown = ""
+    done = False
+    while not done:
+        shown = context(env.task())
+        if mark is not None:
+            mark("act", index, len(steps))
+        decision_seed = act_seed(len(steps))
+        decision = player.act(env, obs, shown, seed=decision_seed)
+        action, result = apply_decision(env, obs, decision, decision_seed)
+        steps.append(Step(obs.text, action, result.reward, decision.valid, decision.raw, dict(result.info)))
+        if on_step is not None:
+            on_step(steps[-1], shown)
+        obs, done = result.observation, result.done
+    player.end_episode(env, obs)
+    info = {"rules": env.describe(), "transcript": env.transcript(), "context": shown}
+    return Episode(index, seed, task, tuple(steps), env.score(), env.success(), info)
+
+
+def play_sequence_game(
+    env: Env,
+    player: Player,
+    context: Callable[[str], str],
+    run_seed: int,
+    index: int,
+    on_step: Callable[[Step, str], None] | None = None,
+) -> Episode:
+    """Game `index` (1-based) of the sequence seeded `run_seed`, with the seeds a session derives for it: training
+    plays its games through here, so a training sequence replays exactly as `ttlearn run --seed s` would."""
+    return play_episode(
+        env,
+        player,
+        context,
+        index=index,
+        seed=derive_seed(run_seed, "game", index),
+        act_seed=lambda step: derive_seed(run_seed, "act", index, step),
+        on_step=on_step,
+    )
+
+
+@dataclass
+class Trial:
+    seed: int
+    attempts: list[Episode]
+    instance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def first_success(self) -> int | None:
+        return next((e.index for e in self.attempts if e.success), None)
+
+
+def play_trial(
+    env: Env,
+    player: Player,
+    memory: Memory,
+    *,
+    seed: int,
+    attempts: int,
+    early_stop: bool,
+    act_seed: Callable[[int, int], int],
+    mark: Mark | None = None,
+    observe_last: bool = False,
+) -> Trial:
+    """Up to `attempts` attempts at the instance `seed`, the memory writing between them (never after the last or
+    after a success that ends the trial, unless `observe_last`: a memory carried to later tasks learns from every
+    attempt). Each attempt sees the context the memory gave at its start. `act_seed(attempt, step)` seeds each
+    decision. The caller resets the memory; this only feeds it."""
+    if attempts < 1:
+        raise ValueError(f"a trial needs at least one attempt, got {attempts}")
+    obs = env.reset(seed)
+    trial = Trial(seed, [], env.instance_stats())
+    for index in range(1, attempts + 1):
+        if index > 1:
+            obs = env.restart()
+        attempt_context = memory.context(env.task())
+        episode = play_episode(
+            env,
+            player,
+            lambda _query, shown=attempt_context: shown,
+            index=index,
+            seed=seed,
+            act_seed=lambda step, attempt=index: act_seed(attempt, step),
+            obs=obs,
+            mark=mark,
+        )
+        trial.attempts.append(episode)
+        last = index == attempts or bool(episode.success and early_stop)
+        if last and not observe_last:
+            break
+        if mark is not None:
+            mark("reflect", index, 0)
+        memory.observe(episode)
+        if last:
+            break
+    return trial

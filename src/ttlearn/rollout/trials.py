@@ -1,0 +1,130 @@
+"""Trial runs (LaMer): N attempts at the *same* instance, the memory's reflections in between; K instances.
+
+    env.reset(seed) once → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → attempt N
+
+A trial stops early once an attempt succeeds. The memory is reset to its fresh state before every trial, so it only
+carries what was learnt on this instance: `lamer` reflections (or transcripts), or nothing for `none`, the plain
+baseline. With `epochs` > 1 (MemRL's protocol) the task set is replayed and the memory carries over between tasks.
+Instances are drawn by task index: distinct instances of a finite task set (a seeded permutation of its split), or
+a derived seed for generated ones; so a resumed run plays exactly the instances an uninterrupted one would have.
+Independent trials (epochs = 1) may be played `concurrency` at a time; records are still written in task order.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ttlearn.envs.base import Env
+from ttlearn.eval.trials import summarize_trials
+from ttlearn.llm.base import LLM, make_llm
+from ttlearn.rollout.inflight import play_in_order
+from ttlearn.rollout.loop import play_trial
+from ttlearn.rollout.parts import LLMPool, Parts, build_parts, resolve_moves_per_turn, validate_parts
+from ttlearn.runs import SUMMARY_FILE, TrialConfig, append_task, open_trial_dir, write_atomic
+from ttlearn.seeding import derive_seed
+
+
+def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
+    """Check every name and option before a model loads or a directory is written."""
+    env = validate_parts(config)
+    resolve_moves_per_turn(config.moves_per_turn, env)
+    count = env.instance_count()
+    if count is not None and config.tasks > count:
+        raise ValueError(f"--tasks {config.tasks} exceeds the {count} instances of this {config.env} split")
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if concurrency > 1 and config.carries_memory:
+        raise ValueError("with --epochs > 1 the memory carries over from task to task, so tasks run one at a time")
+    return env
+
+
+def task_seed(config: TrialConfig, task: int, instance_count: int | None) -> int:
+    """The instance of task `task` (1-based): for a finite task set, its index in a seeded permutation of the split
+    (distinct for distinct tasks); for generated instances, a seed derived from the run seed."""
+    if instance_count is None:
+        return derive_seed(config.seed, "task", task)
+    order = np.random.default_rng(derive_seed(config.seed, "task order")).permutation(instance_count)
+    return int(order[(task - 1) % instance_count])
+
+
+def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[str, Any]) -> dict[str, Any]:
+    """Play the index-th trial (instance `task` of its epoch) from `start_state`; returns its JSON record."""
+    start = time.perf_counter()
+    epoch, task = config.position(index)
+    parts.drain()
+    parts.memory.load(copy.deepcopy(start_state))
+    trial = play_trial(
+        parts.env,
+        parts.player,
+        parts.memory,
+        seed=task_seed(config, task, parts.env.instance_count()),
+        attempts=config.attempts,
+        early_stop=config.stops_early,
+        observe_last=config.carries_memory,
+        act_seed=lambda attempt, step: derive_seed(config.seed, "act", epoch, task, attempt, step),
+    )
+    instance = dict(trial.instance)
+    if parts.env.turns is not None:
+        instance["budget"] = parts.env.turns * parts.moves_per_turn
+    attempts = []
+    for episode in trial.attempts:
+        data = episode.to_json()
+        data["info"].pop("rules", None)  # the same long text for every attempt; trials.json rebuilds it
+        attempts.append(data)
+    return {
+        "type": "task",
+        "epoch": epoch,
+        "task": task,
+        "seed": trial.seed,
+        "first_success": trial.first_success,
+        "instance": instance,
+        "attempts": attempts,
+        "memory": parts.memory.state(),
+        "calls": parts.drain(),
+        "wall_s": time.perf_counter() - start,
+    }
+
+
+def run_trials(
+    config: TrialConfig,
+    out: Path,
+    progress: Callable[[int, int, dict[str, Any]], None] | None = None,
+    llm_factory: Callable[[str], LLM] = make_llm,
+    concurrency: int = 1,
+) -> dict[str, Any]:
+    """Play the tasks still missing from `out` (creating it, or resuming it with the same config) and write the
+    summary. `progress(done, total, record)` is called after every finished task."""
+    validate_trials(config, concurrency)
+    records = open_trial_dir(Path(out), config)
+    if len(records) < config.total:
+        pool = LLMPool(llm_factory)
+        try:
+            workers = [
+                build_parts(config, pool, run_dir=Path(out), moves_per_turn=config.moves_per_turn)
+                for _ in range(concurrency)
+            ]
+            fresh = workers[0].memory.state()
+
+            def play(parts: Parts, index: int) -> dict[str, Any]:
+                carried = config.carries_memory and records
+                return run_task(parts, config, index, records[-1]["memory"] if carried else fresh)
+
+            def finish(record: dict[str, Any]) -> None:
+                append_task(Path(out), record)
+                records.append(record)
+                if progress is not None:
+                    progress(len(records), config.total, record)
+
+            play_in_order(range(len(records) + 1, config.total + 1), workers, play, finish)
+        finally:
+            pool.close()
+    summary = summarize_trials(records, config)
+    write_atomic(Path(out) / SUMMARY_FILE, json.dumps(summary, indent=2))
+    return summary
