@@ -17,6 +17,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "ttlearn"
 BASE = {"ttlearn", "types", "registry", "seeding"}
 """The ground floor every room may stand on (`ttlearn` itself: the version string)."""
 ALLOWED = {
+    **{room: BASE for room in BASE},
     "envs": BASE | {"envs"},
     "llm": BASE | {"llm"},
     "memory": BASE | {"memory", "llm"},

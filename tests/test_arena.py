@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
-from ttlearn.eval import arena as arena_mod
+from ttlearn.rollout import arena as arena_mod
 from ttlearn.rollout.arena import ArenaConfig, execute, load_arena_config, plan, prepare
 from ttlearn.runs import Run
 

@@ -25,7 +25,6 @@ from jinja2 import Environment, StrictUndefined
 from markupsafe import Markup
 from rich.table import Table
 
-from ttlearn.eval.arena import ARENA_FILE, NO_OPPONENT, RUNS_DIR
 from ttlearn.eval.metrics import cumulative_performance, mbb_per_hand, mean_ci, success_at_k
 from ttlearn.eval.rating import (
     GameResult,
@@ -35,7 +34,7 @@ from ttlearn.eval.rating import (
     rank_with_ties,
     win_matrix,
 )
-from ttlearn.runs import Run, RunConfig
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
 from ttlearn.types import Episode
 
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"

@@ -37,15 +37,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
-from ttlearn.runs import Run, RunConfig
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.session import open_session, validate
 from ttlearn.eval.summary import summarize
 
-ARENA_FILE = "arena.json"
-RUNS_DIR = "runs"
-NO_OPPONENT = "default"
-"""The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 """Set in every worker: N workers with one thread each beat N workers fighting over every core."""

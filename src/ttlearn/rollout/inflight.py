@@ -16,6 +16,16 @@ from typing import TypeVar
 from ttlearn.rollout.parts import Parts
 
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+def map_in_flight(work: Callable[[T], R], items: Sequence[T], concurrency: int) -> list[R]:
+    """`[work(item) for item in items]` with up to `concurrency` items in flight (the G rollouts of a training group
+    against one server); results in item order, the first error raised."""
+    if concurrency <= 1 or len(items) <= 1:
+        return [work(item) for item in items]
+    with ThreadPoolExecutor(min(concurrency, len(items)), thread_name_prefix="rollout") as pool:
+        return list(pool.map(work, items))
 
 
 def play_in_order(
