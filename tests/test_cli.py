@@ -23,7 +23,8 @@ def test_help_explains_the_commands():
     assert result.exit_code == 0
     for command in ("run", "resume", "replay", "show", "memory", "list"):
         assert command in result.output
-    assert "--opponent" in invoke("run", "--help").output
+    run_help = invoke("run", "--help").output
+    assert "--opponent" in run_help and "Trial mode" in run_help and "--concurrency" in run_help
 
 
 @pytest.mark.parametrize(
@@ -37,6 +38,10 @@ def test_help_explains_the_commands():
         (["run", "rps", "--llm", "warp:9"], "unknown LLM back end 'warp'"),
         (["run", "rps", "--llm", "scripted:genius"], "unknown scripted player 'genius'"),
         (["resume", "/nonexistent/run"], "not a run directory"),
+        (["run", "sokoban", "--attempts", "2"], "--attempts belong to trial mode: add --tasks K"),
+        (["run", "sokoban", "--memory", "lamer"], "add --tasks K (trial mode)"),
+        (["run", "sokoban", "--tasks", "2", "--games", "3"], "--games and --memory-from belong to session mode"),
+        (["run", "rps", "--memory", "history", "--concurrency", "2"], "depend on each other"),
     ],
 )
 def test_bad_input_is_one_clear_line(args, message, tmp_path):
