@@ -2,7 +2,7 @@
 
 What a sandboxed program gets, on Linux:
 - its own fresh temporary directory as working directory, HOME and TMPDIR, deleted afterwards; a minimal environment
-  (no variables of ours); the standard library only (`python -I -S`: no site-packages, which also starts it in ~10 ms
+  (no variables of ours); the standard library only (`python -I -S -u`: no site-packages, which also starts it in ~10 ms
   instead of ~60 ms); stdin closed;
 - resource limits, set by its first statements before any of its code runs: CPU seconds, address space, file size,
   open files, processes, no core dumps;
@@ -46,7 +46,8 @@ from pathlib import Path
 REPORT_FD = 3
 """The file descriptor the program may write structured results to, apart from whatever the code under test prints."""
 
-_UID_RANGE = (1_000_000_000, 2_000_000_000)
+SANDBOX_UIDS = range(1_000_000_000, 2_000_000_000)
+"""Where a root parent draws each run's fresh uid (and gid) from: above any real account's."""
 _SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
 _LANDLOCK_CREATE_RULESET, _LANDLOCK_VERSION_FLAG = 444, 1
 
@@ -160,7 +161,7 @@ def _interpreter() -> str:
 
 def _stdlib_reachable(interpreter: str) -> bool:
     """Whether the interpreter's standard library is open to all: probed once, as `nobody`-like fresh uid."""
-    uid = _UID_RANGE[0] - 1
+    uid = SANDBOX_UIDS.start - 1
     probe = subprocess.run(
         [interpreter, "-I", "-S", "-c", "import json, ctypes, resource"],
         user=uid,
@@ -211,19 +212,24 @@ class _Capped:
         return self.kept.decode("utf-8", errors="replace")
 
 
-def _kill_uid(uid: int) -> None:
-    """Kill every process running as `uid`, the ones that left the process group included, if any is left."""
-    def running() -> bool:
-        for entry in os.scandir("/proc"):
-            try:
-                if entry.name.isdigit() and entry.stat().st_uid == uid:
-                    return True
-            except FileNotFoundError:
-                continue
-        return False
+def live_pids(uids: range) -> list[int]:
+    """The processes running under any of `uids`, zombies (already dead, waiting for init to reap them) left out."""
+    found = []
+    for entry in os.scandir("/proc"):
+        try:
+            if entry.name.isdigit() and entry.stat().st_uid in uids:
+                with open(f"/proc/{entry.name}/stat") as stat_file:
+                    if stat_file.read().rpartition(")")[2].split()[0] != "Z":
+                        found.append(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
 
+
+def _kill_uid(uid: int) -> None:
+    """Kill every process still running as `uid`, the ones that left the process group included."""
     for _ in range(10):
-        if not running():
+        if not live_pids(range(uid, uid + 1)):
             return
         # kill(-1) from a process of that uid reaches exactly that uid's processes (and never the caller itself)
         subprocess.run(
@@ -236,7 +242,7 @@ def _kill_uid(uid: int) -> None:
 def run_python(program: str, files: dict[str, str] | None = None, limits: Limits = Limits()) -> SandboxResult:
     """Run `program` as `main.py` in a fresh sandbox directory that also holds `files` (name → text); see the module
     docstring for what the program can and cannot do. Output is decoded as UTF-8 with replacement characters."""
-    uid = secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0]) + _UID_RANGE[0] if os.geteuid() == 0 else None
+    uid = SANDBOX_UIDS[secrets.randbelow(len(SANDBOX_UIDS))] if os.geteuid() == 0 else None
     interpreter = _interpreter()
     with tempfile.TemporaryDirectory(prefix="ttlearn-sandbox-", ignore_cleanup_errors=True) as folder:
         for name, text in {**(files or {}), "main.py": program}.items():
@@ -250,7 +256,7 @@ def run_python(program: str, files: dict[str, str] | None = None, limits: Limits
         started = time.perf_counter()
         try:
             process = subprocess.Popen(
-                [interpreter, "-I", "-S", "-c", bootstrap],
+                [interpreter, "-I", "-S", "-u", "-c", bootstrap],
                 cwd=folder,
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -1,0 +1,178 @@
+"""The sandbox: hostile programs end as one failed run within their limits, and nothing outside their directory changes.
+
+Which guarantees hold depends on the machine (`isolation()`): tests of a guarantee this machine cannot give are
+skipped with the reason, never passed vacuously.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import textwrap
+
+import pytest
+
+from ttlearn.envs.sandbox import SANDBOX_UIDS, Limits, isolation, live_pids, run_python
+
+FAST = Limits(wall_s=2.0)
+ISOLATION = isolation()
+needs_file_protection = pytest.mark.skipif(
+    not ISOLATION["files_protected"], reason="neither root (fresh uid) nor Landlock here: files are not protected"
+)
+
+
+@pytest.fixture
+def marker(tmp_path):
+    """A file outside any sandbox, in a directory a sandboxed program is told the path of."""
+    path = tmp_path / "outside" / "marker.txt"
+    path.parent.mkdir()
+    path.write_text("keep me")
+    return path
+
+
+def run(source: str, limits: Limits = FAST):
+    return run_python(textwrap.dedent(source), limits=limits)
+
+
+def test_a_program_runs_in_its_own_fresh_directory_with_its_own_home():
+    result = run(
+        """
+        import os
+        print(os.getcwd() == os.environ["HOME"] == os.environ["TMPDIR"], sorted(os.listdir(".")))
+        os.write(3, b"verdict")
+        """
+    )
+    assert (result.status, result.returncode) == ("ok", 0)
+    assert result.output.split("\n")[0] == "True ['main.py']"
+    assert result.report == "verdict"
+    assert result.elapsed_s < 1.5
+
+
+def test_files_are_handed_over_and_an_exception_is_an_error():
+    result = run_python("print(open('data.txt').read()); 1 / 0", {"data.txt": "hello"}, FAST)
+    assert result.status == "error" and result.returncode == 1
+    assert result.output.startswith("hello\n") and "ZeroDivisionError" in result.output
+
+
+def test_an_infinite_loop_times_out_at_the_wall_limit():
+    result = run("while True: pass", Limits(wall_s=1.0))
+    assert result.status == "timeout"
+    assert 1.0 <= result.elapsed_s < 2.5
+
+
+def test_the_cpu_limit_kills_a_busy_program_before_a_long_wall_limit():
+    result = run("while True: pass", Limits(wall_s=10.0, cpu_s=1))
+    assert result.status == "killed" and result.elapsed_s < 5
+
+
+def test_a_ten_gigabyte_allocation_fails_fast():
+    result = run("x = bytearray(10 * 2**30)")
+    assert result.status == "error" and "MemoryError" in result.output
+    assert result.elapsed_s < 1.5
+
+
+def test_output_is_capped():
+    result = run("print('x' * 10_000_000)", Limits(wall_s=5.0, output_bytes=1000))
+    assert result.status == "ok" and result.output_truncated
+    assert result.output == "x" * 1000
+
+
+@pytest.mark.parametrize(
+    "bomb",
+    [
+        "import os\nwhile True: os.fork()",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    ],
+    ids=["crashing", "persistent"],
+)
+def test_a_fork_bomb_is_bounded_and_leaves_no_process(bomb):
+    result = run_python(bomb, limits=FAST)
+    assert result.status in ("error", "timeout") and result.elapsed_s < FAST.wall_s + 2
+    if ISOLATION["fresh_uid"]:
+        assert live_pids(SANDBOX_UIDS) == []
+
+
+def test_a_process_that_leaves_the_group_is_killed_too():
+    result = run(
+        """
+        import os, time
+        try:
+            pid = os.fork()
+        except OSError:  # an ordinary user's RLIMIT_NPROC usually forbids any new process
+            os.write(3, b"no fork")
+            raise SystemExit
+        if pid == 0:
+            os.setsid()
+            time.sleep(60)
+        os.write(3, str(pid).encode())
+        """
+    )
+    if result.report != "no fork":
+        assert int(result.report) not in live_pids(range(0, 2**32))
+
+
+@needs_file_protection
+def test_files_outside_survive_deletion_and_overwriting(marker):
+    result = run(
+        f"""
+        import os, shutil
+        for attack in (lambda: os.remove({str(marker)!r}), lambda: open({str(marker)!r}, "w").write("gone"),
+                       lambda: shutil.rmtree({str(marker.parent)!r}), lambda: os.rename({str(marker)!r}, "stolen")):
+            try:
+                attack()
+            except OSError as error:
+                print(type(error).__name__)
+        os.system("rm -rf {marker.parent}")
+        """
+    )
+    assert result.output.count("PermissionError") == 4
+    assert marker.read_text() == "keep me"
+
+
+@needs_file_protection
+def test_rm_rf_home_removes_only_the_sandbox(marker):
+    result = run(
+        """
+        import os
+        assert os.path.expanduser("~") == os.getcwd()  # never run the next line with a real HOME
+        os.system("rm -rf ~")
+        print(os.listdir("."))
+        """
+    )
+    # its directory is emptied (Landlock keeps the directory itself: removing it is a write to its parent)
+    assert result.status == "ok" and result.output.strip().endswith("[]")
+    assert marker.read_text() == "keep me"
+
+
+@pytest.mark.skipif(not ISOLATION["files_protected"], reason="files are not protected here")
+def test_world_writable_directories_are_protected_too(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    result = run(f"open({str(shared / 'planted')!r}, 'w').write('x')")
+    # a fresh uid may create files in a world-writable directory; Landlock forbids it
+    if ISOLATION["landlock_abi"] >= 1:
+        assert result.status == "error" and not (shared / "planted").exists()
+
+
+@pytest.mark.skipif(not ISOLATION["network_blocked"], reason="Landlock ABI < 4: TCP is not blocked here")
+def test_tcp_connections_are_refused():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        result = run(f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)")
+    assert result.status == "error" and "PermissionError" in result.output
+
+
+@pytest.mark.skipif(
+    not (ISOLATION["fresh_uid"] or ISOLATION["landlock_abi"] >= 6), reason="signals to our processes are allowed here"
+)
+def test_our_processes_cannot_be_signalled():
+    bystander = subprocess.Popen(["sleep", "30"])
+    try:
+        result = run(f"import os; os.kill({bystander.pid}, 9)")
+        assert result.status == "error" and "PermissionError" in result.output
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
