@@ -6,7 +6,6 @@ skipped with the reason, never passed vacuously.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import textwrap

@@ -187,7 +187,7 @@ class CodeEnv(Env):
         ids = task_ids(split)
         if task is not None and task not in ids:
             where = [s for s in ("train", "test") if task in task_ids(s)]
-            hint = f"it is in the {where[0]} split" if where else "HumanEval's ids run from HumanEval/0 to HumanEval/163"
+            hint = f"it is in the {where[0]} split" if where else "ids run from HumanEval/0 to HumanEval/163"
             raise ValueError(
                 f"unknown task {task!r} for split {split!r}: {hint}; list a split's ids with "
                 "`python -c \"from ttlearn.envs.code import task_ids; print(task_ids('train'))\"`"
@@ -202,8 +202,13 @@ class CodeEnv(Env):
         self.reset(seed)
 
     def config(self) -> dict[str, Any]:
-        return {"split": self.split, "task": self.pinned, "turns": self.turns, "timeout_s": self.timeout_s,
-                "seed": self.seed}
+        return {
+            "split": self.split,
+            "task": self.pinned,
+            "turns": self.turns,
+            "timeout_s": self.timeout_s,
+            "seed": self.seed,
+        }
 
     def instance_count(self) -> int:
         return len(self.problems)
@@ -234,16 +239,22 @@ class CodeEnv(Env):
         if self.done:
             raise ValueError("the attempt is over; call restart() or reset()")
         if not defines(action, self.problem.entry_point):
-            raise ValueError(f"a submission is Python code defining {self.problem.entry_point}(); parse replies "
-                             "with parse_action first")
+            raise ValueError(
+                f"a submission is Python code defining {self.problem.entry_point}(); parse replies "
+                "with parse_action first"
+            )
         result = self.run(action)
         self.passed, feedback = judge(self.problem, result, self.timeout_s)
         return self._record(action, feedback, 1.0 if self.passed else 0.0, {"status": result.status})
 
     def run(self, code: str) -> SandboxResult:
         """Run `code` against the current problem's tests in the sandbox."""
-        spec = {"prompt": self.problem.prompt, "solution": code, "tests": self.problem.tests_program,
-                "entry_point": self.problem.entry_point}
+        spec = {
+            "prompt": self.problem.prompt,
+            "solution": code,
+            "tests": self.problem.tests_program,
+            "entry_point": self.problem.entry_point,
+        }
         return run_python(_harness(), {"spec.json": json.dumps(spec)}, Limits(wall_s=self.timeout_s))
 
     def invalid_step(self, reply: str) -> StepResult:
@@ -251,8 +262,10 @@ class CodeEnv(Env):
         if self.done:
             raise ValueError("the attempt is over; call restart() or reset()")
         name = self.problem.entry_point
-        feedback = (f"Your reply contains no function `{name}`: answer with `def {name}(...)` and its body in one "
-                    "```python block.")
+        feedback = (
+            f"Your reply contains no function `{name}`: answer with `def {name}(...)` and its body in one "
+            "```python block."
+        )
         return self._record(reply, feedback, INVALID_PENALTY, {"invalid": True})
 
     def _record(self, submitted: str, feedback: str, reward: float, info: dict[str, Any]) -> StepResult:
@@ -272,11 +285,19 @@ class CodeEnv(Env):
         return self.passed
 
     def describe(self) -> str:
-        retry = (f" You have {self.turns} submissions: after a failed one you see the first test it failed and may "
-                 "submit a corrected function.") if self.turns > 1 else ""
-        return ("Write a Python function that passes hidden unit tests. Answer with the complete function (signature "
-                "and body; the docstring may be left out) in one ```python code block. Only the standard library "
-                "is available." + retry)
+        retry = (
+            (
+                f" You have {self.turns} submissions: after a failed one you see the first test it failed and may "
+                "submit a corrected function."
+            )
+            if self.turns > 1
+            else ""
+        )
+        return (
+            "Write a Python function that passes hidden unit tests. Answer with the complete function (signature "
+            "and body; the docstring may be left out) in one ```python code block. Only the standard library "
+            "is available." + retry
+        )
 
     def task(self) -> str:
         return self.problem.prompt
@@ -284,15 +305,23 @@ class CodeEnv(Env):
     def _observe(self) -> Observation:
         name = self.problem.entry_point
         if not self.submissions:
-            text = (f"Complete this function:\n```python\n{self.problem.prompt.strip()}\n```\nAnswer with the whole "
-                    f"function `{name}` in one ```python block.")
+            text = (
+                f"Complete this function:\n```python\n{self.problem.prompt.strip()}\n```\nAnswer with the whole "
+                f"function `{name}` in one ```python block."
+            )
         else:
             text = self.submissions[-1][1]
             if not self.done:
-                text += (f"\nFix `{name}` and submit the whole function again in one ```python block (submission "
-                         f"{len(self.submissions) + 1} of {self.turns}).")
-        data = {"entry_point": name, "submission": len(self.submissions), "submissions": self.turns,
-                "passed": self.passed}
+                text += (
+                    f"\nFix `{name}` and submit the whole function again in one ```python block (submission "
+                    f"{len(self.submissions) + 1} of {self.turns})."
+                )
+        data = {
+            "entry_point": name,
+            "submission": len(self.submissions),
+            "submissions": self.turns,
+            "passed": self.passed,
+        }
         return Observation(text, (), data)
 
     def transcript(self) -> str:

@@ -1,4 +1,4 @@
-"""Run untrusted Python (model-written code) in a child process whose failure, loop or mischief costs nothing but itself.
+"""Run untrusted Python (model-written code) in a child process: its failure, loop or mischief costs only itself.
 
 What a sandboxed program gets, on Linux:
 - its own fresh temporary directory as working directory, HOME and TMPDIR, deleted afterwards; a minimal environment
@@ -234,7 +234,13 @@ def _kill_uid(uid: int) -> None:
         # kill(-1) from a process of that uid reaches exactly that uid's processes (and never the caller itself)
         subprocess.run(
             [_interpreter(), "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
-            user=uid, group=uid, extra_groups=[], cwd="/", env={}, stdin=subprocess.DEVNULL, check=False,
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            cwd="/",
+            env={},
+            stdin=subprocess.DEVNULL,
+            check=False,
         )
         time.sleep(0.01)
 
