@@ -105,4 +105,3 @@ def main(spec):
             }
         )
     finish({"kind": "passed"})
-
