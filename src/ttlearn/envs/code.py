@@ -260,7 +260,7 @@ class CodeEnv(Env):
             "tests": self.problem.tests_program,
             "entry_point": self.problem.entry_point,
         }
-        return run_python(f"{_harness()}\nmain({spec!r})\n", limits=Limits(wall_s=self.timeout_s))
+        return run_python(f"{_harness()}\nmain({spec!r})\n", Limits(wall_s=self.timeout_s))
 
     def invalid_step(self, reply: str) -> StepResult:
         """The turn passes with `INVALID_PENALTY` and feedback saying what the reply lacked."""

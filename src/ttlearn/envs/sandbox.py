@@ -6,7 +6,7 @@ What a sandboxed program gets, on Linux:
   instead of ~60 ms); stdin closed;
 - resource limits, set by its first statements before any of its code runs: CPU seconds, address space, file size,
   open files, processes, no core dumps;
-- a wall-time limit: on timeout its whole process group (it runs in a new session) is killed;
+- a wall-time limit; when it ends or times out, its whole process group (it runs in a new session) is killed;
 - output capped: stdout and stderr together, plus the private report stream on file descriptor 3, each read up to a
   byte budget and the rest discarded.
 
@@ -15,8 +15,8 @@ What stops it from harming anything outside its directory (each part measured by
   only the sandbox directory: file permissions then protect every other file, it cannot signal our processes, and
   `RLIMIT_NPROC` binds (it does not bind root), so a fork bomb stops at `max_processes`. After the run, any process
   still running under that uid (one that left the process group with `setsid`) is killed. That uid must be able to
-  run the interpreter: `sys.executable` if every directory above it is open to all users, else the system `python3`
-  (a pyenv Python under a private /root is not); with neither, `run_python` refuses with a clear error.
+  run the interpreter: `sys.executable` if a probe run as such a uid succeeds, else the system `python3` (a pyenv
+  Python under a private /root fails the probe); with neither, `run_python` refuses with a clear error.
 - **As an ordinary user** it runs as you. `RLIMIT_NPROC` then counts all your processes, so it usually cannot start
   any at all.
 - **Landlock** (Linux ≥ 5.13; applied when the kernel has it, root or not): it may write, create and delete only
@@ -30,11 +30,11 @@ forge its own report stream (a verdict channel, not a security boundary).
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import secrets
 import selectors
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -112,7 +112,7 @@ class Limits:
     output_bytes: int = 64 * 2**10
 
     def rlimits(self) -> list[tuple[str, int]]:
-        cpu = self.cpu_s if self.cpu_s is not None else max(1, int(-(-self.wall_s // 1)))
+        cpu = self.cpu_s if self.cpu_s is not None else max(1, math.ceil(self.wall_s))
         return [
             ("RLIMIT_CPU", cpu),
             ("RLIMIT_AS", self.memory_bytes),
@@ -136,43 +136,40 @@ class SandboxResult:
     output_truncated: bool = False
 
 
-def _world_reachable(path: Path) -> bool:
-    """Whether any user may traverse every directory above `path` and execute it."""
-    path = path.resolve()
-    if not os.access(path, os.X_OK) or not path.stat().st_mode & stat.S_IXOTH:
-        return False
-    return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.parents)
-
-
 @cache
 def _interpreter() -> str:
-    """A Python the sandbox uid can run: ours when every directory above it is open to all, else the system one."""
+    """A Python the sandbox uid can run: ours if it can, else the system one (a pyenv Python under a private /root
+    cannot be reached by another uid)."""
     if os.geteuid() != 0:
         return sys.executable
     for candidate in (sys.executable, *_SYSTEM_PYTHONS):
-        if Path(candidate).exists() and _world_reachable(Path(candidate)) and _stdlib_reachable(candidate):
+        if _runs_unprivileged(candidate):
             return candidate
-    raise RuntimeError(
+    raise ValueError(
         f"sandboxed code runs as an unprivileged user, who cannot run {sys.executable} (a directory above it is "
         "private) and there is no system python3: install one (e.g. `apt-get install python3`) or run ttlearn as an "
         "ordinary user"
     )
 
 
-def _stdlib_reachable(interpreter: str) -> bool:
-    """Whether the interpreter's standard library is open to all: probed once, as `nobody`-like fresh uid."""
+def _runs_unprivileged(interpreter: str) -> bool:
+    """Whether a uid of no account can start `interpreter` and import what the bootstrap needs (probed, not guessed
+    from permission bits)."""
     uid = SANDBOX_UIDS.start - 1
-    probe = subprocess.run(
-        [interpreter, "-I", "-S", "-c", "import json, ctypes, resource"],
-        user=uid,
-        group=uid,
-        extra_groups=[],
-        cwd="/",
-        env={},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        timeout=30,
-    )
+    try:
+        probe = subprocess.run(
+            [interpreter, "-I", "-S", "-c", "import ctypes, resource"],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            cwd="/",
+            env={},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):  # not found, or not executable by that uid
+        return False
     return probe.returncode == 0
 
 
@@ -245,16 +242,16 @@ def _kill_uid(uid: int) -> None:
         time.sleep(0.01)
 
 
-def run_python(program: str, files: dict[str, str] | None = None, limits: Limits = Limits()) -> SandboxResult:
-    """Run `program` as `main.py` in a fresh sandbox directory that also holds `files` (name → text); see the module
-    docstring for what the program can and cannot do. Output is decoded as UTF-8 with replacement characters."""
+def run_python(program: str, limits: Limits = Limits()) -> SandboxResult:
+    """Run `program` as `main.py` in a fresh sandbox directory (data it needs travels inside it, as literals); see the
+    module docstring for what it can and cannot do. Output is decoded as UTF-8 with replacement characters."""
     uid = SANDBOX_UIDS[secrets.randbelow(len(SANDBOX_UIDS))] if os.geteuid() == 0 else None
     interpreter = _interpreter()
     with tempfile.TemporaryDirectory(prefix="ttlearn-sandbox-", ignore_cleanup_errors=True) as folder:
-        for name, text in {**(files or {}), "main.py": program}.items():
-            Path(folder, name).write_text(text, encoding="utf-8")
+        main = Path(folder, "main.py")
+        main.write_text(program, encoding="utf-8")
         if uid is not None:
-            for path in [folder, *(os.path.join(folder, name) for name in os.listdir(folder))]:
+            for path in (folder, main):
                 os.chown(path, uid, uid)
         report_read, report_write = os.pipe()
         bootstrap = f"LIMITS = {limits.rlimits()!r}\nREPORT = {(report_write, REPORT_FD)!r}\n{_BOOTSTRAP}"
