@@ -183,8 +183,8 @@ class CodeEnv(Env):
 
     name = "code"
     reply_tokens = 384
-    """Enough for the longest canonical function body with its signature (~250 tokens); the prompt says the
-    docstring may be left out, which the full functions need to fit."""
+    """HumanEval's canonical functions in a ```python fence, in Qwen2.5-Coder tokens: without their docstring median 60,
+    max 367 (all fit); with it median 168, max 560 (6 of 164 would not). Hence the rules say the docstring may go."""
 
     def __init__(
         self, split: str = "all", task: str | None = None, turns: int = 1, timeout_s: float = 5.0, seed: int = 0
