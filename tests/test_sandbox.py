@@ -6,8 +6,10 @@ skipped with the reason, never passed vacuously.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import tempfile
 import textwrap
 
 import pytest
@@ -144,15 +146,27 @@ def test_rm_rf_home_removes_only_the_sandbox(marker):
     assert marker.read_text() == "keep me"
 
 
-@pytest.mark.skipif(not ISOLATION["files_protected"], reason="files are not protected here")
-def test_world_writable_directories_are_protected_too(tmp_path):
-    shared = tmp_path / "shared"
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)
-    result = run(f"open({str(shared / 'planted')!r}, 'w').write('x')")
-    # a fresh uid may create files in a world-writable directory; Landlock forbids it
-    if ISOLATION["landlock_abi"] >= 1:
-        assert result.status == "error" and not (shared / "planted").exists()
+@pytest.mark.skipif(ISOLATION["landlock_abi"] < 1, reason="no Landlock: a world-writable directory is open to all")
+def test_world_writable_directories_are_protected_too():
+    # directly under the system temp dir (pytest's tmp_path is private: a fresh uid could not even reach it)
+    with tempfile.TemporaryDirectory() as shared:
+        os.chmod(shared, 0o777)
+        victim = os.path.join(shared, "victim")
+        with open(victim, "w") as handle:
+            handle.write("keep me")
+        os.chmod(victim, 0o666)
+        result = run(
+            f"""
+            import os
+            for attack in (lambda: open({victim!r}, "w"), lambda: open(os.path.join({shared!r}, "planted"), "w")):
+                try:
+                    attack()
+                except OSError as error:
+                    print(type(error).__name__)
+            """
+        )
+        assert result.output.split() == ["PermissionError", "PermissionError"]
+        assert sorted(os.listdir(shared)) == ["victim"] and open(victim).read() == "keep me"
 
 
 @pytest.mark.skipif(not ISOLATION["network_blocked"], reason="Landlock ABI < 4: TCP is not blocked here")
