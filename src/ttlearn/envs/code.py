@@ -20,6 +20,7 @@ import hashlib
 import importlib.resources
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlearn.envs.base import ENVS, Env
-from ttlearn.envs.sandbox import Limits, SandboxResult, run_python
+from ttlearn.envs.sandbox import Limits, SandboxResult, isolation, run_python
 from ttlearn.types import Observation, StepResult
 
 SPLITS = ("train", "test", "all")
@@ -201,6 +202,12 @@ class CodeEnv(Env):
             raise ValueError(f"turns must be at least 1, got {turns}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        if not isolation()["files_protected"]:
+            warnings.warn(
+                "submissions run as you without Landlock: nothing but their own directory and HOME keeps them from "
+                "your files (see docs/code.md); run on Linux >= 5.13 for the full sandbox",
+                stacklevel=2,
+            )
         by_id = {p.task_id: p for p in load_problems()}
         self.problems = [by_id[task]] if task is not None else [by_id[t] for t in ids]
         self.split, self.pinned, self.turns, self.timeout_s, self.seed = split, task, turns, timeout_s, seed
