@@ -199,3 +199,12 @@ def test_a_fork_bomb_submission_costs_one_attempt(env):
     bomb = "import os\ndef has_close_elements(numbers, threshold):\n    while True:\n        os.fork()\n"
     result = env.step(bomb)
     assert result.reward == 0.0 and result.done and "BlockingIOError" in result.observation.text
+
+
+def test_a_value_whose_repr_raises_is_still_reported(env):
+    code = (
+        "class Odd:\n    def __repr__(self):\n        raise RuntimeError\n"
+        "def has_close_elements(numbers, threshold):\n    return Odd()\n"
+    )
+    text = env.step(code).observation.text
+    assert text.endswith("Expected: True\nGot: <Odd whose repr raised>")

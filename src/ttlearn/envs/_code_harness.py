@@ -4,7 +4,7 @@ It runs under a bare interpreter (standard library only, none of ttlearn); the e
 `main(spec)` with the spec as a Python literal: `prompt` and `solution` (executed in that order in one namespace, so
 helpers and imports from the prompt exist), `tests` (the problem's test module, instrumented by the environment:
 every assert became `_ttl_enter(i)` then `_ttl_check(...)` with `_ttl_left` / `_ttl_right` around a comparison's two
-sides) and `entry_point`. It imports nothing beyond `os` and `sys` (json alone would add ~3 ms to every run).
+sides) and `entry_point`. It imports nothing but `os` (json alone would add ~3 ms to every run).
 
 It writes Python literals, one per line, to file descriptor 3: {"test": i} when test i starts (once per test, so a
 timeout names it), then one {"verdict": ...} with the raw facts of how it ended; the environment reads them with
@@ -12,7 +12,6 @@ timeout names it), then one {"verdict": ...} with the raw facts of how it ended;
 """
 
 import os
-import sys
 
 REPR_CHARS = 300
 _MISSING = object()
@@ -23,7 +22,23 @@ class TestFailed(Exception):
 
 
 def cut(value):
-    text = repr(value)
+    """`repr(value)`, at most REPR_CHARS long; a value whose repr raises is named by its type."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__} whose repr raised>"
+    return cut_text(text)
+
+
+def error_text(error):
+    """'Type: message', cut; the type alone when the message itself raises."""
+    try:
+        return cut_text(f"{type(error).__name__}: {error}")
+    except Exception:
+        return type(error).__name__
+
+
+def cut_text(text):
     return text if len(text) <= REPR_CHARS else text[: REPR_CHARS - 3] + "..."
 
 
@@ -62,7 +77,6 @@ def main(spec):
             raise TestFailed
 
     def finish(verdict):
-        sys.stdout.flush()
         emit({"verdict": verdict})
         os._exit(0)  # neither the submission's threads nor its exit handlers may change the verdict
 
@@ -75,7 +89,7 @@ def main(spec):
     try:
         exec(code, namespace)
     except BaseException as error:  # the submission may raise anything, SystemExit included
-        finish({"kind": "load", "exception": f"{type(error).__name__}: {error}", "line": solution_line(error)})
+        finish({"kind": "load", "exception": error_text(error), "line": solution_line(error)})
     function = namespace.get(spec["entry_point"])
     if not callable(function):
         finish({"kind": "missing"})
@@ -100,7 +114,7 @@ def main(spec):
                 "kind": "exception",
                 "test": state["test"],
                 "call": state["call"],
-                "exception": f"{type(error).__name__}: {error}"[:REPR_CHARS],
+                "exception": error_text(error),
                 "line": solution_line(error),
             }
         )

@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -240,6 +241,9 @@ def _kill_uid(uid: int) -> None:
             check=False,
         )
         time.sleep(0.01)
+    survivors = live_pids(range(uid, uid + 1))
+    if survivors:
+        warnings.warn(f"sandbox uid {uid} still runs processes {survivors} after 10 rounds of SIGKILL", stacklevel=2)
 
 
 def run_python(program: str, limits: Limits = Limits()) -> SandboxResult:
