@@ -15,6 +15,7 @@ batches (the first ~60 share a test style and metadata), so a prefix split would
 from __future__ import annotations
 
 import ast
+import copy
 import gzip
 import hashlib
 import importlib.resources
@@ -88,12 +89,13 @@ class _Instrument(ast.NodeTransformer):
         return [ast.Expr(_call("_ttl_enter", index)), ast.Expr(_call("_ttl_check", test))]
 
     def _shown(self, test: ast.expr) -> str:
-        renamed = _Rename(self.entry_point).visit(ast.parse(ast.unparse(test), mode="eval"))
-        text = ast.unparse(renamed)
+        text = ast.unparse(_Rename(self.entry_point).visit(copy.deepcopy(test)))
         return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 class _Rename(ast.NodeTransformer):
+    """`candidate` becomes the function's name, as the agent knows it."""
+
     def __init__(self, name: str) -> None:
         self.name = name
 
@@ -111,7 +113,7 @@ def _is_candidate_call(node: ast.expr) -> bool:
 
 @cache
 def instrument(test_source: str, entry_point: str) -> tuple[str, tuple[Test, ...]]:
-    """The problem's test module rewritten for the harness, and its tests in order (~20 ms: done when first needed)."""
+    """The problem's test module rewritten for the harness, and its tests in order (~10 ms: done when first needed)."""
     transformer = _Instrument(entry_point)
     tree = ast.fix_missing_locations(transformer.visit(ast.parse(test_source)))
     return ast.unparse(tree), tuple(transformer.tests)
