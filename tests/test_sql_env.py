@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ttlearn.data.sql_mini import QUESTIONS
-from ttlearn.envs.sql import SQLEnv, compact_schema, format_result, parse_sql, rows_match, held_out_databases
+from ttlearn.envs.sql import SQLEnv, compact_schema, format_result, held_out_databases, parse_sql, rows_match
 from ttlearn.envs.sql_sandbox import QueryResult
 
 
@@ -184,8 +184,9 @@ def test_compact_schema_lists_keys(cache):
     [
         ("Here:\n```sql\nSELECT a FROM t;\n```\nDone.", "SELECT a FROM t"),
         ("```SQLite\nselect 1\n```", "select 1"),
+        ("```sql SELECT count(*) FROM singer ```", "SELECT count(*) FROM singer"),
         ("```sql\nSELECT 1\n```\n```sql\nSELECT 2\n```", "SELECT 1"),
-        ("The answer is\nSELECT name\nFROM singer\nWHERE age > 3; -- that is it", "SELECT name\nFROM singer\nWHERE age > 3"),
+        ("The answer is\nSELECT name\nFROM singer\nWHERE age > 3; -- done", "SELECT name\nFROM singer\nWHERE age > 3"),
         ("```\nWITH x AS (SELECT 1) SELECT * FROM x\n```", "WITH x AS (SELECT 1) SELECT * FROM x"),
         ("select count(*) from t\n\nThis counts rows.", "select count(*) from t"),
         ("I would select the names.", None),

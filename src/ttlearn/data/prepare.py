@@ -190,8 +190,8 @@ def build_question_set(
     progress: Progress = _silent,
 ) -> Path:
     """Write the databases (SQLite statements per name), run every gold query, and write the questions and the
-    manifest (counts, rows per database, each file's SHA-256); the finished folder replaces `target` in one rename and is returned. A gold query that fails is a
-    PrepareError.
+    manifest (counts, rows per database, each file's SHA-256); the finished folder replaces `target` in one rename
+    and is returned. A gold query that fails is a PrepareError.
 
     `questions` hold `db`, `question`, `gold` and optionally `hardness`; each gets its position as id."""
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -52,15 +52,34 @@ DATABASES: dict[str, list[str]] = {
         *_table(
             "courses",
             "course_id INTEGER PRIMARY KEY, title TEXT, department TEXT, credits INTEGER",
-            [(1, "Algebra", "Math", 5), (2, "Databases", "CS", 6), (3, "Poetry", "Arts", 3), (4, "Statistics", "Math", 4),
-             (5, "Networks", "CS", 5)],
+            [
+                (1, "Algebra", "Math", 5),
+                (2, "Databases", "CS", 6),
+                (3, "Poetry", "Arts", 3),
+                (4, "Statistics", "Math", 4),
+                (5, "Networks", "CS", 5),
+            ],
         ),
         *_table(
             "enrollments",
             "student_id INTEGER REFERENCES students(student_id), course_id INTEGER REFERENCES courses(course_id), "
             "grade INTEGER, PRIMARY KEY (student_id, course_id)",
-            [(1, 1, 88), (1, 2, 92), (2, 1, 75), (2, 3, 81), (3, 2, 67), (3, 4, 90), (3, 5, 78), (4, 1, 59),
-             (5, 2, 95), (5, 3, 72), (5, 4, 84), (6, 5, 70), (7, 1, 93), (7, 4, 66)],
+            [
+                (1, 1, 88),
+                (1, 2, 92),
+                (2, 1, 75),
+                (2, 3, 81),
+                (3, 2, 67),
+                (3, 4, 90),
+                (3, 5, 78),
+                (4, 1, 59),
+                (5, 2, 95),
+                (5, 3, 72),
+                (5, 4, 84),
+                (6, 5, 70),
+                (7, 1, 93),
+                (7, 4, 66),
+            ],
         ),
     ],
     "shop": [
@@ -79,8 +98,14 @@ DATABASES: dict[str, list[str]] = {
         *_table(
             "products",
             "product_id INTEGER PRIMARY KEY, name TEXT, category TEXT, price REAL",
-            [(1, "Kettle", "Kitchen", 25.0), (2, "Toaster", "Kitchen", 40.0), (3, "Desk Lamp", "Office", 18.5),
-             (4, "Office Chair", "Office", 120.0), (5, "Notebook", "Office", 3.25), (6, "Blender", "Kitchen", 65.0)],
+            [
+                (1, "Kettle", "Kitchen", 25.0),
+                (2, "Toaster", "Kitchen", 40.0),
+                (3, "Desk Lamp", "Office", 18.5),
+                (4, "Office Chair", "Office", 120.0),
+                (5, "Notebook", "Office", 3.25),
+                (6, "Blender", "Kitchen", 65.0),
+            ],
         ),
         *_table(
             "orders",
@@ -104,8 +129,13 @@ DATABASES: dict[str, list[str]] = {
         *_table(
             "authors",
             "author_id INTEGER PRIMARY KEY, name TEXT, born INTEGER, nationality TEXT",
-            [(1, "Mira Stone", 1950, "British"), (2, "Tomas Vale", 1972, "Spanish"), (3, "Ines Park", 1985, "Korean"),
-             (4, "Leo Grant", 1940, "American"), (5, "Nora Quist", 1990, "Swedish")],
+            [
+                (1, "Mira Stone", 1950, "British"),
+                (2, "Tomas Vale", 1972, "Spanish"),
+                (3, "Ines Park", 1985, "Korean"),
+                (4, "Leo Grant", 1940, "American"),
+                (5, "Nora Quist", 1990, "Swedish"),
+            ],
         ),
         *_table(
             "books",
@@ -145,77 +175,189 @@ _QUESTIONS: list[tuple[str, str, str, str]] = [
     # (database, hardness, question, gold SQL)
     ("school", "easy", "How many students are there?", "SELECT count(*) FROM students"),
     ("school", "easy", "List the names of the students from Oslo.", "SELECT name FROM students WHERE city = 'Oslo'"),
-    ("school", "medium", "How many students live in each city? Give the city and the count.",
-     "SELECT city, count(*) FROM students GROUP BY city"),
-    ("school", "medium", "List the titles of the Math department's courses in alphabetical order.",
-     "SELECT title FROM courses WHERE department = 'Math' ORDER BY title"),
-    ("school", "medium", "What is the average grade in the course Databases?",
-     "SELECT avg(e.grade) FROM enrollments AS e JOIN courses AS c ON e.course_id = c.course_id "
-     "WHERE c.title = 'Databases'"),
-    ("school", "hard", "What is the name of the student with the highest grade in any course?",
-     "SELECT s.name FROM students AS s JOIN enrollments AS e ON s.student_id = e.student_id "
-     "ORDER BY e.grade DESC LIMIT 1"),
-    ("school", "hard", "List the names of the students who are not enrolled in any course.",
-     "SELECT name FROM students WHERE student_id NOT IN (SELECT student_id FROM enrollments)"),
-    ("school", "medium", "For each department, give the total credits of its courses, from most to fewest.",
-     "SELECT department, sum(credits) FROM courses GROUP BY department ORDER BY sum(credits) DESC"),
-    ("school", "hard", "What are the names of the students enrolled in at least three courses?",
-     "SELECT s.name FROM students AS s JOIN enrollments AS e ON s.student_id = e.student_id "
-     "GROUP BY s.student_id HAVING count(*) >= 3"),
-    ("school", "extra", "Which course has the most students? Give its title and its number of students.",
-     "SELECT c.title, count(*) FROM courses AS c JOIN enrollments AS e ON c.course_id = e.course_id "
-     "GROUP BY c.course_id ORDER BY count(*) DESC LIMIT 1"),
+    (
+        "school",
+        "medium",
+        "How many students live in each city? Give the city and the count.",
+        "SELECT city, count(*) FROM students GROUP BY city",
+    ),
+    (
+        "school",
+        "medium",
+        "List the titles of the Math department's courses in alphabetical order.",
+        "SELECT title FROM courses WHERE department = 'Math' ORDER BY title",
+    ),
+    (
+        "school",
+        "medium",
+        "What is the average grade in the course Databases?",
+        "SELECT avg(e.grade) FROM enrollments AS e JOIN courses AS c ON e.course_id = c.course_id "
+        "WHERE c.title = 'Databases'",
+    ),
+    (
+        "school",
+        "hard",
+        "What is the name of the student with the highest grade in any course?",
+        "SELECT s.name FROM students AS s JOIN enrollments AS e ON s.student_id = e.student_id "
+        "ORDER BY e.grade DESC LIMIT 1",
+    ),
+    (
+        "school",
+        "hard",
+        "List the names of the students who are not enrolled in any course.",
+        "SELECT name FROM students WHERE student_id NOT IN (SELECT student_id FROM enrollments)",
+    ),
+    (
+        "school",
+        "medium",
+        "For each department, give the total credits of its courses, from most to fewest.",
+        "SELECT department, sum(credits) FROM courses GROUP BY department ORDER BY sum(credits) DESC",
+    ),
+    (
+        "school",
+        "hard",
+        "What are the names of the students enrolled in at least three courses?",
+        "SELECT s.name FROM students AS s JOIN enrollments AS e ON s.student_id = e.student_id "
+        "GROUP BY s.student_id HAVING count(*) >= 3",
+    ),
+    (
+        "school",
+        "extra",
+        "Which course has the most students? Give its title and its number of students.",
+        "SELECT c.title, count(*) FROM courses AS c JOIN enrollments AS e ON c.course_id = e.course_id "
+        "GROUP BY c.course_id ORDER BY count(*) DESC LIMIT 1",
+    ),
     ("shop", "easy", "How many products cost more than 20?", "SELECT count(*) FROM products WHERE price > 20"),
-    ("shop", "easy", "List every product's name and price, from the most expensive to the cheapest.",
-     "SELECT name, price FROM products ORDER BY price DESC"),
-    ("shop", "medium", "What is the average price of the products in each category? Give the category and average.",
-     "SELECT category, avg(price) FROM products GROUP BY category"),
-    ("shop", "medium", "What are the names of the customers from France or Spain?",
-     "SELECT name FROM customers WHERE country IN ('France', 'Spain')"),
-    ("shop", "hard", "How many orders did each customer place? Give every customer's name, also those without orders.",
-     "SELECT c.name, count(o.order_id) FROM customers AS c LEFT JOIN orders AS o ON c.customer_id = o.customer_id "
-     "GROUP BY c.customer_id"),
-    ("shop", "hard", "What is the total revenue of all orders (price times quantity)?",
-     "SELECT sum(p.price * o.quantity) FROM orders AS o JOIN products AS p ON o.product_id = p.product_id"),
-    ("shop", "extra", "Which customer spent the most money in total? Give the name.",
-     "SELECT c.name FROM customers AS c JOIN orders AS o ON c.customer_id = o.customer_id "
-     "JOIN products AS p ON o.product_id = p.product_id GROUP BY c.customer_id "
-     "ORDER BY sum(p.price * o.quantity) DESC LIMIT 1"),
-    ("shop", "medium", "Which customers never placed an order? Give their names.",
-     "SELECT name FROM customers WHERE customer_id NOT IN (SELECT customer_id FROM orders)"),
-    ("shop", "easy", "How many orders were placed in March 2024?",
-     "SELECT count(*) FROM orders WHERE order_date LIKE '2024-03-%'"),
-    ("shop", "extra", "List, in alphabetical order and without duplicates, the products ordered by French customers.",
-     "SELECT DISTINCT p.name FROM products AS p JOIN orders AS o ON p.product_id = o.product_id "
-     "JOIN customers AS c ON o.customer_id = c.customer_id WHERE c.country = 'France' ORDER BY p.name"),
-    ("shop", "hard", "Which product categories sold more than 10 items in total? Give the category and the quantity.",
-     "SELECT p.category, sum(o.quantity) FROM products AS p JOIN orders AS o ON p.product_id = o.product_id "
-     "GROUP BY p.category HAVING sum(o.quantity) > 10"),
+    (
+        "shop",
+        "easy",
+        "List every product's name and price, from the most expensive to the cheapest.",
+        "SELECT name, price FROM products ORDER BY price DESC",
+    ),
+    (
+        "shop",
+        "medium",
+        "What is the average price of the products in each category? Give the category and average.",
+        "SELECT category, avg(price) FROM products GROUP BY category",
+    ),
+    (
+        "shop",
+        "medium",
+        "What are the names of the customers from France or Spain?",
+        "SELECT name FROM customers WHERE country IN ('France', 'Spain')",
+    ),
+    (
+        "shop",
+        "hard",
+        "How many orders did each customer place? Give every customer's name, also those without orders.",
+        "SELECT c.name, count(o.order_id) FROM customers AS c LEFT JOIN orders AS o ON c.customer_id = o.customer_id "
+        "GROUP BY c.customer_id",
+    ),
+    (
+        "shop",
+        "hard",
+        "What is the total revenue of all orders (price times quantity)?",
+        "SELECT sum(p.price * o.quantity) FROM orders AS o JOIN products AS p ON o.product_id = p.product_id",
+    ),
+    (
+        "shop",
+        "extra",
+        "Which customer spent the most money in total? Give the name.",
+        "SELECT c.name FROM customers AS c JOIN orders AS o ON c.customer_id = o.customer_id "
+        "JOIN products AS p ON o.product_id = p.product_id GROUP BY c.customer_id "
+        "ORDER BY sum(p.price * o.quantity) DESC LIMIT 1",
+    ),
+    (
+        "shop",
+        "medium",
+        "Which customers never placed an order? Give their names.",
+        "SELECT name FROM customers WHERE customer_id NOT IN (SELECT customer_id FROM orders)",
+    ),
+    (
+        "shop",
+        "easy",
+        "How many orders were placed in March 2024?",
+        "SELECT count(*) FROM orders WHERE order_date LIKE '2024-03-%'",
+    ),
+    (
+        "shop",
+        "extra",
+        "List, in alphabetical order and without duplicates, the products ordered by French customers.",
+        "SELECT DISTINCT p.name FROM products AS p JOIN orders AS o ON p.product_id = o.product_id "
+        "JOIN customers AS c ON o.customer_id = c.customer_id WHERE c.country = 'France' ORDER BY p.name",
+    ),
+    (
+        "shop",
+        "hard",
+        "Which product categories sold more than 10 items in total? Give the category and the quantity.",
+        "SELECT p.category, sum(o.quantity) FROM products AS p JOIN orders AS o ON p.product_id = o.product_id "
+        "GROUP BY p.category HAVING sum(o.quantity) > 10",
+    ),
     ("library", "easy", "How many books are in the library?", "SELECT count(*) FROM books"),
-    ("library", "easy", "What are the titles of the books published after 2000?",
-     "SELECT title FROM books WHERE year > 2000"),
-    ("library", "medium", "How many books are there in each genre? Give the genre and the count.",
-     "SELECT genre, count(*) FROM books GROUP BY genre"),
-    ("library", "medium", "What is the title of the book with the most pages?",
-     "SELECT title FROM books ORDER BY pages DESC LIMIT 1"),
-    ("library", "medium", "For each author born before 1960, give the name and the number of books they wrote.",
-     "SELECT a.name, count(*) FROM authors AS a JOIN books AS b ON a.author_id = b.author_id WHERE a.born < 1960 "
-     "GROUP BY a.author_id"),
-    ("library", "easy", "Which members have a book they have not returned yet? Name each member once.",
-     "SELECT DISTINCT member FROM loans WHERE returned = 0"),
-    ("library", "hard", "What are the titles of the books that were never borrowed?",
-     "SELECT title FROM books WHERE book_id NOT IN (SELECT book_id FROM loans)"),
-    ("library", "extra", "Whose books were borrowed most often? Give the author's name and the number of loans.",
-     "SELECT a.name, count(*) FROM authors AS a JOIN books AS b ON a.author_id = b.author_id "
-     "JOIN loans AS l ON b.book_id = l.book_id GROUP BY a.author_id ORDER BY count(*) DESC LIMIT 1"),
-    ("library", "easy", "What is the average number of pages of the Novel books?",
-     "SELECT avg(pages) FROM books WHERE genre = 'Novel'"),
-    ("library", "extra", "For each genre, give the genre, the title and the year of its oldest book, oldest first.",
-     "SELECT genre, title, min(year) FROM books GROUP BY genre ORDER BY min(year)"),
-    ("library", "extra", "What are the names of the authors who wrote both Novel and Poetry books?",
-     "SELECT a.name FROM authors AS a JOIN books AS b ON a.author_id = b.author_id WHERE b.genre = 'Novel' "
-     "INTERSECT SELECT a.name FROM authors AS a JOIN books AS b ON a.author_id = b.author_id "
-     "WHERE b.genre = 'Poetry'"),
+    (
+        "library",
+        "easy",
+        "What are the titles of the books published after 2000?",
+        "SELECT title FROM books WHERE year > 2000",
+    ),
+    (
+        "library",
+        "medium",
+        "How many books are there in each genre? Give the genre and the count.",
+        "SELECT genre, count(*) FROM books GROUP BY genre",
+    ),
+    (
+        "library",
+        "medium",
+        "What is the title of the book with the most pages?",
+        "SELECT title FROM books ORDER BY pages DESC LIMIT 1",
+    ),
+    (
+        "library",
+        "medium",
+        "For each author born before 1960, give the name and the number of books they wrote.",
+        "SELECT a.name, count(*) FROM authors AS a JOIN books AS b ON a.author_id = b.author_id WHERE a.born < 1960 "
+        "GROUP BY a.author_id",
+    ),
+    (
+        "library",
+        "easy",
+        "Which members have a book they have not returned yet? Name each member once.",
+        "SELECT DISTINCT member FROM loans WHERE returned = 0",
+    ),
+    (
+        "library",
+        "hard",
+        "What are the titles of the books that were never borrowed?",
+        "SELECT title FROM books WHERE book_id NOT IN (SELECT book_id FROM loans)",
+    ),
+    (
+        "library",
+        "extra",
+        "Whose books were borrowed most often? Give the author's name and the number of loans.",
+        "SELECT a.name, count(*) FROM authors AS a JOIN books AS b ON a.author_id = b.author_id "
+        "JOIN loans AS l ON b.book_id = l.book_id GROUP BY a.author_id ORDER BY count(*) DESC LIMIT 1",
+    ),
+    (
+        "library",
+        "easy",
+        "What is the average number of pages of the Novel books?",
+        "SELECT avg(pages) FROM books WHERE genre = 'Novel'",
+    ),
+    (
+        "library",
+        "extra",
+        "For each genre, give the genre, the title and the year of its oldest book, oldest first.",
+        "SELECT genre, title, min(year) FROM books GROUP BY genre ORDER BY min(year)",
+    ),
+    (
+        "library",
+        "extra",
+        "What are the names of the authors who wrote both Novel and Poetry books?",
+        "SELECT a.name FROM authors AS a JOIN books AS b ON a.author_id = b.author_id WHERE b.genre = 'Novel' "
+        "INTERSECT SELECT a.name FROM authors AS a JOIN books AS b ON a.author_id = b.author_id "
+        "WHERE b.genre = 'Poetry'",
+    ),
 ]
 QUESTIONS = [{"db": db, "question": text, "gold": gold, "hardness": hard} for db, hard, text, gold in _QUESTIONS]
 

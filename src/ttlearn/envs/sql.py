@@ -39,7 +39,7 @@ SHOWN_CELL_CHARS = 60
 INVALID_PENALTY = -0.1
 ANSWER_FORMAT = "Answer with one SQLite query in a ```sql code block."
 
-_SQL_BLOCK = re.compile(r"```\s*(?:sql|sqlite)\b[^\n]*\n(.*?)(?:```|$)", re.IGNORECASE | re.DOTALL)
+_SQL_BLOCK = re.compile(r"```[ \t]*(?:sql|sqlite)\b(.*?)(?:```|$)", re.IGNORECASE | re.DOTALL)
 _QUERY_START = re.compile(r"^\s*(SELECT|WITH)\b", re.IGNORECASE)
 _PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TYPE_LENGTH = re.compile(r"\(.*\)")
@@ -166,8 +166,8 @@ class SQLEnv(Env):
     """Answer questions about SQLite databases with SQL. Options: `dataset` (spider | mini), `split` (all | train |
     test, by database), `task` (pin one question id), `turns` (queries per episode; after a wrong one the agent sees
     its result and may revise), `include_empty` (also play the trivial questions: those whose gold result is empty,
-    which any query that finds nothing passes, and those on a database without rows, Spider's wta_1), `timeout_ms` (per query), `seed` (accepted for the common config; the questions
-    are fixed data)."""
+    which any query that finds nothing passes, and those on a database without rows, Spider's wta_1), `timeout_ms`
+    (per query), `seed` (accepted for the common config; the questions are fixed data)."""
 
     name = "sql"
     reply_tokens = 256
@@ -209,7 +209,8 @@ class SQLEnv(Env):
         if self.task_id is not None:
             pinned = [q for q in questions if q.id == self.task_id]
             if not pinned:
-                raise ValueError(f"unknown task {self.task_id!r}: {self.dataset} question ids run 0-{len(questions) - 1}")
+                last = len(questions) - 1
+                raise ValueError(f"unknown task {self.task_id!r}: {self.dataset} question ids run 0-{last}")
             return pinned
         return [
             q

@@ -30,7 +30,10 @@ MEMORY_BYTES = 1 << 30
 STARTUP_SECONDS = 10.0
 """Wall-clock allowance on top of the statement timeout for starting the interpreter on a loaded machine."""
 
-ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE})
+ALLOWED_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+"""The authorizer's whitelist: reading tables and calling functions; everything else is denied."""
 READ_ONLY_HINT = "only read-only queries run here (one SELECT or WITH statement)"
 
 
