@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ttlearn.data.prepare import Question, load_question_set, spider_dir
+from ttlearn.data.prepare import GOLD_TIMEOUT_MS, Question, load_question_set, spider_dir
 from ttlearn.data.sql_mini import load_mini, mini_dir
 from ttlearn.envs.base import ENVS, Env
-from ttlearn.envs.sql_sandbox import QueryResult, run_query
+from ttlearn.envs.sql_sandbox import QueryResult, execute, run_query
 from ttlearn.types import Observation, StepResult
 
 DATASETS = ("spider", "mini")
@@ -200,7 +200,7 @@ class SQLEnv(Env):
             manifest, questions = load_mini()
         self.test_dbs = held_out_databases(Counter(q.db for q in questions))
         self.questions = self._select(questions, manifest["rows_per_database"])
-        self._gold_results: dict[int, QueryResult] = {}
+        self._gold_rows_by_id: dict[int, tuple[tuple, ...]] = {}
         self.question: Question | None = None
         self.attempts: list[Attempt] = []
 
@@ -286,7 +286,7 @@ class SQLEnv(Env):
         """Run `action` as one SQL query and compare its rows with the gold query's."""
         self._check_running()
         result = run_query(self.db_path, action, self.timeout_ms)
-        solved = result.ok and rows_match(result.rows, self._gold_result().rows, self._current.ordered)
+        solved = result.ok and rows_match(result.rows, self._gold_rows(), self._current.ordered)
         return self._record(Attempt(action, result, solved))
 
     def invalid_step(self, reply: str) -> StepResult:
@@ -303,15 +303,17 @@ class SQLEnv(Env):
         info = {"solved": attempt.solved, "error": attempt.result.error if attempt.result else "no query"}
         return StepResult(self._observation(), attempt.reward, self.done, info)
 
-    def _gold_result(self) -> QueryResult:
-        """The gold query's rows, run once per question through the same sandbox as the agent's queries."""
+    def _gold_rows(self) -> tuple[tuple, ...]:
+        """The gold query's rows, computed once per question. The gold SQL is the data set's own, so it runs in this
+        process, through the same read-only connection and value conversion as the agent's queries get in the
+        child (`sql_sandbox.execute`); the data build already ran every gold query this way."""
         question = self._current
-        if question.id not in self._gold_results:
-            gold = run_query(self.db_path, question.gold, self.timeout_ms * 5)
-            if not gold.ok:
-                raise RuntimeError(f"gold query of {self.dataset} question {question.id} failed: {gold.error}")
-            self._gold_results[question.id] = gold
-        return self._gold_results[question.id]
+        if question.id not in self._gold_rows_by_id:
+            gold = execute(str(self.db_path), question.gold, GOLD_TIMEOUT_MS)
+            if "error" in gold:
+                raise RuntimeError(f"gold query of {self.dataset} question {question.id} failed: {gold['error']}")
+            self._gold_rows_by_id[question.id] = tuple(tuple(row) for row in gold["rows"])
+        return self._gold_rows_by_id[question.id]
 
     def oracle_action(self, seed: int = 0) -> str:
         """The gold SQL of the current question."""
