@@ -11,7 +11,7 @@ import pytest
 
 from ttlearn.data.sql_mini import QUESTIONS
 from ttlearn.envs.sql import SQLEnv, compact_schema, format_result, held_out_databases, parse_sql, rows_match
-from ttlearn.envs.sql_sandbox import QueryResult
+from ttlearn.envs.sql_sandbox import QueryResult, run_query
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +105,22 @@ def test_runaway_query_times_out(cache):
     assert time.monotonic() - start < 10
     assert result.info["error"] == "timed out after 300 ms"
     assert "Error: timed out after 300 ms" in result.observation.text
+
+
+COUNT_TO = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n LIMIT {})"
+
+
+@pytest.mark.parametrize(
+    "query, error",
+    [
+        (COUNT_TO.format(10_001) + " SELECT x FROM n", "more than 10,000 rows"),
+        (COUNT_TO.format(3_000) + " SELECT hex(randomblob(2000)) FROM n", "larger than 8,000,000 bytes"),
+    ],
+)
+def test_oversized_results_are_refused(cache, query: str, error: str):
+    env = mini(task=0)
+    env.reset(0)
+    assert error in run_query(env.db_path, query, timeout_ms=2000).error
 
 
 def test_unparseable_reply_passes_the_turn_with_a_penalty(cache):

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -43,7 +43,7 @@ class QueryResult:
     "x'hex'"), or an error message for the agent."""
 
     columns: tuple[str, ...] = ()
-    rows: tuple[tuple, ...] = field(default_factory=tuple)
+    rows: tuple[tuple, ...] = ()
     error: str | None = None
 
     @property
