@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ttlearn"
-BASE = {"ttlearn", "types", "registry", "seeding"}
-"""The ground floor every room may stand on (`ttlearn` itself: the version string)."""
+BASE = {"ttlearn", "types", "registry", "seeding", "cache", "sandbox"}
+"""The ground floor every room may stand on (`ttlearn` itself: the version string; `sandbox`: running model-written
+code, which imports nothing from ttlearn)."""
 ALLOWED = {
     **{room: BASE for room in BASE},
-    "envs": BASE | {"envs"},
+    "envs": BASE | {"envs", "data"},
     "llm": BASE | {"llm"},
     "memory": BASE | {"memory", "llm"},
     "players": BASE | {"players", "envs", "llm"},

@@ -7,7 +7,7 @@ import pytest
 
 from ttlearn.envs import make_env
 from ttlearn.envs.code import INVALID_PENALTY, CodeEnv, extract_code, load_problems, split_ids, task_ids
-from ttlearn.envs.sandbox import isolation
+from ttlearn.sandbox.python import isolation
 
 WRONG_CLOSE = "def has_close_elements(numbers, threshold):\n    return False\n"
 

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from ttlearn.envs.sandbox import SANDBOX_UIDS, Limits, isolation, live_pids, run_python
+from ttlearn.sandbox.python import SANDBOX_UIDS, Limits, isolation, live_pids, run_python
 
 FAST = Limits(wall_s=2.0)
 ISOLATION = isolation()

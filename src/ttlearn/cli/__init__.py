@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ttlearn.cli import arena, memory, play, show, train
+from ttlearn.cli import arena, data, memory, play, show, train
 from ttlearn.cli.common import console, friendly
 
 app = typer.Typer(
@@ -18,6 +18,7 @@ app.command()(friendly(show.show))
 arena.register(app)
 app.add_typer(memory.memory_app, name="memory")
 app.add_typer(train.train_app, name="train")
+app.add_typer(data.data_app, name="data")
 
 
 @app.command("list")

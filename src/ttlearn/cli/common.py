@@ -53,20 +53,39 @@ def csv(text: str | None) -> list[str] | None:
     return None if text is None else [part.strip() for part in text.split(",") if part.strip()]
 
 
-@contextlib.contextmanager
-def progress_bar(description: str, total: int, completed: int = 0) -> Iterator[Callable[..., None]]:
-    """A bar with a done/total count, elapsed time and a free-text last event; yields `update(completed=…,
-    advance=…, last=…)`."""
-    with Progress(
+def _progress() -> Progress:
+    return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("{task.fields[last]}"),
         console=console,
-    ) as progress:
+    )
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, total: int, completed: int = 0) -> Iterator[Callable[..., None]]:
+    """A bar with a done/total count, elapsed time and a free-text last event; yields `update(completed=…,
+    advance=…, last=…)`."""
+    with _progress() as progress:
         bar = progress.add_task(description, total=total, completed=completed, last="")
         yield functools.partial(progress.update, bar)
+
+
+@contextlib.contextmanager
+def stage_bars() -> Iterator[Callable[[str, int, int], None]]:
+    """One bar per stage of a long job (download, convert, verify); yields `report(stage, done, total)`, the
+    progress callback the data and model builders take."""
+    with _progress() as progress:
+        bars: dict[str, Any] = {}
+
+        def report(stage: str, done: int, total: int) -> None:
+            if stage not in bars:
+                bars[stage] = progress.add_task(stage, total=total, last="")
+            progress.update(bars[stage], completed=done)
+
+        yield report
 
 
 def print_summary(summary: dict[str, Any], path: Path) -> None:

@@ -14,7 +14,7 @@ from ttlearn.envs.base import Env, make_env
 from ttlearn.types import Observation, StepResult
 
 MAX_STEPS = 400
-HIDDEN_PHRASES = ("optimal", "fewest", "solvable", "gold", "canonical solution", "ground truth", "expected answer")
+HIDDEN_PHRASES = ("optimal", "fewest", "solvable", "gold", "canonical solution", "ground truth")
 """Words that only a hidden fact (a solution, a ceiling) would put into what the agent sees."""
 
 
@@ -101,8 +101,8 @@ def check_env(env: Env, seed: int = 3, use_oracle: bool = False) -> dict[str, An
 
     seen = _seen_text(env, first, results).lower()
     leaked = [phrase for phrase in HIDDEN_PHRASES if phrase in seen]
-    facts = [v for v in env.instance_stats().values() if isinstance(v, str) and len(v) >= 12]
-    leaked += [fact[:40] for fact in facts if fact.lower() in seen]
+    facts = [v for v in env.instance_stats().values() if isinstance(v, str) and len(v.split()) >= 3]
+    leaked += [fact[:40] for fact in facts if fact.lower() in seen]  # a solution, a gold query: several words
     _require(not leaked, f"what the agent sees holds hidden facts: {leaked}")
 
     count = env.instance_count()

