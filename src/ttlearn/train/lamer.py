@@ -3,10 +3,10 @@
 One step: pick `tasks_per_step` instances from a fixed pool of `tasks`, play `group` trials of `attempts` attempts at
 each (`ttlearn.rollout.loop.play_trial`), with the policy both choosing the actions and writing the reflections between
 attempts; score every step with `cross_episode_returns` (γ_step inside an attempt, γ_traj across attempts, so an early
-attempt is credited for what the later ones achieve), turn returns into advantages by GiGPO (anchor = the observation
-text) or the GRPO variant, and take one clipped policy-gradient step (`policy_loss`) on the action and reflection
-tokens. The baselines `gigpo` and `grpo` play the same number of attempts per instance, all independent and without
-reflection (LaMer's 8 × 3 against 24 × 1).
+attempt is credited for what the later ones achieve), turn returns into advantages by GiGPO or the GRPO variant, and
+take one clipped policy-gradient step (`policy_loss`) on the action and reflection tokens. The baselines `gigpo` and
+`grpo` play the same number of attempts per instance, all independent and without reflection (LaMer's 8 × 3 against
+24 × 1).
 
 A trial's score is LaMer's discounted R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ (`discounted_score_terms`), so a trial solved
 early outscores one solved late. GiGPO's step groups are anchored on (attempt, environment state) with the
@@ -39,16 +39,15 @@ from pydantic import Field
 from ttlearn.envs.base import make_env
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import make_memory
+from ttlearn.rollout.loop import Trial, play_trial
+from ttlearn.rollout.parts import make_player, resolve_moves_per_turn
+from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import (
     cross_episode_returns,
     discounted_score_terms,
     gigpo_advantages,
     grpo_episode_advantages,
 )
-from ttlearn.players.base import Player
-from ttlearn.rollout.loop import Trial, play_trial
-from ttlearn.rollout.parts import make_player, resolve_moves_per_turn
-from ttlearn.seeding import derive_seed
 from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer
 from ttlearn.types import Completion
 

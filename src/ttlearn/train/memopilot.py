@@ -212,7 +212,7 @@ def policy_update(
     params = policy.trainable_parameters()
     tokens = [len(w.sample.completion_ids) for w in writes]
     total_tokens = sum(tokens)
-    num_items = (global_tokens or total_tokens * processes) / processes  # TRL: the generation batch's tokens per process
+    num_items = (global_tokens or total_tokens * processes) / processes  # TRL: the batch's tokens per process
     chunks = [range(i, min(i + config.micro_batch, len(writes))) for i in range(0, len(writes), config.micro_batch)]
     refs: list[torch.Tensor | None] = [None] * len(chunks)
     if config.beta:
@@ -432,8 +432,7 @@ class MemoPilotTrainer(Trainer):
         key = (opponent, seed)
         if key not in self._no_memory:
             env = self.make_env(self.config, opponent, seed)
-            scores = [
-                play_sequence_game(env, self.player, fixed_memory(""), seed, g).score for g in range(2, self.config.games + 1)
-            ]
+            games = range(2, self.config.games + 1)
+            scores = [play_sequence_game(env, self.player, fixed_memory(""), seed, g).score for g in games]
             self._no_memory[key] = float(np.mean(scores)) / self.config.rounds
         return self._no_memory[key]
