@@ -5,6 +5,7 @@ import pytest
 
 from ttlearn.train.advantages import (
     cross_episode_returns,
+    discounted_score_terms,
     gigpo_advantages,
     group_advantages,
     grpo_episode_advantages,
@@ -107,6 +108,35 @@ class TestCrossEpisodeReturns:
             cross_episode_returns([1.0, 2.0], [0])
 
 
+class TestDiscountedTrialScore:
+    # The Minesweeper case (γ_step 0.95, γ_traj 0.6): trial A solves on attempt 1 with rewards (2, 12);
+    # trial B fails attempt 1 with (2, 2, −0.1), reflects, and solves attempt 2 with (2, 2, 12).
+    A = ([2.0, 12.0], [1, 1], [False, False])
+    B = ([2.0, 2.0, -0.1, 0.0, 2.0, 2.0, 12.0], [1, 1, 1, 1, 2, 2, 2], [False, False, False, True, False, False, False])
+
+    def test_terms_discount_steps_and_attempts_and_skip_the_reflection(self):
+        # B: attempt 1 → 2, 0.95·2 = 1.9, 0.95²·(−0.1) = −0.09025; the reflection 0;
+        #    attempt 2 (×0.6) → 0.6·2 = 1.2, 0.6·0.95·2 = 1.14, 0.6·0.95²·12 = 6.498
+        terms = discounted_score_terms(*self.B, gamma_step=0.95, gamma_traj=0.6)
+        np.testing.assert_allclose(terms, [2.0, 1.9, -0.09025, 0.0, 1.2, 1.14, 6.498])
+
+    def test_a_first_attempt_success_outranks_a_third_attempt_one(self):
+        # R(A) = 2 + 0.95·12 = 13.4; R(B) = 3.80975 + 8.838 = 12.64775; mean 13.023875 → A_episode ±0.376125
+        # (the plain sums 14 and 19.9 gave A −2.95 and B +2.95: the slower trial was reinforced).
+        # Every anchor is distinct, so A_step = 0 and the advantage is the episode term alone.
+        terms = np.concatenate([discounted_score_terms(*t, gamma_step=0.95, gamma_traj=0.6) for t in (self.A, self.B)])
+        a = gigpo_advantages(terms, np.zeros(9), ["i"] * 9, [0, 0] + [1] * 7, range(9))
+        np.testing.assert_allclose(a, [0.376125] * 2 + [-0.376125] * 7)
+        plain = gigpo_advantages(self.A[0] + self.B[0], np.zeros(9), ["i"] * 9, [0, 0] + [1] * 7, range(9))
+        np.testing.assert_allclose(plain, [-2.95] * 2 + [2.95] * 7)
+
+    def test_bad_input(self):
+        with pytest.raises(ValueError, match="gamma_step"):
+            discounted_score_terms([1.0], [0], gamma_step=-0.1)
+        with pytest.raises(ValueError, match="reflection steps carry no reward"):
+            discounted_score_terms([1.0], [0], [True])
+
+
 class TestGiGPO:
     # instance "i1": trial 0 = steps (s0, s1), trial 1 = steps (s0, s2, s3); instance "i2": trial 0 = one step (s0).
     # Trial ids and the anchor "s0" repeat across instances on purpose: they must not be pooled.
@@ -130,7 +160,7 @@ class TestGiGPO:
         np.testing.assert_allclose(a, [-1 / s, -1 / s, 1 / s, 1 / s, 1 / s, 0.0], atol=1e-12)
 
     def test_bad_input(self):
-        with pytest.raises(ValueError, match="returns has 2 entries"):
+        with pytest.raises(ValueError, match="returns has 2 entries, expected 1"):
             gigpo_advantages([1.0], [1.0, 2.0], [0], [0], ["s"])
         with pytest.raises(ValueError, match="anchors has 2 entries"):
             gigpo_advantages([1.0], [1.0], [0], [0], ["s", "t"])

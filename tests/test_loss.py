@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ttlearn.train.loss import policy_loss, token_logprobs
+from ttlearn.llm.hf import token_logprobs
+from ttlearn.train.loss import policy_loss
 
 torch.set_num_threads(1)
 

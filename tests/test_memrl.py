@@ -74,9 +74,16 @@ def test_phase_b_rejects_bad_settings() -> None:
 
 
 def test_q_update_matches_hand_computed_values() -> None:
-    assert q_update(0.5, 1.0, alpha=0.3, gamma=0.0, max_next_q=0.0) == pytest.approx(0.65)
-    assert q_update(0.5, 1.0, alpha=0.3, gamma=0.9, max_next_q=0.8) == pytest.approx(0.866)
-    assert q_update(0.7, -1.0, alpha=0.0, gamma=0.9, max_next_q=5.0) == 0.7
+    assert q_update(0.5, 1.0, alpha=0.3) == pytest.approx(0.65)  # 0.7·0.5 + 0.3·1
+    assert q_update(-0.2, -1.0, alpha=0.5) == pytest.approx(-0.6)  # 0.5·(−0.2) + 0.5·(−1)
+    assert q_update(0.7, -1.0, alpha=0.0) == 0.7
+
+
+def test_gamma_other_than_zero_is_refused(tmp_path: Path) -> None:
+    # Before: γ = 0.9 bootstrapped from the max Q of the very items being updated: retrieved Q (0.5, 0.8), r = 1,
+    # α = 0.3 moved 0.5 to 0.7·0.5 + 0.3·(1 + 0.9·0.8) = 0.866 instead of 0.65. Now γ ≠ 0 is one clear error.
+    with pytest.raises(ValueError, match="gamma = 0 only"):
+        memory(tmp_path, gamma=0.9)
 
 
 def test_run_protocol_metrics() -> None:

@@ -189,12 +189,41 @@ def test_bad_options_raise(options):
         make_env("minesweeper", **options)
 
 
-def test_rendering_has_numbers_and_legal_actions_are_hidden_cells(wall_env: Minesweeper):
+def test_rendering_has_numbers_and_every_cell_is_a_legal_action(wall_env: Minesweeper):
     obs = wall_env.restart()
     lines = obs.text.splitlines()
     assert lines[0].split() == ["1", "2", "3", "4", "5", "6"]
     assert lines[2].split() == ["2", ".", ".", "2", "?", "?", "?"]
-    assert len(obs.legal_actions) == 9 and "reveal 2 4" in obs.legal_actions and "reveal 1 1" not in obs.legal_actions
+    # all 18 cells: the 9 revealed ones too, so a choice-scoring player can earn LaMer's −1 for an ineffective reveal
+    assert len(obs.legal_actions) == 18 and {"reveal 2 4", "reveal 1 1"} <= set(obs.legal_actions)
+
+
+def test_invalid_reply_passes_the_turn_for_the_configured_penalty(wall_env: Minesweeper):
+    passed = wall_env.invalid_step("I am not sure")
+    assert (passed.reward, passed.done, passed.info["invalid"]) == (-0.1, False, True)
+    assert wall_env.turn == 1 and len(wall_env.revealed) == 9  # the turn is spent, nothing opened
+    harsh = make_env("minesweeper", rows=3, cols=6, mines=2, turns=1, invalid_reward=-0.5)
+    harsh.load_board(WALL_BOARD, (0, 0))
+    last = harsh.invalid_step("")
+    assert (last.reward, last.done, harsh.score()) == (-0.5, True, -0.5)
+    with pytest.raises(ValueError, match="attempt is over"):
+        harsh.invalid_step("")
+
+
+def test_hidden_facts_stay_in_instance_stats(wall_env: Minesweeper):
+    wall_env.step("reveal 1 6")
+    assert wall_env.instance_stats() == {"min_reveals": 2, "no_guess": True}
+    seen = wall_env.transcript() + wall_env.restart().text + repr(wall_env.restart().data)
+    assert "fewest" not in seen and "logic" not in seen and "min_reveals" not in seen and "no_guess" not in seen
+
+
+def test_state_key_names_the_board_only(wall_env: Minesweeper):
+    start = wall_env.state_key()
+    wall_env.step("reveal 1 1")  # ineffective: same board, later turn, another log line
+    assert wall_env.state_key() == start
+    wall_env.step("reveal 1 6")
+    assert wall_env.state_key() != start
+    assert wall_env.restart() and wall_env.state_key() == start
 
 
 def test_load_board_refuses_a_board_of_other_dimensions_or_an_unsafe_first_click():

@@ -62,7 +62,7 @@ def test_scripted_rewards_hand_computed(hand_env: Sokoban):
     assert third.reward == pytest.approx(-0.1 + 10.9)
     assert third.done and hand_env.success()
     assert hand_env.score() == pytest.approx(0.9 - 0.3 + 10.8)
-    assert "Solved in 6 moves over 3 turns (optimal: 5)" in hand_env.transcript()
+    assert "Solved in 6 moves over 3 turns." in hand_env.transcript()
     with pytest.raises(ValueError, match="attempt is over"):
         hand_env.step("up")
 
@@ -156,3 +156,29 @@ def test_observation_and_texts_show_numbers_and_legend():
     assert "Legend:" in obs.text and "Legend:" in env.task()
     assert obs.legal_actions == ("up", "down", "left", "right")
     assert env.config()["seed"] == 3
+
+
+def test_invalid_reply_passes_the_turn_for_the_configured_penalty(hand_env: Sokoban):
+    passed = hand_env.invalid_step("no idea")
+    assert (passed.reward, passed.done, passed.info["invalid"]) == (pytest.approx(-0.1), False, True)
+    assert (hand_env.turn, hand_env.moves_made, hand_env.state) == (1, 0, hand_env.start)
+    harsh = make_env("sokoban", turns=1, invalid_reward=-2.0)
+    harsh.load_level(*level_from_text(HAND_LEVEL))
+    assert harsh.invalid_step("").done and harsh.score() == -2.0
+    assert harsh.config()["invalid_reward"] == -2.0
+
+
+def test_hidden_facts_stay_in_instance_stats(hand_env: Sokoban):
+    hand_env.step("right")
+    assert hand_env.instance_stats() == {"optimal_length": 5}
+    seen = hand_env.transcript() + hand_env.restart().text + repr(hand_env.restart().data)
+    assert "optimal" not in seen
+
+
+def test_state_key_names_player_and_boxes_only(hand_env: Sokoban):
+    start = hand_env.state_key()
+    hand_env.step("up")  # into the wall: blocked, same state, but the turn counter and log change
+    assert hand_env.state_key() == start == "player 1,1 boxes 1,2 2,2"
+    hand_env.step("right")
+    assert hand_env.state_key() == "player 1,2 boxes 1,3 2,2"
+

@@ -17,11 +17,11 @@ from ttlearn.llm.hf import HFPolicy, LoraOptions, model_dir
 from ttlearn.train.lamer import (
     ActionRecord,
     LamerTrainConfig,
+    LamerTrainer,
     TextRecord,
     TrainStep,
     choice_logprobs,
     step_advantages,
-    train_lamer,
     trial_steps,
 )
 from ttlearn.rollout.loop import Trial
@@ -84,26 +84,37 @@ def test_reflection_steps_sit_between_attempts_and_take_the_next_return() -> Non
         TextRecord(("reflect", 1, 0), sample),
         ActionRecord(("act", 2, 0), (1,), ((5,),), 0, 0.0),
     ]
-    steps = trial_steps(trial, records)
-    assert [(s.attempt, s.reflection, s.reward) for s in steps] == [
-        (1, False, -1),
-        (1, False, -1),
-        (1, True, 0),
-        (2, False, 10),
+    # attempt 2 restarts from the board of attempt 1's first step: same state key "s0", other attempt
+    steps = trial_steps(trial, records, {(1, 0): "s0", (1, 1): "s1", (2, 0): "s0"})
+    assert [(s.attempt, s.reflection, s.reward, s.anchor) for s in steps[:2]] == [
+        (1, False, -1, (1, "s0")),
+        (1, False, -1, (1, "s1")),
     ]
-    config = LamerTrainConfig(out="unused", env="sokoban")  # γ_traj = 0.9
-    solo = [("i", 0, steps), ("i", 1, [TrainStep(0.0, 1, False, "other", ())])]
-    # Returns of trial 0, backwards: 10; the reflection 10; −1 + .9·10 = 8 (across attempts); −1 + .95·8 = 6.6.
-    # A_episode = R − mean(R) = 8 − 4 = 4 for trial 0, −4 for trial 1. Anchors: attempt 2 restarts at "obs0", so
-    # "obs0" groups returns 6.6 and 10 (mean 8.3 → ∓1.7); "obs1", the reflection and "other" are singletons (0).
-    assert step_advantages(solo, config).tolist() == pytest.approx([2.3, 4.0, 4.0, 5.7, -4.0])
+    assert [(s.attempt, s.reflection, s.reward) for s in steps[2:]] == [(1, True, 0), (2, False, 10)]
+    assert steps[3].anchor == (2, "s0")
+    config = LamerTrainConfig(out="unused", env="sokoban")  # γ_step 0.95, γ_traj 0.9
+    other = ("i", 1, [TrainStep(0.0, 1, False, (1, "s0"), ())])  # a second trial: one step from the same start board
+    # Scores: R(trial 0) = −1 + 0.95·(−1) + 0.9·10 = 7.05, R(trial 1) = 0; mean 3.525 → A_episode ±3.525.
+    # Returns of trial 0, backwards: 10; the reflection 10; −1 + 0.9·10 = 8 (across attempts); −1 + 0.95·8 = 6.6.
+    # Anchor (1, "s0") groups 6.6 (trial 0) with 0 (trial 1): mean 3.3 → A_step ±3.3; (1, "s1"), the reflection
+    # and (2, "s0") are singletons (0). Total: 6.825, 3.525, 3.525, 3.525 | −6.825.
+    # (Before: plain sums 8 and 0 gave ±4, and text anchors grouped attempt 2's first step with attempt 1's instead
+    # of the other trial's: [2.3, 4, 4, 5.7, −4].)
+    assert step_advantages([("i", 0, steps), other], config).tolist() == pytest.approx(
+        [6.825, 3.525, 3.525, 3.525, -6.825]
+    )
+
+
+def test_steps_without_a_state_key_anchor_on_the_observation_text() -> None:
+    trial = Trial(1, [Episode(1, 1, "t", (Step("board A, turn 1", "up", 0.0),), 0.0)])
+    assert trial_steps(trial, [], {(1, 0): None})[0].anchor == (1, "board A, turn 1")
 
 
 def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer) -> None:
     config = LamerTrainConfig(
         env="minesweeper",
         env_options=TINY_MINES,
-        out=str(tmp_path / "run"),
+        out=tmp_path / "run",
         tasks=2,
         tasks_per_step=1,
         group=2,
@@ -114,16 +125,19 @@ def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer) -> None:
     )
     policy = tiny_policy(tokenizer)
     before = lora_weights(policy)
-    metrics = train_lamer(config, policy=policy)
+    (metrics,) = LamerTrainer(config, policy=policy).train()
     assert metrics["step"] == 1 and metrics["rows_trained"] > 0
     assert all(torch.isfinite(torch.tensor(v)) for v in (metrics["loss"], metrics["grad_norm"]))
     after = lora_weights(policy)
     assert any(not torch.equal(before[n], after[n]) for n in before)
-    assert (tmp_path / "run" / "step_1" / "state.json").is_file() and (tmp_path / "run" / "final").is_dir()
+    assert (tmp_path / "run" / "step_0001" / "trainer_state.pt").is_file()
+    assert (tmp_path / "run" / "final" / "ttlearn_adapter.json").is_file()
 
     resumed: list[int] = []
     fresh = tiny_policy(tokenizer)
-    train_lamer(config.model_copy(update={"steps": 2}), progress=lambda step, m: resumed.append(step), policy=fresh)
+    LamerTrainer(
+        config.model_copy(update={"steps": 2}), progress=lambda step, m: resumed.append(step), policy=fresh
+    ).train()
     assert resumed == [2]  # step 1 was not replayed: its adapter was loaded instead
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from ttlearn.memory.memopilot import seen_token_count
 from ttlearn.players.base import Decision, Player
 from ttlearn.train.memopilot import (
     MemoPilotTrainConfig,
@@ -83,11 +84,22 @@ def test_rank_rollouts_split_the_group_evenly() -> None:
 
 def test_config_refuses_unknown_and_clashing_options() -> None:
     with pytest.raises(ValueError, match="groups"):
-        MemoPilotTrainConfig(groups=3)
+        MemoPilotTrainConfig(out="x", groups=3)
     with pytest.raises(ValueError, match="opponents"):
-        MemoPilotTrainConfig(env_options={"opponent": "cycle3"})
+        MemoPilotTrainConfig(out="x", env_options={"opponent": "cycle3"})
     with pytest.raises(ValueError, match="games"):
-        MemoPilotTrainConfig(games=1)
+        MemoPilotTrainConfig(out="x", games=1)
+
+
+def test_only_the_tokens_the_player_sees_are_trained() -> None:
+    # Five tokens write "The opponent plays rock" (23 characters). Bound 15: "The opponent pl" is cut back to the word
+    # boundary, so the player sees "The opponent": tokens 1-3 (3 reaches it), 4-5 were cut. Before: all 5 trained.
+    prefixes = ["The", "The opp", "The opponent", "The opponent plays", "The opponent plays rock"]
+    assert seen_token_count(prefixes, max_chars=15) == 3
+    # Within the bound nothing is cut, and the last token (the end of turn, which adds no text) counts too.
+    assert seen_token_count([*prefixes, "The opponent plays rock"], max_chars=40) == 6
+    # Whitespace is collapsed before the bound, as the memory does: "a  b" reads "a b".
+    assert seen_token_count(["a", "a  b", "a  b cc", "a  b cc dd"], max_chars=5) == 2
 
 
 # ---- with the model ----------------------------------------------------------------------------------------------

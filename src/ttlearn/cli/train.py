@@ -55,15 +55,15 @@ def train_lamer_command(
     steps: int = typer.Option(20, min=1, help="Optimiser steps."),
     lr: float = typer.Option(1e-5, help="Learning rate (LoRA)."),
     seed: int = typer.Option(0, help="Seed."),
-    out: Path = typer.Option(..., help="Output folder: checkpoints step_k/, final/, metrics.jsonl (resumable)."),
+    out: Path = typer.Option(..., help="Output folder: checkpoints step_NNNN/, final/, metrics.jsonl (resumable)."),
 ) -> None:
     """LaMer: cross-episode meta-RL of the agent policy over multi-attempt trials (LoRA on the embedded model)."""
-    from ttlearn.train.lamer import LamerTrainConfig, train_lamer
+    from ttlearn.train.lamer import LamerTrainConfig, LamerTrainer
 
     config = LamerTrainConfig(
         env=env,
         env_options=parse_options(env_opt, "--env-opt"),
-        out=str(out),
+        out=out,
         algo=algo,
         mode=mode,
         policy=policy,
@@ -76,7 +76,7 @@ def train_lamer_command(
         seed=seed,
     )
     with training_progress(steps) as advance:
-        train_lamer(config, progress=advance)
+        LamerTrainer(config, progress=advance).train()
     console.print(
         f"final policy: [bold]{out / 'final'}[/] (use: ttlearn run {env} --memory lamer --policy {out / 'final'})"
     )
@@ -98,10 +98,10 @@ def train_memopilot_command(
     writer_base: str = typer.Option("smollm2", help="HF source of the writer G_θ."),
     eval_every: int = typer.Option(10, min=0, help="Held-out evaluation every N steps (0: never)."),
     seed: int = typer.Option(0, help="Seed."),
-    out: Path = typer.Option(..., help="Output folder: step_k/, final/, metrics.jsonl (resumable)."),
+    out: Path = typer.Option(..., help="Output folder: step_NNNN/, final/, metrics.jsonl (resumable)."),
 ) -> None:
     """MemoPilot: train the memory writer by multi-turn GRPO with turn-level, context-independent advantages."""
-    from ttlearn.train.memopilot import MemoPilotTrainConfig, train_memopilot
+    from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
 
     config = MemoPilotTrainConfig(
         env=env,
@@ -120,7 +120,7 @@ def train_memopilot_command(
         out=out,
     )
     with training_progress(steps) as advance:
-        train_memopilot(config, progress=advance)
+        MemoPilotTrainer(config, progress=advance).train()
     console.print(
         f"final writer: [bold]{out / 'final'}[/] (use: ttlearn run rps --memory memopilot --writer {out / 'final'})"
     )

@@ -127,6 +127,12 @@ class Env(ABC):
         and a small penalty instead (LaMer: −0.1), so an unparseable answer costs something."""
         return None
 
+    def state_key(self) -> str | None:
+        """The current state of the instance alone (Sokoban: player and boxes; Minesweeper: the revealed cells), with
+        no turn counter, log or score: two moments that show the same board give the same key. GiGPO groups the
+        steps taken from one state by it. None (the default): the environment names no state."""
+        return None
+
     def oracle_action(self, seed: int) -> str:
         """The best action with full knowledge (bot policy, solver, gold answer); `scripted:oracle` plays it."""
         raise NotImplementedError(f"environment {self.name!r} has no oracle; use another scripted player")

@@ -247,17 +247,23 @@ class Minesweeper(Env):
     """Reveal all safe cells within `turns` reveals; the first click is already played and opened a cascade.
 
     `step` accepts "reveal R C" for any cell on the board (1-indexed); revealing a revealed cell is the ineffective
-    action LaMer penalises. `legal_actions()` lists the hidden cells only. A mine ends the attempt.
+    action LaMer penalises (−1). `legal_actions()` lists every cell, revealed ones included, so a player that picks
+    among legal actions (choice scoring, the random fallback) can make that mistake as a free-text player can, and
+    the penalty teaches. A reply that names no cell passes the turn for `invalid_reward` (LaMer: −0.1). A mine ends
+    the attempt.
     """
 
     name = "minesweeper"
 
-    def __init__(self, rows: int = 6, cols: int = 6, mines: int = 3, turns: int = 7, seed: int = 0) -> None:
+    def __init__(
+        self, rows: int = 6, cols: int = 6, mines: int = 3, turns: int = 7, invalid_reward: float = -0.1, seed: int = 0
+    ) -> None:
         _check(3 <= rows <= 16 and 3 <= cols <= 16, f"rows and cols must be 3-16, got {rows}x{cols}")
         room = rows * cols - 9
         _check(1 <= mines <= room, f"mines must be 1-{room} on a {rows}x{cols} board (first click keeps 9 clear)")
         _check(turns >= 1, f"turns must be >= 1, got {turns}")
         self.rows, self.cols, self.mines, self.turns, self.seed = rows, cols, mines, turns, seed
+        self.invalid_reward = invalid_reward
         self.reset(seed)
 
     # -- instance ---------------------------------------------------------------------------------------------
@@ -297,7 +303,7 @@ class Minesweeper(Env):
         return self.won or self.exploded is not None or self.turn >= self.turns
 
     def legal_actions(self) -> tuple[str, ...]:
-        return tuple(action_for(c) for c in self.board.cells() if c not in self.revealed)
+        return tuple(action_for(c) for c in self.board.cells())
 
     def step(self, action: str) -> StepResult:
         _check(not self.done, "the attempt is over; call restart() or reset()")
@@ -312,13 +318,22 @@ class Minesweeper(Env):
         self.revealed |= opened
         if hit:
             self.exploded = cell
-        self.turn += 1
         reward = reveal_reward(already, hit, len(opened), self.won)
-        self.total = round(self.total + reward, 6)
         outcome = "already revealed" if already else "MINE" if hit else f"{len(opened)} cell(s) opened"
-        self.log.append(f"Turn {self.turn}: {action_for(cell)} -> {outcome}, reward {reward:+g}")
-        info = {"opened": len(opened), "ineffective": already, "mine": hit, "won": self.won}
-        return StepResult(self._observe(), reward, self.done, info)
+        info = {"opened": len(opened), "ineffective": already, "mine": hit}
+        return self._end_turn(reward, f"{action_for(cell)} -> {outcome}", info)
+
+    def invalid_step(self, reply: str) -> StepResult:
+        """No reveal: the turn passes and costs `invalid_reward`."""
+        _check(not self.done, "the attempt is over; call restart() or reset()")
+        info = {"opened": 0, "ineffective": False, "mine": False, "invalid": True}
+        return self._end_turn(self.invalid_reward, "no valid reveal", info)
+
+    def _end_turn(self, reward: float, outcome: str, info: dict[str, Any]) -> StepResult:
+        self.turn += 1
+        self.total = round(self.total + reward, 6)
+        self.log.append(f"Turn {self.turn}: {outcome}, reward {reward:+g}")
+        return StepResult(self._observe(), reward, self.done, {**info, "won": self.won})
 
     def parse_action(self, text: str, legal_actions: Sequence[str]) -> str | None:
         """The cell a free-text reply names, as "reveal R C"; any on-board cell (revealing a shown one is penalised)."""
@@ -329,6 +344,9 @@ class Minesweeper(Env):
         """A provably safe cell (likeliest to cascade first); when none exists, the least likely mine."""
         known = {c: self.board.count(c) for c in self.revealed}
         return action_for(best_reveal(odds(self.rows, self.cols, self.mines, known)))
+
+    def state_key(self) -> str:
+        return "revealed " + " ".join(f"{r + 1},{c + 1}" for r, c in sorted(self.revealed))
 
     # -- reporting --------------------------------------------------------------------------------------------
     def score(self) -> float:
@@ -344,7 +362,8 @@ class Minesweeper(Env):
             'Reveal every safe cell without hitting a mine. Answer "reveal R C" with row R and column C as numbered '
             f"on the board. You have {self.turns} reveals. Rewards: +0.5 for revealing a single cell, +2 for a "
             "reveal that opens several, +10 for clearing the board, -0.1 for hitting a mine (game over), "
-            f"-1 for revealing a cell that is already revealed.\nLegend: {LEGEND}."
+            f"-1 for revealing a cell that is already revealed, {self.invalid_reward:g} for an answer that names no "
+            f"cell (the turn passes).\nLegend: {LEGEND}."
         )
 
     def task(self) -> str:
@@ -375,8 +394,6 @@ class Minesweeper(Env):
             "revealed": {f"{r + 1},{c + 1}": self.board.count((r, c)) for r, c in sorted(self.revealed)},
             "mines": self.mines,
             "turn": self.turn,
-            "no_guess": self.no_guess,
-            "min_reveals": self.min_reveals,
         }
         return Observation("\n".join(lines), self.legal_actions(), data)
 
@@ -388,9 +405,17 @@ class Minesweeper(Env):
         else:
             hidden_safe = self.rows * self.cols - self.mines - len(self.revealed)
             outcome = f"Out of turns with {hidden_safe} safe cell(s) still hidden."
-        notes = f"(fewest reveals possible with full knowledge: {self.min_reveals}; "
-        notes += "solvable by logic alone)" if self.no_guess else "needs a guess)"
-        return "\n".join([self.task(), *self.log, f"{outcome} {notes} Score {self.total:g}."])
+        return "\n".join([self.task(), *self.log, f"{outcome} Score {self.total:g}."])
+
+    def instance_stats(self) -> dict[str, Any]:
+        return {"min_reveals": self.min_reveals, "no_guess": self.no_guess}
 
     def config(self) -> dict[str, Any]:
-        return {"rows": self.rows, "cols": self.cols, "mines": self.mines, "turns": self.turns, "seed": self.seed}
+        return {
+            "rows": self.rows,
+            "cols": self.cols,
+            "mines": self.mines,
+            "turns": self.turns,
+            "invalid_reward": self.invalid_reward,
+            "seed": self.seed,
+        }

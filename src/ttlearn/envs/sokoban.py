@@ -198,7 +198,8 @@ class Sokoban(Env):
     """Push all boxes onto the targets within `turns` turns of up to `actions_per_turn` moves.
 
     `step` takes one move or a comma/space separated list ("up, left, left"); moves into walls or unpushable boxes
-    are penalised and leave the state unchanged. The attempt ends when solved or after `turns` turns.
+    are penalised and leave the state unchanged. A reply that names no move passes the turn for `invalid_reward`
+    (LaMer: −0.1). The attempt ends when solved or after `turns` turns.
     """
 
     name = "sokoban"
@@ -211,6 +212,7 @@ class Sokoban(Env):
         max_moves: int = 21,
         turns: int = 7,
         actions_per_turn: int = 3,
+        invalid_reward: float = -0.1,
         seed: int = 0,
     ) -> None:
         _check(5 <= size <= 9, f"size must be 5-9 (the solver enumerates all states), got {size}")
@@ -221,6 +223,7 @@ class Sokoban(Env):
         _check(actions_per_turn >= 1, f"actions_per_turn must be >= 1, got {actions_per_turn}")
         self.size, self.boxes, self.min_moves, self.max_moves = size, boxes, min_moves, max_moves
         self.turns, self.actions_per_turn, self.seed = turns, actions_per_turn, seed
+        self.invalid_reward = invalid_reward
         self.reset(seed)
 
     # -- instance ---------------------------------------------------------------------------------------------
@@ -279,11 +282,19 @@ class Sokoban(Env):
             reward += move_reward(before, boxes_on_targets(self.room, self.state), is_solved(self.room, self.state))
             if is_solved(self.room, self.state):
                 break
+        return self._end_turn(reward, ", ".join(outcomes), {"moves": outcomes, "blocked": blocked})
+
+    def invalid_step(self, reply: str) -> StepResult:
+        """No move: the turn passes and costs `invalid_reward`."""
+        _check(not self.done, "the attempt is over; call restart() or reset()")
+        return self._end_turn(self.invalid_reward, "no valid move", {"moves": [], "blocked": 0, "invalid": True})
+
+    def _end_turn(self, reward: float, outcome: str, info: dict[str, Any]) -> StepResult:
         self.turn += 1
         reward = round(reward, 6)
         self.total = round(self.total + reward, 6)
-        self.log.append(f"Turn {self.turn}: {', '.join(outcomes)} -> reward {reward:+g}")
-        info = {"moves": outcomes, "blocked": blocked, "solved": is_solved(self.room, self.state)}
+        self.log.append(f"Turn {self.turn}: {outcome} -> reward {reward:+g}")
+        info = {**info, "solved": is_solved(self.room, self.state)}
         return StepResult(self._observe(), reward, self.done, info)
 
     def parse_action(self, text: str, legal_actions: Sequence[str]) -> str | None:
@@ -302,6 +313,10 @@ class Sokoban(Env):
             return next((d for d in DIRECTIONS if move(self.room, self.state, d) is not None), "up")
         return ", ".join(plan[: self.actions_per_turn])
 
+    def state_key(self) -> str:
+        boxes = " ".join(f"{r},{c}" for r, c in sorted(self.state.boxes))
+        return f"player {self.state.player[0]},{self.state.player[1]} boxes {boxes}"
+
     # -- reporting --------------------------------------------------------------------------------------------
     def score(self) -> float:
         return self.total
@@ -317,7 +332,7 @@ class Sokoban(Env):
             f'Each turn give 1 to {self.actions_per_turn} moves separated by commas, e.g. "up, left, left". '
             f"You have {self.turns} turns. Rewards: -0.1 per move, +1 for a box pushed onto a target, -1 for a box "
             "pushed off one, +10 when all boxes are on targets; a move into a wall or a blocked box costs -0.1 "
-            f"and does nothing.\nLegend: {LEGEND}."
+            f"and does nothing; an answer with no move passes the turn for {self.invalid_reward:g}.\nLegend: {LEGEND}."
         )
 
     def task(self) -> str:
@@ -340,19 +355,21 @@ class Sokoban(Env):
             "boxes": sorted(self.state.boxes),
             "targets": sorted(self.room.targets),
             "turn": self.turn,
-            "optimal_length": self.optimal_length,
         }
         return Observation("\n".join(lines), self.legal_actions(), data)
 
     def transcript(self) -> str:
         if self.success():
-            outcome = f"Solved in {self.moves_made} moves over {self.turn} turns (optimal: {self.optimal_length})."
+            outcome = f"Solved in {self.moves_made} moves over {self.turn} turns."
         else:
             outcome = (
                 f"Not solved after {self.turn} turns: {boxes_on_targets(self.room, self.state)} of "
-                f"{len(self.room.targets)} boxes on targets (optimal solution: {self.optimal_length} moves)."
+                f"{len(self.room.targets)} boxes on targets."
             )
         return "\n".join([self.task(), *self.log, f"{outcome} Score {self.total:g}."])
+
+    def instance_stats(self) -> dict[str, Any]:
+        return {"optimal_length": self.optimal_length}
 
     def config(self) -> dict[str, Any]:
         return {
@@ -362,5 +379,6 @@ class Sokoban(Env):
             "max_moves": self.max_moves,
             "turns": self.turns,
             "actions_per_turn": self.actions_per_turn,
+            "invalid_reward": self.invalid_reward,
             "seed": self.seed,
         }

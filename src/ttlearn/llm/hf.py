@@ -162,6 +162,22 @@ class Sample:
     finished: bool
 
 
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log p(token) = log_softmax(logits / T)[token], logits [..., V] and tokens [...] → [...].
+
+    Divide by the sampling temperature T so the ratio compares the policy that actually sampled the tokens. Sampling
+    and scoring here and the trainers' losses use this one definition.
+    """
+    import torch
+
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if logits.shape[:-1] != tokens.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} must be tokens {tuple(tokens.shape)} plus a vocabulary axis")
+    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logprobs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+
+
 def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     """Position of each token among its row's real tokens: cumsum(mask) − 1, clamped at 0 on leading padding.
     Without it left padding shifts a row's positions: absolute-position models change their logits, RoPE models
@@ -267,8 +283,6 @@ class HFPolicy(LLM):
         """`sample` for prompts that are already token ids."""
         import torch
 
-        from ttlearn.train.loss import token_logprobs
-
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if temperature < 0:
@@ -357,8 +371,6 @@ class HFPolicy(LLM):
         only its C + 1 positions go through the vocabulary projection. Gradients flow unless the caller disables them.
         """
         import torch
-
-        from ttlearn.train.loss import token_logprobs
 
         if len(prompt_ids) != len(completion_ids):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")

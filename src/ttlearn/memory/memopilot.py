@@ -7,6 +7,7 @@ writer is used here by giving `--writer runs/x/final` (an `hf:` spec). The first
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from ttlearn.llm.base import LLM, Message
@@ -41,6 +42,22 @@ def bound_memory(text: str, max_chars: int) -> str:
         return text
     cut = text[:max_chars].rsplit(" ", 1)[0]
     return cut or text[:max_chars]
+
+
+def seen_token_count(prefixes: Sequence[str], max_chars: int) -> int:
+    """How many leading tokens of a write the player sees, given `prefixes[k]` = the text of its first k + 1 tokens.
+
+    The memory shown is `bound_memory(whole text, max_chars)`. Uncut, every token counts (the end-of-turn token too:
+    stopping is what kept the note short). Cut, the count is the fewest tokens whose whitespace-collapsed text already
+    begins with the shown memory; later tokens were dropped by the bound, so no reward depends on them.
+    """
+    if not prefixes:
+        return 0
+    whole = " ".join(prefixes[-1].split())
+    shown = bound_memory(whole, max_chars)
+    if shown == whole:
+        return len(prefixes)
+    return next(k + 1 for k, text in enumerate(prefixes) if " ".join(text.split()).startswith(shown))
 
 
 @MEMORIES.register("memopilot")

@@ -2,7 +2,7 @@
 
 Each item is (intent key, experience text, Q). Retrieval is two-phase: phase A keeps the intent keys most similar to
 the query, phase B ranks their items by similarity *and* learned Q. After an episode, every item retrieved for it
-gets Q ← (1−α)Q + α(r + γ·max Q′), and the episode itself is written as a new item (a strategy script on success, a
+gets Q ← (1−α)Q + α·r, and the episode itself is written as a new item (a strategy script on success, a
 reflection on failure, each followed by the trajectory). No model weights change.
 
 Queries. The session passes `env.task()` to `context` before every decision, so for repeated games the query should
@@ -105,9 +105,10 @@ def phase_b(
     return PhaseB(picks, scores, bool(explored))
 
 
-def q_update(q: float | np.ndarray, r: float, alpha: float, gamma: float, max_next_q: float) -> float | np.ndarray:
-    """Q ← (1 − α)·Q + α·(r + γ·max Q′)  (α = 0 leaves Q unchanged; γ = 0 in the paper's released configs)."""
-    return (1.0 - alpha) * q + alpha * (r + gamma * max_next_q)
+def q_update(q: float | np.ndarray, r: float, alpha: float) -> float | np.ndarray:
+    """Q ← (1 − α)·Q + α·r: the paper's Q ← (1 − α)·Q + α·(r + γ·max Q′) at γ = 0, its released setting (α = 0 leaves
+    Q unchanged). Why γ is 0 here: see `MemRLMemory`."""
+    return (1.0 - alpha) * q + alpha * r
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,13 @@ class MemRLMemory(Memory):
 
     Defaults follow the paper's released configs where it gives them (α = 0.3, γ = 0, r = ±1, Q_init = 0,
     k1/k2 = 5/3, δ = 0.4, weights 0.5/0.5); q_min = −0.5 (an item is dropped after two failures in a row),
-    sim_mean/sim_std = 0.5/0.15 and ε = 0.05 are ours. `store=None` means `<run_dir>/memrl.sqlite` once the session
+    sim_mean/sim_std = 0.5/0.15 and ε = 0.05 are ours.
+
+    γ must be 0. A bootstrapped target r + γ·max Q′ needs Q′ of the *next decision*: the items retrieved for the
+    next task, known only after the next `context` call; taking the max over the items being updated (what an
+    update at `observe` time can see) biases every Q toward its own neighbours. And the tasks of a run are
+    independent instances, so the next task's retrieval is not a consequence of this one: the paper's γ = 0 is the
+    right target, not a simplification. `store=None` means `<run_dir>/memrl.sqlite` once the session
     calls `bind_run`, else a fresh temporary file.
     """
 
@@ -234,7 +241,12 @@ class MemRLMemory(Memory):
     ) -> None:
         super().__init__(llm)
         resolved = {key: self._resolve(key, value) for key, value in (("alpha", alpha), ("w_q", w_q), ("q_min", q_min))}
-        self.alpha, self.gamma = resolved["alpha"], gamma
+        self.alpha = resolved["alpha"]
+        if gamma != 0.0:
+            raise ValueError(
+                f"memrl supports gamma = 0 only (got {gamma}): tasks are independent, so there is no next state whose "
+                "Q to bootstrap from; leave gamma out"
+            )
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         self.cfg = RetrievalConfig(k1, k2, delta, resolved["q_min"], w_sim, resolved["w_q"], sim_mean, sim_std, epsilon)
@@ -304,9 +316,7 @@ class MemRLMemory(Memory):
         success = self.succeeded(episode)
         reward = self.rewards[0] if success else self.rewards[1]
         if self._retrieved:
-            self.ns.update_q(
-                self._retrieved, reward, lambda q: q_update(q, reward, self.alpha, self.gamma, float(q.max()))
-            )
+            self.ns.update_q(self._retrieved, reward, lambda q: q_update(q, reward, self.alpha))
         self.ns.add(
             NewItem(episode.task, self._write_experience(episode, success), self.q_init, self.run_id, episode.index),
             join_threshold=self.join_threshold,

@@ -90,6 +90,29 @@ def turn_level_advantages(rewards: Iterable[Iterable[float]], scale: Scale = "gr
     return group_advantages(r.ravel(), turn_of_each, scale=scale, eps=eps).reshape(rollouts, turns)
 
 
+def _check_gammas(gamma_step: float, gamma_traj: float) -> None:
+    for name, gamma in (("gamma_step", gamma_step), ("gamma_traj", gamma_traj)):
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {gamma}")
+
+
+def _trial_arrays(
+    rewards: Iterable[float], attempts: Iterable[int], is_reflection: Iterable[bool] | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rewards, attempt index, is-reflection) of one trial's steps, checked: aligned, in trial order, reflections
+    without reward."""
+    r = _floats("rewards", rewards)
+    attempt = np.asarray(list(attempts))
+    reflection = np.zeros(len(r), bool) if is_reflection is None else np.asarray(list(is_reflection), bool)
+    if attempt.shape != r.shape or reflection.shape != r.shape:
+        raise ValueError(f"attempts and is_reflection need one entry per reward ({len(r)})")
+    if np.any(np.diff(attempt) < 0):
+        raise ValueError(f"attempts must be non-decreasing (steps in trial order), got {attempt.tolist()}")
+    if np.any(r[reflection] != 0):
+        raise ValueError("reflection steps carry no reward; put rewards on action steps")
+    return r, attempt, reflection
+
+
 def cross_episode_returns(
     rewards: Iterable[float],
     attempts: Iterable[int],
@@ -109,19 +132,8 @@ def cross_episode_returns(
     reward of its own (non-zero → ValueError). `attempts` gives each step's attempt index, non-decreasing (a
     reflection may carry the index of either attempt it sits between).
     """
-    for name, gamma in (("gamma_step", gamma_step), ("gamma_traj", gamma_traj)):
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {gamma}")
-    r = _floats("rewards", rewards)
-    attempt = np.asarray(list(attempts))
-    reflection = np.zeros(len(r), bool) if is_reflection is None else np.asarray(list(is_reflection), bool)
-    if attempt.shape != r.shape or reflection.shape != r.shape:
-        raise ValueError(f"attempts and is_reflection need one entry per reward ({len(r)})")
-    if np.any(np.diff(attempt) < 0):
-        raise ValueError(f"attempts must be non-decreasing (steps in trial order), got {attempt.tolist()}")
-    if np.any(r[reflection] != 0):
-        raise ValueError("reflection steps carry no reward; put rewards on action steps")
-
+    _check_gammas(gamma_step, gamma_traj)
+    r, attempt, reflection = _trial_arrays(rewards, attempts, is_reflection)
     returns = np.zeros_like(r)
     following_return, following_attempt = 0.0, None  # the next action step, seen from the back
     for t in range(len(r) - 1, -1, -1):
@@ -134,20 +146,50 @@ def cross_episode_returns(
     return returns
 
 
-def _trial_totals(
-    rewards: np.ndarray, groups: list[Hashable], trials: Iterable[Hashable]
+def discounted_score_terms(
+    rewards: Iterable[float],
+    attempts: Iterable[int],
+    is_reflection: Iterable[bool] | None = None,
+    *,
+    gamma_step: float = 0.95,
+    gamma_traj: float = 0.6,
+) -> np.ndarray:
+    """The terms of LaMer's trial score, for one trial (its steps in order, as for `cross_episode_returns`):
+
+    R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾,  term of step t of the n-th attempt = γ_trajⁿ · γ_stepᵗ · rₜ⁽ⁿ⁾,
+
+    n and t counted from 0 (n: the attempt's position in the trial; t: the action step's position in its attempt;
+    reflections are skipped and get 0). Summing the terms gives R(τ): a trial solved on its first attempt outscores
+    one that needs three, which the plain sum of rewards does not ensure.
+    """
+    _check_gammas(gamma_step, gamma_traj)
+    r, attempt, reflection = _trial_arrays(rewards, attempts, is_reflection)
+    terms = np.zeros_like(r)
+    position, step, previous = -1, 0, None
+    for i in range(len(r)):
+        if reflection[i]:
+            continue
+        if attempt[i] != previous:
+            position, step, previous = position + 1, 0, attempt[i]
+        terms[i] = gamma_traj**position * gamma_step**step * r[i]
+        step += 1
+    return terms
+
+
+def _trial_scores(
+    score_terms: np.ndarray, groups: list[Hashable], trials: Iterable[Hashable]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(total reward per trial, group label per trial, trial label per step); a trial is keyed by (group, trial)."""
+    """(R(τ) per trial, group label per trial, trial label per step); a trial is keyed by (group, trial)."""
     group_of_step = _labels("groups", groups)
-    trial_of_step = _labels("trials", zip(groups, _keys("trials", trials, len(rewards))))
-    totals = np.bincount(trial_of_step, weights=rewards)
-    group_of_trial = np.empty(len(totals), np.int64)
+    trial_of_step = _labels("trials", zip(groups, _keys("trials", trials, len(score_terms))))
+    scores = np.bincount(trial_of_step, weights=score_terms)
+    group_of_trial = np.empty(len(scores), np.int64)
     group_of_trial[trial_of_step] = group_of_step
-    return totals, group_of_trial, trial_of_step
+    return scores, group_of_trial, trial_of_step
 
 
 def gigpo_advantages(
-    rewards: Iterable[float],
+    score_terms: Iterable[float],
     returns: Iterable[float],
     groups: Iterable[Hashable],
     trials: Iterable[Hashable],
@@ -155,37 +197,39 @@ def gigpo_advantages(
 ) -> np.ndarray:
     """LaMer's GiGPO advantage per step, without std normalisation: A = A_episode + A_step, where
 
-    A_episode = R(τ) − mean_{τ' in the group} R(τ'),  R(τ) = Σ rewards of the step's trial τ (each trial counts once),
-    A_step    = G_t − mean{G_s : s in the same group with the same anchor observation},
+    A_episode = R(τ) − mean_{τ' in the group} R(τ'),  R(τ) = Σ score_terms of the step's trial τ (each trial once),
+    A_step    = G_t − mean{G_s : s in the same group with the same anchor},
 
-    with G the step returns (e.g. `cross_episode_returns`). A step whose anchor occurs once in its group gets
-    A_step = 0 (it is its own mean). A group is all trials of one instance; all arrays are per step.
+    with G the step returns (`cross_episode_returns`) and the score terms LaMer's discounted ones
+    (`discounted_score_terms`; plain rewards would give the undiscounted sum). The anchor is the state a step acts
+    from, e.g. (attempt, environment state): a step whose anchor occurs once in its group gets A_step = 0 (it is its
+    own mean). A group is all trials of one instance; all arrays are per step.
     """
-    r = _floats("rewards", rewards)
+    terms = _floats("score_terms", score_terms)
     g = _floats("returns", returns)
-    if g.shape != r.shape:
-        raise ValueError(f"returns has {len(g)} entries, expected {len(r)} (one per reward)")
-    groups = _keys("groups", groups, len(r))
-    totals, group_of_trial, trial_of_step = _trial_totals(r, groups, trials)
-    episode = (totals - _group_mean(totals, group_of_trial))[trial_of_step]
-    anchor_of_step = _labels("anchors", zip(groups, _keys("anchors", anchors, len(r))))
+    if g.shape != terms.shape:
+        raise ValueError(f"returns has {len(g)} entries, expected {len(terms)} (one per score term)")
+    groups = _keys("groups", groups, len(terms))
+    scores, group_of_trial, trial_of_step = _trial_scores(terms, groups, trials)
+    episode = (scores - _group_mean(scores, group_of_trial))[trial_of_step]
+    anchor_of_step = _labels("anchors", zip(groups, _keys("anchors", anchors, len(terms))))
     step = g - _group_mean(g, anchor_of_step)
     return episode + step
 
 
 def grpo_episode_advantages(
-    rewards: Iterable[float],
+    score_terms: Iterable[float],
     groups: Iterable[Hashable],
     trials: Iterable[Hashable],
     scale: Scale = "group",
     eps: float = 1e-4,
 ) -> np.ndarray:
-    """LaMer's GRPO variant, per step: every step of trial τ gets `group_advantages` of its trial's total reward,
+    """LaMer's GRPO variant, per step: every step of trial τ gets `group_advantages` of its trial's score,
 
-    A = (R(τ) − mean_{τ' in the group} R(τ')) / (std_{τ'} R(τ') + eps),  R(τ) = Σ rewards of τ,
+    A = (R(τ) − mean_{τ' in the group} R(τ')) / (std_{τ'} R(τ') + eps),  R(τ) = Σ score_terms of τ,
 
-    with each trial counted once however many steps it has.
+    with each trial counted once however many steps it has (score terms as in `gigpo_advantages`).
     """
-    r = _floats("rewards", rewards)
-    totals, group_of_trial, trial_of_step = _trial_totals(r, _keys("groups", groups, len(r)), trials)
-    return group_advantages(totals, group_of_trial, scale=scale, eps=eps)[trial_of_step]
+    terms = _floats("score_terms", score_terms)
+    scores, group_of_trial, trial_of_step = _trial_scores(terms, _keys("groups", groups, len(terms)), trials)
+    return group_advantages(scores, group_of_trial, scale=scale, eps=eps)[trial_of_step]

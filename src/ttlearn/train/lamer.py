@@ -3,10 +3,15 @@
 One step: pick `tasks_per_step` instances from a fixed pool of `tasks`, play `group` trials of `attempts` attempts at
 each (`ttlearn.rollout.loop.play_trial`), with the policy both choosing the actions and writing the reflections between
 attempts; score every step with `cross_episode_returns` (γ_step inside an attempt, γ_traj across attempts, so an early
-attempt is credited for what the later ones achieve), turn returns into advantages by GiGPO (anchor = the observation
-text) or the GRPO variant, and take one clipped policy-gradient step (`policy_loss`) on the action and reflection
-tokens. The baselines `gigpo` and `grpo` play the same number of attempts per instance, all independent and without
-reflection (LaMer's 8 × 3 against 24 × 1).
+attempt is credited for what the later ones achieve), turn returns into advantages by GiGPO or the GRPO variant, and
+take one clipped policy-gradient step (`policy_loss`) on the action and reflection tokens. The baselines `gigpo` and
+`grpo` play the same number of attempts per instance, all independent and without reflection (LaMer's 8 × 3 against
+24 × 1).
+
+A trial's score is LaMer's discounted R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ (`discounted_score_terms`), so a trial solved
+early outscores one solved late. GiGPO's step groups are anchored on (attempt, environment state) with the
+environment's `state_key()`, so the same board reached in several trials forms a group whatever the turn counter
+and log say; an environment without a state key falls back to the observation text.
 
 How actions get log-probs. The player scores the legal actions and samples one from
 π(a | s) = softmax_a(score(a) / T),  score(a) = Σ_k log p(a_k | prompt, a_<k)  (the action's tokens plus end-of-turn),
@@ -15,41 +20,35 @@ log-prob is differentiable through every choice's score; free text would leave a
 moves. Each decision is a sequence of one "token", log π(a | s); each reflection is its sampled tokens at T. With one
 update per batch the PPO ratio is 1 and the clip inactive (TRL's default, num_iterations = 1).
 
-Run directory: OUT/config.json, OUT/metrics.jsonl (one line per step), OUT/step_k (adapter + optimizer state),
-OUT/final (adapter; use it as `hf:OUT/final`). A killed run resumes from its last checkpoint.
+The run directory, checkpoints and resume are the trainer base's (`ttlearn.train.base`); play the result with
+`hf:OUT/final`.
 """
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from ttlearn.envs.base import Env
+from ttlearn.envs.base import make_env
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import make_memory
+from ttlearn.rollout.loop import Trial, play_trial
+from ttlearn.rollout.parts import make_player, resolve_moves_per_turn
+from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import (
     cross_episode_returns,
+    discounted_score_terms,
     gigpo_advantages,
     grpo_episode_advantages,
 )
-from ttlearn.train.loss import policy_loss
-from ttlearn.players.base import Player
-from ttlearn.players.llm import LLMPlayer
-from ttlearn.players.turn import TurnPlayer
-from ttlearn.rollout.loop import Trial, play_trial
-from ttlearn.rollout.parts import resolve_moves_per_turn
-from ttlearn.rollout.trials import validate_trials
-from ttlearn.runs import TrialConfig
-from ttlearn.seeding import derive_seed
+from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
@@ -61,36 +60,35 @@ GAMMA_TRAJ = {"sokoban": 0.9}
 """LaMer's cross-attempt discount: 0.9 for Sokoban, 0.6 for every other environment."""
 
 
-class LamerTrainConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class LamerTrainConfig(TrainConfig):
+    """`ttlearn train lamer` options."""
 
-    env: str = "sokoban"
-    env_options: dict[str, Any] = Field(default_factory=dict)
-    out: str
-    algo: Literal["lamer", "gigpo", "grpo"] = "lamer"
-    """lamer: trials with reflection; gigpo / grpo: the baselines, independent attempts with that estimator."""
-    advantage: Literal["gigpo", "grpo"] = "gigpo"
-    """The estimator of `lamer` (the baselines use their own name)."""
-    mode: Literal["reflection", "history", "both"] = "reflection"
-    policy: str = "smollm2"
-    """HF source of the policy (smollm2, a .gguf, an HF directory) or a ttlearn adapter directory to continue."""
-    tasks: int = Field(16, ge=1)
-    """Size of the training instance pool (held out from `run_trials`, which seeds its instances differently)."""
-    tasks_per_step: int = Field(2, ge=1)
-    group: int = Field(4, ge=2)
-    attempts: int = Field(3, ge=1)
-    steps: int = Field(20, ge=1)
-    gamma_step: float = Field(0.95, ge=0, le=1)
-    gamma_traj: float | None = Field(None, ge=0, le=1)
-    """None: LaMer's value for the environment (`GAMMA_TRAJ`)."""
-    temperature: float = Field(1.0, gt=0)
-    lr: float = Field(1e-5, gt=0)
-    lora_r: int = Field(8, ge=1)
-    max_grad_norm: float = Field(1.0, gt=0)
-    reflection_tokens: int = Field(64, ge=8)
-    moves_per_turn: int | None = Field(None, ge=1)
-    save_every: int = Field(5, ge=1)
-    seed: int = 0
+    env: str = Field("sokoban", description="Environment of the trials (sokoban or minesweeper).")
+    env_options: dict[str, Any] = Field(default_factory=dict, description="Environment options.")
+    algo: Literal["lamer", "gigpo", "grpo"] = Field(
+        "lamer", description="lamer: trials with reflection; gigpo / grpo: the baselines, independent attempts."
+    )
+    advantage: Literal["gigpo", "grpo"] = Field(
+        "gigpo", description="The estimator of lamer (the baselines use their own)."
+    )
+    mode: Literal["reflection", "history", "both"] = Field(
+        "reflection", description="What later attempts see: reflections, the history of attempts, or both."
+    )
+    policy: str = Field("smollm2", description="HF source of the policy, or a ttlearn adapter folder to continue.")
+    tasks: int = Field(16, ge=1, description="Training instance pool (held out from the trial runner's instances).")
+    tasks_per_step: int = Field(2, ge=1, description="Instances per step.")
+    group: int = Field(4, ge=2, description="Trials per instance (the advantage group).")
+    attempts: int = Field(3, ge=1, description="Attempts per trial.")
+    gamma_step: float = Field(0.95, ge=0, le=1, description="Discount between steps of an attempt.")
+    gamma_traj: float | None = Field(
+        None, ge=0, le=1, description="Discount between attempts; None: LaMer's (0.9 Sokoban, 0.6 others)."
+    )
+    temperature: float = Field(1.0, gt=0, description="Sampling temperature of actions and reflections.")
+    lora_r: int = Field(8, ge=1, description="LoRA rank of a new adapter.")
+    reflection_tokens: int = Field(64, ge=8, description="Most tokens of a reflection.")
+    moves_per_turn: int | None = Field(
+        None, ge=1, description="Scored moves per turn; None: the environment's actions per turn."
+    )
 
     @property
     def reflects(self) -> bool:
@@ -131,7 +129,7 @@ class TextRecord:
 
 class PolicyRecorder(LLM):
     """Serves the policy to players and memories, sampling at the temperature they ask for, and files every call
-    under the trial step announced by `mark` (see `ttlearn.trials.Mark`)."""
+    under the trial step announced by `mark` (see `ttlearn.rollout.loop.Mark`)."""
 
     supports_choices = True
 
@@ -190,8 +188,13 @@ class TrainStep:
     records: tuple[ActionRecord | TextRecord, ...]
 
 
-def trial_steps(trial: Trial, records: list[ActionRecord | TextRecord]) -> list[TrainStep]:
-    """The trial's steps in play order: each attempt's turns, then the reflection written after it (if any)."""
+def trial_steps(
+    trial: Trial, records: list[ActionRecord | TextRecord], states: dict[tuple[int, int], Hashable | None]
+) -> list[TrainStep]:
+    """The trial's steps in play order: each attempt's turns, then the reflection written after it (if any).
+
+    `states[(attempt, step)]` is the environment's `state_key()` when the step was decided; a step's GiGPO anchor is
+    (attempt, that state), or (attempt, its observation text) where the environment has no state key."""
     by_tag: dict[tuple[str, int, int], list[ActionRecord | TextRecord]] = {}
     for record in records:
         by_tag.setdefault(record.tag, []).append(record)
@@ -203,7 +206,7 @@ def trial_steps(trial: Trial, records: list[ActionRecord | TextRecord]) -> list[
                     step.reward,
                     episode.index,
                     False,
-                    step.observation,
+                    (episode.index, _first_known(states.get((episode.index, index)), step.observation)),
                     tuple(by_tag.get(("act", episode.index, index), ())),
                 )
             )
@@ -215,30 +218,27 @@ def trial_steps(trial: Trial, records: list[ActionRecord | TextRecord]) -> list[
     return steps
 
 
+def _first_known(state: Hashable | None, fallback: str) -> Hashable:
+    return fallback if state is None else state
+
+
 def step_advantages(trials: list[tuple[Any, Any, list[TrainStep]]], config: LamerTrainConfig) -> np.ndarray:
-    """Advantages of every step of a batch of (instance, trial, steps): returns per trial by `cross_episode_returns`,
-    then GiGPO (episode + anchor-state advantage) or GRPO (group-normalised trial return) over each instance's
-    trials."""
-    rewards, returns, groups, trial_ids, anchors = [], [], [], [], []
+    """Advantages of every step of a batch of (instance, trial, steps): per trial, the returns
+    (`cross_episode_returns`) and the terms of the discounted score R(τ) (`discounted_score_terms`), then GiGPO
+    (episode + anchor-state advantage) or GRPO (group-normalised trial score) over each instance's trials."""
+    terms, returns, groups, trial_ids, anchors = [], [], [], [], []
+    gammas = {"gamma_step": config.gamma_step, "gamma_traj": config.discount_across()}
     for instance, trial_id, steps in trials:
-        r = [s.reward for s in steps]
-        returns.extend(
-            cross_episode_returns(
-                r,
-                [s.attempt for s in steps],
-                [s.reflection for s in steps],
-                gamma_step=config.gamma_step,
-                gamma_traj=config.discount_across(),
-            )
-        )
-        rewards.extend(r)
+        chain = ([s.reward for s in steps], [s.attempt for s in steps], [s.reflection for s in steps])
+        returns.extend(cross_episode_returns(*chain, **gammas))
+        terms.extend(discounted_score_terms(*chain, **gammas))
         groups.extend([instance] * len(steps))
         trial_ids.extend([trial_id] * len(steps))
         anchors.extend(s.anchor for s in steps)
     estimator = config.advantage if config.reflects else config.algo
     if estimator == "gigpo":
-        return gigpo_advantages(rewards, returns, groups, trial_ids, anchors)
-    return grpo_episode_advantages(rewards, groups, trial_ids)
+        return gigpo_advantages(terms, returns, groups, trial_ids, anchors)
+    return grpo_episode_advantages(terms, groups, trial_ids)
 
 
 # ---- the update --------------------------------------------------------------------------------------------------
@@ -265,6 +265,8 @@ def update(
     """
     import torch
 
+    from ttlearn.train.loss import policy_loss
+
     optimizer.zero_grad()
     total, clipped, used = 0.0, 0.0, 0
     for record, advantage in rows:
@@ -287,7 +289,7 @@ def update(
     }
 
 
-# ---- the loop ----------------------------------------------------------------------------------------------------
+# ---- the trainer -------------------------------------------------------------------------------------------------
 def pool_seed(config: LamerTrainConfig, index: int) -> int:
     return derive_seed(config.seed, "train-task", index)
 
@@ -296,48 +298,6 @@ def step_instances(config: LamerTrainConfig, step: int) -> list[int]:
     """The pool indices trained on at `step`, drawn without replacement from a seed of (run seed, step)."""
     rng = random.Random(derive_seed(config.seed, "step", step))
     return rng.sample(range(config.tasks), min(config.tasks_per_step, config.tasks))
-
-
-def make_player(recorder: PolicyRecorder, env: Env, config: LamerTrainConfig) -> tuple[Player, int]:
-    moves = resolve_moves_per_turn(config.moves_per_turn, env)
-    player: Player = LLMPlayer(recorder, temperature=config.temperature)
-    return (TurnPlayer(player, moves) if moves > 1 else player), moves
-
-
-def collect(
-    policy: HFPolicy, env: Env, config: LamerTrainConfig, step: int
-) -> tuple[list[tuple[Any, Any, list[TrainStep]]], list[Trial]]:
-    """Play every trial of one step; returns (instance, trial id, steps) per trial and the trials themselves."""
-    recorder = PolicyRecorder(policy)
-    player, moves = make_player(recorder, env, config)
-    n_trials, attempts = config.trial_shape()
-    batch, trials = [], []
-    for instance in step_instances(config, step):
-        for j in range(n_trials):
-            memory = (
-                make_memory(
-                    "lamer",
-                    recorder,
-                    mode=config.mode,
-                    temperature=config.temperature,
-                    max_tokens=config.reflection_tokens,
-                )
-                if config.reflects
-                else make_memory("none")
-            )
-            trial = play_trial(
-                env,
-                player,
-                memory,
-                seed=pool_seed(config, instance),
-                attempts=attempts,
-                early_stop=True,
-                mark=recorder.mark,
-                act_seed=lambda a, s, i=instance, j=j: derive_seed(config.seed, "train-act", step, i, j, a, s),
-            )
-            batch.append((instance, j, trial_steps(trial, recorder.take())))
-            trials.append(trial)
-    return batch, trials
 
 
 def trial_metrics(trials: list[Trial]) -> dict[str, float]:
@@ -350,113 +310,82 @@ def trial_metrics(trials: list[Trial]) -> dict[str, float]:
     }
 
 
-def load_policy(config: LamerTrainConfig) -> HFPolicy:
-    from ttlearn.llm.hf import ADAPTER_META, HFPolicy, LoraOptions
+@TRAINERS.register("lamer")
+class LamerTrainer(Trainer):
+    """Plays a step's trials with the policy, scores them, and takes one policy-gradient step."""
 
-    if (Path(config.policy).expanduser() / ADAPTER_META).is_file():
-        return HFPolicy.from_adapter(config.policy)
-    return HFPolicy.from_source(config.policy, lora=LoraOptions(r=config.lora_r))
+    name = "lamer"
+    config_class = LamerTrainConfig
+    config: LamerTrainConfig
 
+    def __init__(
+        self, config: LamerTrainConfig, *, progress: Progress | None = None, policy: HFPolicy | None = None
+    ) -> None:
+        self.env = make_env(config.env, **{"seed": config.seed, **config.env_options})
+        resolve_moves_per_turn(config.moves_per_turn, self.env)  # refuse a bad moves_per_turn before a model loads
+        super().__init__(config, progress=progress, policy=policy)
 
-def checkpoint_steps(out: Path) -> list[int]:
-    """Steps with a complete checkpoint (its state.json is written last)."""
-    return sorted(int(p.name[5:]) for p in out.glob("step_*") if (p / "state.json").is_file())
+    def load_policy(self) -> HFPolicy:
+        from ttlearn.llm.hf import ADAPTER_META, HFPolicy, LoraOptions
 
+        if (Path(self.config.policy).expanduser() / ADAPTER_META).is_file():
+            return HFPolicy.from_adapter(self.config.policy)
+        return HFPolicy.from_source(self.config.policy, lora=LoraOptions(r=self.config.lora_r))
 
-def save_checkpoint(policy: HFPolicy, optimizer: Any, out: Path, step: int) -> None:
-    import torch
+    def collect(self, step: int) -> tuple[list[tuple[Any, Any, list[TrainStep]]], list[Trial]]:
+        """Play every trial of one step; returns (instance, trial id, steps) per trial and the trials themselves."""
+        config, env = self.config, self.env
+        recorder = PolicyRecorder(self.policy)
+        player, _ = make_player(recorder.spec, lambda _spec: recorder, config.temperature, env, config.moves_per_turn)
+        states: dict[tuple[int, int], Hashable | None] = {}
 
-    target, scratch = out / f"step_{step}", out / f"step_{step}.partial"
-    shutil.rmtree(scratch, ignore_errors=True)
-    policy.save_adapter(scratch)
-    torch.save(optimizer.state_dict(), scratch / "optimizer.pt")
-    (scratch / "state.json").write_text(json.dumps({"step": step}))
-    shutil.rmtree(target, ignore_errors=True)
-    scratch.rename(target)
+        def mark(kind: str, attempt: int, index: int) -> None:
+            recorder.mark(kind, attempt, index)
+            if kind == "act":  # the state the coming decision acts on: the GiGPO anchor
+                states[(attempt, index)] = env.state_key()
 
+        n_trials, attempts = config.trial_shape()
+        batch, trials = [], []
+        for instance in step_instances(config, step):
+            for j in range(n_trials):
+                memory = (
+                    make_memory(
+                        "lamer",
+                        recorder,
+                        mode=config.mode,
+                        temperature=config.temperature,
+                        max_tokens=config.reflection_tokens,
+                    )
+                    if config.reflects
+                    else make_memory("none")
+                )
+                states.clear()
+                trial = play_trial(
+                    env,
+                    player,
+                    memory,
+                    seed=pool_seed(config, instance),
+                    attempts=attempts,
+                    early_stop=True,
+                    mark=mark,
+                    act_seed=lambda a, s, i=instance, j=j: derive_seed(config.seed, "train-act", step, i, j, a, s),
+                )
+                batch.append((instance, j, trial_steps(trial, recorder.take(), states)))
+                trials.append(trial)
+        return batch, trials
 
-def open_train_dir(config: LamerTrainConfig) -> int:
-    """Create OUT or reopen it; returns the last checkpointed step (0 for a fresh run) and drops later metrics."""
-    out = Path(config.out)
-    config_file = out / "config.json"
-    if config_file.exists():
-        saved = LamerTrainConfig.model_validate_json(config_file.read_text())
-        if saved.model_dump(exclude={"steps"}) != config.model_dump(exclude={"steps"}):
-            raise FileExistsError(f"{out} holds a training run with another config; use another --out")
-        done = max(checkpoint_steps(out), default=0)
-        metrics = out / "metrics.jsonl"
-        if metrics.exists():
-            kept = [
-                line
-                for line in metrics.read_text().splitlines(keepends=True)
-                if line.endswith("\n") and _step_of(line) is not None and _step_of(line) <= done
-            ]
-            metrics.write_text("".join(kept))
-        config_file.write_text(config.model_dump_json(indent=2))
-        return done
-    out.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(config.model_dump_json(indent=2))
-    return 0
-
-
-def _step_of(line: str) -> int | None:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def train_lamer(
-    config: LamerTrainConfig,
-    progress: Callable[[int, dict[str, Any]], None] | None = None,
-    policy: HFPolicy | None = None,
-) -> dict[str, Any]:
-    """Train (or resume training) and return the last step's metrics. `policy` overrides `config.policy` (tests)."""
-    import torch
-
-    env = validate_trials(
-        TrialConfig(
-            env=config.env,
-            env_options=config.env_options,
-            memory="none",
-            player="hf",
-            moves_per_turn=config.moves_per_turn,
-        )
-    )
-    out = Path(config.out)
-    done = open_train_dir(config)
-    policy = policy or load_policy(config)
-    if policy.lora is None:
-        raise ValueError("the LaMer trainer trains LoRA adapters; give it a policy with one")
-    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=config.lr)
-    if done:
-        policy.load_adapter(out / f"step_{done}")
-        optimizer.load_state_dict(torch.load(out / f"step_{done}" / "optimizer.pt"))
-    metrics: dict[str, Any] = {}
-    for step in range(done + 1, config.steps + 1):
+    def train_step(self, step: int) -> dict[str, Any]:
         start = time.perf_counter()
-        batch, trials = collect(policy, env, config, step)
-        advantages = step_advantages(batch, config)
+        batch, trials = self.collect(step)
+        advantages = step_advantages(batch, self.config)
         rows, position = [], 0
         for _, _, steps in batch:
             for train_step in steps:
                 rows.extend((record, float(advantages[position])) for record in train_step.records)
                 position += 1
-        stats = update(policy, optimizer, rows, config)
-        if not np.isfinite(stats["loss"]):
-            raise FloatingPointError(f"non-finite loss at step {step}: {stats}")
-        metrics = {
-            "step": step,
-            **stats,
+        return {
+            **update(self.policy, self.optimizer, rows, self.config),
             **trial_metrics(trials),
             "reflections": sum(isinstance(r, TextRecord) for r, _ in rows),
             "wall_s": time.perf_counter() - start,
         }
-        with open(out / "metrics.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(metrics) + "\n")
-        if step % config.save_every == 0 or step == config.steps:
-            save_checkpoint(policy, optimizer, out, step)
-        if progress is not None:
-            progress(step, metrics)
-    policy.save_adapter(out / "final")
-    return metrics

@@ -2,30 +2,19 @@
 
 Both trainers use it: MemoPilot with one advantage per memory write (shape [B]), LaMer with per-token advantages
 (shape [B, L]) when one sequence carries several steps. Everything is per token, masked, then aggregated the way
-TRL's `loss_type` says, so a run here and a run with TRL optimise the same number.
+TRL's `loss_type` says, so a run here and a run with TRL optimise the same number. torch is imported inside the
+function, so the trainer registry (which imports this package) lists trainers without it.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 LossType = Literal["grpo", "bnpo", "dr_grpo", "dapo"]
 LOSS_TYPES: tuple[str, ...] = ("grpo", "bnpo", "dr_grpo", "dapo")
-
-
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """log p(token) = log_softmax(logits / T)[token], logits [..., V] and tokens [...] → [...].
-
-    Divide by the sampling temperature T so the ratio compares the policy that actually sampled the tokens.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
-    if logits.shape[:-1] != tokens.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} must be tokens {tuple(tokens.shape)} plus a vocabulary axis")
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
-    return logprobs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
 
 
 def policy_loss(
@@ -57,6 +46,8 @@ def policy_loss(
     Returns the loss and detached stats: clip_fraction (tokens whose clipped branch is active: ρ < 1 − ε with A < 0
     or ρ > 1 + ε_high with A > 0), ratio_mean, and kl_mean when β ≠ 0.
     """
+    import torch
+
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
     if logp.dim() != 2 or mask.shape != logp.shape:

@@ -7,34 +7,35 @@ The reward of write t is the per-round score of game t+1; advantages are turn-le
 (`turn_level_advantages` over the G rollouts of the sequence), and the loss is TRL's clipped GRPO loss on the tokens
 of each write, with the sampling-time log-probs as the old policy.
 
+Only the tokens the player sees are trained: the memory is cut to `memory_chars` after sampling, and the tokens past
+the cut (`seen_token_count`) are dropped from the write, since no reward depends on them.
+
 Data parallel: under `accelerate launch` every rank plays its share of the G rollouts, the reward matrix is summed
 across ranks so all ranks compute the same advantages, and LoRA gradients are averaged before the optimiser step, so
-the weights stay identical everywhere. Checkpoints carry adapter + optimiser + RNG state; a rerun resumes.
+the weights stay identical everywhere. The run directory, checkpoints and resume are the trainer base's
+(`ttlearn.train.base`).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import random
-import shutil
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from ttlearn.envs.base import make_env
-from ttlearn.memory.memopilot import bound_memory, writer_messages
+from ttlearn.envs.base import Env, make_env
 from ttlearn.llm.base import make_llm
+from ttlearn.memory.memopilot import bound_memory, seen_token_count, writer_messages
 from ttlearn.players.base import Player
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
+from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer, world
 from ttlearn.train.loss import LOSS_TYPES
 
 if TYPE_CHECKING:
@@ -42,57 +43,57 @@ if TYPE_CHECKING:
 
     from ttlearn.llm.hf import HFPolicy, Sample
 
-STATE_FILE = "trainer_state.pt"
-RESUMABLE = {"steps", "eval_every", "eval_seeds", "save_every", "out"}
-"""Config fields a resumed run may change; any other difference means a different experiment (→ ValueError)."""
-
-Progress = Callable[[int, dict[str, Any]], None]
-"""Called after every step with (step, metrics), like the LaMer trainer."""
-
 
 def fixed_memory(text: str) -> Callable[[str], str]:
     """The memory the frozen player sees during a training game: one text, whatever the situation."""
     return lambda task: text
 
 
-class MemoPilotTrainConfig(BaseModel):
-    """`ttlearn train memopilot` flags. Writer length limits default to those of the `memopilot` memory."""
+class MemoPilotTrainConfig(TrainConfig):
+    """`ttlearn train memopilot` options. Writer length limits default to those of the `memopilot` memory."""
 
-    model_config = ConfigDict(extra="forbid")
+    resumable: ClassVar[frozenset[str]] = TrainConfig.resumable | {"eval_every", "eval_seeds"}
 
-    env: str = "rps"
-    env_options: dict[str, Any] = Field(default_factory=dict)
-    opponents: list[str] = Field(default_factory=lambda: ["cycle3", "beat-last", "biased"], min_length=1)
-    games: int = Field(4, ge=2, description="T: games per rollout; writes 1..T-1 are trained")
-    rounds: int = Field(10, ge=1)
-    group: int = Field(4, ge=2, description="G: rollouts per sequence")
-    sequences_per_step: int = Field(1, ge=1)
-    steps: int = Field(30, ge=1)
-    lr: float = Field(1e-4, gt=0)
-    lora_r: int = Field(8, ge=1)
-    lora_alpha: float = Field(16.0, gt=0)
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
-    lora_targets: list[str] = Field(default_factory=lambda: ["q_proj", "v_proj"], min_length=1)
-    temperature: float = Field(1.0, gt=0, description="writer sampling temperature")
-    epsilon: float = Field(0.2, ge=0)
-    epsilon_high: float | None = Field(None, ge=0)
-    beta: float = Field(0.0, ge=0)
-    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = "dapo"
-    scale_rewards: Literal["group", "batch", "none"] = "group"
-    max_completion_length: int = Field(80, ge=8)
-    memory_words: int = Field(40, ge=3)
-    memory_chars: int = Field(400, ge=20)
-    ppo_epochs: int = Field(1, ge=1)
-    micro_batch: int = Field(4, ge=1, description="writes per forward/backward pass")
-    max_grad_norm: float = Field(1.0, gt=0)
-    player: str = "smollm2"
-    player_temperature: float = Field(0.0, ge=0)
-    writer_base: str = "smollm2"
-    eval_every: int = Field(10, ge=0, description="0: never")
-    eval_seeds: list[int] = Field(default_factory=lambda: [1000, 1001])
-    save_every: int = Field(1, ge=1)
-    seed: int = 0
-    out: Path = Path("runs/memopilot")
+    env: str = Field("rps", description="Environment of the training games.")
+    env_options: dict[str, Any] = Field(
+        default_factory=dict, description="Environment options (not opponent, rounds or seed)."
+    )
+    opponents: list[str] = Field(
+        default_factory=lambda: ["cycle3", "beat-last", "biased"], min_length=1, description="Training opponents."
+    )
+    games: int = Field(4, ge=2, description="T: games per rollout; the writes after games 1..T-1 are trained.")
+    rounds: int = Field(10, ge=1, description="Rounds per game.")
+    group: int = Field(4, ge=2, description="G: rollouts per sequence (the turn-level advantage group).")
+    sequences_per_step: int = Field(1, ge=1, description="Training sequences (opponent, seed) per step.")
+    steps: int = Field(30, ge=1, description="Optimiser steps.")
+    lr: float = Field(1e-4, gt=0, description="Learning rate of AdamW on the LoRA weights (no weight decay).")
+    save_every: int = Field(1, ge=1, description="Checkpoint every N steps (and after the last one).")
+    lora_r: int = Field(8, ge=1, description="LoRA rank of the writer.")
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA alpha.")
+    lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "v_proj"], min_length=1, description="Modules that get LoRA adapters."
+    )
+    temperature: float = Field(1.0, gt=0, description="Writer sampling temperature.")
+    epsilon: float = Field(0.2, ge=0, description="PPO clip range ε.")
+    epsilon_high: float | None = Field(None, ge=0, description="Upper clip range (DAPO); None: ε.")
+    beta: float = Field(0.0, ge=0, description="KL weight against the frozen base writer.")
+    loss_type: Literal["grpo", "bnpo", "dr_grpo", "dapo"] = Field(
+        "dapo", description="Loss aggregation, as TRL defines grpo, bnpo, dr_grpo and dapo."
+    )
+    scale_rewards: Literal["group", "batch", "none"] = Field(
+        "group", description="Divide advantages by the std of the turn's group, of the batch, or not at all."
+    )
+    max_completion_length: int = Field(80, ge=8, description="Most tokens a write may sample.")
+    memory_words: int = Field(40, ge=3, description="Word limit the writer prompt asks for.")
+    memory_chars: int = Field(400, ge=20, description="The memory is cut to this many characters.")
+    ppo_epochs: int = Field(1, ge=1, description="Optimiser steps on each batch of writes.")
+    micro_batch: int = Field(4, ge=1, description="Writes per forward/backward pass.")
+    player: str = Field("smollm2", description="The frozen player (an LLM spec, e.g. openai:URL#MODEL).")
+    player_temperature: float = Field(0.0, ge=0, description="The player's sampling temperature.")
+    writer_base: str = Field("smollm2", description="HF source of the writer G_θ.")
+    eval_every: int = Field(10, ge=0, description="Held-out evaluation every N steps (0: never).")
+    eval_seeds: list[int] = Field(default_factory=lambda: [1000, 1001], description="Seeds of the held-out sequences.")
 
     @model_validator(mode="after")
     def _check(self) -> MemoPilotTrainConfig:
@@ -145,19 +146,11 @@ def rank_rollouts(group: int, rank: int, world: int) -> list[int]:
 
 
 # ---- distributed helpers (no-ops in one process) -----------------------------------------------------------------
-def _world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
 def _all_sum(array: np.ndarray) -> np.ndarray:
     import torch
     import torch.distributed as dist
 
-    if _world()[1] == 1:
+    if world()[1] == 1:
         return array
     tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))
     dist.all_reduce(tensor)
@@ -167,28 +160,21 @@ def _all_sum(array: np.ndarray) -> np.ndarray:
 def _average_gradients(params: Sequence[torch.nn.Parameter]) -> None:
     import torch.distributed as dist
 
-    world = _world()[1]
-    if world == 1:
+    processes = world()[1]
+    if processes == 1:
         return
     for p in params:
         if p.grad is not None:
             dist.all_reduce(p.grad)
-            p.grad /= world
+            p.grad /= processes
 
 
 def _broadcast(params: Sequence[torch.nn.Parameter]) -> None:
     import torch.distributed as dist
 
-    if _world()[1] > 1:
+    if world()[1] > 1:
         for p in params:
             dist.broadcast(p.data, src=0)
-
-
-def _barrier() -> None:
-    import torch.distributed as dist
-
-    if _world()[1] > 1:
-        dist.barrier()
 
 
 # ---- the policy update -------------------------------------------------------------------------------------------
@@ -222,11 +208,11 @@ def policy_update(
 
     if not writes:
         raise ValueError("policy_update needs at least one write")
-    world = _world()[1]
+    processes = world()[1]
     params = policy.trainable_parameters()
     tokens = [len(w.sample.completion_ids) for w in writes]
     total_tokens = sum(tokens)
-    num_items = (global_tokens or total_tokens * world) / world  # TRL: the generation batch's tokens per process
+    num_items = (global_tokens or total_tokens * processes) / processes  # TRL: the batch's tokens per process
     chunks = [range(i, min(i + config.micro_batch, len(writes))) for i in range(0, len(writes), config.micro_batch)]
     refs: list[torch.Tensor | None] = [None] * len(chunks)
     if config.beta:
@@ -284,41 +270,55 @@ def policy_update(
 
 
 # ---- the trainer -------------------------------------------------------------------------------------------------
-class MemoPilotTrainer:
-    """Holds the writer, the frozen player and the optimiser; `train()` runs the remaining steps."""
+def seen_part(policy: HFPolicy, sample: Sample, max_chars: int) -> Sample:
+    """The sample cut to the tokens the player sees (`seen_token_count`), log-probs alike."""
+    ids = sample.completion_ids
+    prefixes = [policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True) for k in range(len(ids))]
+    seen = seen_token_count(prefixes, max_chars)
+    return dataclasses.replace(sample, completion_ids=ids[:seen], logprobs=sample.logprobs[:seen])
+
+
+@TRAINERS.register("memopilot")
+class MemoPilotTrainer(Trainer):
+    """Holds the writer, the frozen player and the optimiser; `train()` (the base's loop) runs the remaining steps."""
+
+    name = "memopilot"
+    config_class = MemoPilotTrainConfig
+    config: MemoPilotTrainConfig
 
     def __init__(
-        self, config: MemoPilotTrainConfig, *, player: Player | None = None, progress: Progress | None = None
+        self,
+        config: MemoPilotTrainConfig,
+        *,
+        player: Player | None = None,
+        progress: Progress | None = None,
+        policy: HFPolicy | None = None,
     ) -> None:
-        import torch
+        from accelerate import PartialState
 
-        from ttlearn.llm.hf import HFPolicy, LoraOptions
-
-        self.config, self.progress = config, progress
-        self.rank, self.world = _world()
-        self.rollouts = rank_rollouts(config.group, self.rank, self.world)
-        self.out = Path(config.out)
-        for opponent in config.opponents:  # fail on a bad name or a changed experiment before any model loads
-            self.make_env(opponent, config.seed)
-        self._claim_run_directory()
-        torch.manual_seed(config.seed)  # identical LoRA initialisation on every rank
-        lora = LoraOptions(
-            r=config.lora_r,
-            alpha=config.lora_alpha,
-            dropout=config.lora_dropout,
-            target_modules=tuple(config.lora_targets),
-        )
-        self.policy = HFPolicy.from_source(config.writer_base, lora=lora)
-        self.params = self.policy.trainable_parameters()
+        # the writer lives on the CPU, so under `accelerate launch` the gradient all-reduce runs over gloo
+        PartialState(cpu=True)  # initialises torch.distributed when launched with several processes
+        rank, processes = world()
+        self.rollouts = rank_rollouts(config.group, rank, processes)
+        for opponent in config.opponents:  # fail on a bad name before any model loads
+            self.make_env(config, opponent, config.seed)
+        super().__init__(config, progress=progress, policy=policy)
         _broadcast(self.params)
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
-        probe_env = self.make_env(config.opponents[0], config.seed)
+        probe_env = self.make_env(config, config.opponents[0], config.seed)
         self.player = player or make_player(config.player, make_llm, config.player_temperature, probe_env)[0]
-        self.step = self._resume()
         self._no_memory: dict[tuple[str, int], float] = {}
 
-    def make_env(self, opponent: str, seed: int) -> Any:
+    def load_policy(self) -> HFPolicy:
+        from ttlearn.llm.hf import HFPolicy, LoraOptions
+
         cfg = self.config
+        lora = LoraOptions(
+            r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=tuple(cfg.lora_targets)
+        )
+        return HFPolicy.from_source(cfg.writer_base, lora=lora)
+
+    @staticmethod
+    def make_env(cfg: MemoPilotTrainConfig, opponent: str, seed: int) -> Env:
         return make_env(cfg.env, **{**cfg.env_options, "opponent": opponent, "rounds": cfg.rounds, "seed": seed})
 
     # ---- rollouts -------------------------------------------------------------------------------------------------
@@ -327,7 +327,7 @@ class MemoPilotTrainer:
     ) -> tuple[list[Write], np.ndarray, float]:
         """Play `rollouts` (indices into the group) of one sequence: (writes, rewards [len, T−1], game-1 reward)."""
         cfg = self.config
-        envs = [self.make_env(opponent, seed) for _ in rollouts]
+        envs = [self.make_env(cfg, opponent, seed) for _ in rollouts]
         first = play_sequence_game(envs[0], self.player, fixed_memory(""), seed, 1)  # no memory: same in every rollout
         episodes, memories = [first] * len(rollouts), [""] * len(rollouts)
         rewards = np.zeros((len(rollouts), cfg.games - 1))
@@ -345,16 +345,17 @@ class MemoPilotTrainer:
                 play_sequence_game(env, self.player, fixed_memory(m), seed, turn + 1) for env, m in zip(envs, memories)
             ]
             rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes]
-            writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, samples)]
+            seen = [seen_part(self.policy, s, cfg.memory_chars) for s in samples]
+            writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, seen)]
         return writes, rewards, first.score / cfg.rounds
 
     def sequences(self, step: int) -> list[tuple[int, str, int]]:
-        """(index, opponent, seed) of the step's training sequences; opponents cycle across steps."""
+        """(index, opponent, seed) of the training sequences of step `step` (from 1); opponents cycle across steps."""
         n = self.config.sequences_per_step
         opponents = self.config.opponents
         return [
             (k, opponents[k % len(opponents)], derive_seed(self.config.seed, "sequence", k))
-            for k in range(step * n, (step + 1) * n)
+            for k in range((step - 1) * n, step * n)
         ]
 
     # ---- one step -------------------------------------------------------------------------------------------------
@@ -384,7 +385,6 @@ class MemoPilotTrainer:
         table = np.stack(list(rewards.values()))  # [S, G, T−1]
         all_adv = np.concatenate([turn_level_advantages(r, scale=cfg.scale_rewards).ravel() for r in rewards.values()])
         metrics = {
-            "step": step + 1,
             "sequences": [{"opponent": o, "seed": s} for _, o, s in self.sequences(step)],
             "reward_mean": table.mean(axis=(0, 1)).round(6).tolist(),
             "reward_std": table.std(axis=1, ddof=1).mean(axis=0).round(6).tolist(),
@@ -398,6 +398,8 @@ class MemoPilotTrainer:
             "update_s": update_s,
             "wall_s": time.perf_counter() - start,
         }
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
+            metrics.update(self.evaluate())
         return metrics
 
     # ---- held-out evaluation --------------------------------------------------------------------------------------
@@ -429,117 +431,8 @@ class MemoPilotTrainer:
         """Games 2..T with an empty memory; the frozen player makes it a constant, so it is computed once."""
         key = (opponent, seed)
         if key not in self._no_memory:
-            env = self.make_env(opponent, seed)
-            scores = [
-                play_sequence_game(env, self.player, fixed_memory(""), seed, g).score for g in range(2, self.config.games + 1)
-            ]
+            env = self.make_env(self.config, opponent, seed)
+            games = range(2, self.config.games + 1)
+            scores = [play_sequence_game(env, self.player, fixed_memory(""), seed, g).score for g in games]
             self._no_memory[key] = float(np.mean(scores)) / self.config.rounds
         return self._no_memory[key]
-
-    # ---- the loop -------------------------------------------------------------------------------------------------
-    def train(self) -> list[dict[str, Any]]:
-        """Run steps `self.step + 1 .. config.steps`; returns their metrics (also appended to metrics.jsonl)."""
-        cfg = self.config
-        done: list[dict[str, Any]] = []
-        while self.step < cfg.steps:
-            metrics = self.train_step(self.step)
-            self.step += 1
-            if cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == cfg.steps):
-                metrics.update(self.evaluate())
-            if self.step % cfg.save_every == 0 or self.step == cfg.steps:
-                self._save(metrics)
-            if self.rank == 0:
-                with open(self.out / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(metrics) + "\n")
-            done.append(metrics)
-            if self.progress is not None:
-                self.progress(self.step, metrics)
-        self._finalise()
-        return done
-
-    # ---- checkpoints ----------------------------------------------------------------------------------------------
-    def checkpoint_dir(self, step: int) -> Path:
-        return self.out / f"step_{step:04d}"
-
-    def _save(self, metrics: dict[str, Any]) -> None:
-        import torch
-
-        if self.rank == 0:
-            target = self.checkpoint_dir(self.step)
-            scratch = self.out / f".{target.name}.partial"
-            shutil.rmtree(scratch, ignore_errors=True)
-            self.policy.save_adapter(scratch)
-            torch.save(
-                {
-                    "step": self.step,
-                    "optimizer": self.optimizer.state_dict(),
-                    "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(),
-                    "numpy_rng": np.random.get_state(),
-                },
-                scratch / STATE_FILE,
-            )
-            (scratch / "metrics.json").write_text(json.dumps(metrics, indent=2))
-            shutil.rmtree(target, ignore_errors=True)
-            os.replace(scratch, target)
-        _barrier()
-
-    def _finalise(self) -> None:
-        last = self.checkpoint_dir(self.step)
-        if self.rank == 0 and last.is_dir():
-            final = self.out / "final"
-            shutil.rmtree(final, ignore_errors=True)
-            shutil.copytree(last, final, ignore=shutil.ignore_patterns(STATE_FILE))
-        _barrier()
-
-    def _claim_run_directory(self) -> None:
-        """Write config.json, or check that the one already there describes the same experiment."""
-        saved_config = self.out / "config.json"
-        current = json.loads(self.config.model_dump_json())
-        if saved_config.is_file():
-            before = json.loads(saved_config.read_text())
-            changed = sorted(
-                k for k in set(before) | set(current) if k not in RESUMABLE and before.get(k) != current.get(k)
-            )
-            if changed:
-                raise ValueError(
-                    f"{self.out} holds a run with different settings ({', '.join(changed)}); "
-                    "use another --out or the same settings"
-                )
-        _barrier()
-        if self.rank == 0:
-            self.out.mkdir(parents=True, exist_ok=True)
-            saved_config.write_text(json.dumps(current, indent=2))
-        _barrier()
-
-    def _resume(self) -> int:
-        """Load the newest complete checkpoint under `out`; the step to continue from (0 if none)."""
-        import torch
-
-        checkpoints = sorted(p for p in self.out.glob("step_*") if (p / STATE_FILE).is_file())
-        if not checkpoints:
-            return 0
-        last = checkpoints[-1]
-        self.policy.load_adapter(last)
-        state = torch.load(last / STATE_FILE, weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["torch_rng"])
-        random.setstate(state["python_rng"])
-        np.random.set_state(state["numpy_rng"])
-        step = int(state["step"])
-        if self.rank == 0:  # drop metrics of steps after the checkpoint (a crash between append and save)
-            log = self.out / "metrics.jsonl"
-            if log.is_file():
-                kept = [line for line in log.read_text().splitlines() if json.loads(line)["step"] <= step]
-                log.write_text("".join(line + "\n" for line in kept))
-        _barrier()
-        return step
-
-
-def train_memopilot(config: MemoPilotTrainConfig, progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Train (or resume) a MemoPilot writer; under `accelerate launch` the process group is set up first."""
-    from accelerate import PartialState
-
-    # the writer lives on the CPU (HFPolicy keeps its tensors there), so the gradient all-reduce runs over gloo
-    PartialState(cpu=True)  # initialises torch.distributed when launched with several processes
-    return MemoPilotTrainer(config, progress=progress).train()

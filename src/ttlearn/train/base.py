@@ -1,0 +1,270 @@
+"""What every trainer shares: one config base, one run directory, one checkpoint format, one metrics log, resume.
+
+A run directory OUT holds
+
+    config.json     the config; rerunning with the same OUT resumes, and a config that differs in anything but its
+                    `resumable` fields (how long to train, how often to save) is refused: it is another experiment
+    metrics.jsonl   one JSON line per step, appended durably (`runs.append_durable`): a crash leaves at most a torn
+                    last line, and lines of steps after the last checkpoint are dropped on resume
+    step_0004/      a checkpoint: the LoRA adapter (peft) + trainer_state.pt (step, optimiser, torch / python / numpy
+                    RNG states), written to a scratch directory and renamed, so it is complete or absent
+    final/          the adapter after the last step; play it with `hf:OUT/final`
+
+A new trainer is one module in this package: a `TrainConfig` subclass (every field with a `description`, which a
+generic `ttlearn train NAME --option value` turns into help) and a `Trainer` subclass registered with
+`@TRAINERS.register("name")` that loads its policy and implements one step. The loop, checkpoints, resume and the
+metrics log are here.
+
+Data parallel (`accelerate launch`): rank 0 writes the directory, every rank reads the checkpoint, and the ranks
+meet at barriers around writes. In one process the helpers are no-ops. torch is imported inside functions, so the
+registry lists trainers on an install without the `train` extra.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ttlearn.registry import Registry
+from ttlearn.runs import append_durable, read_durable
+
+if TYPE_CHECKING:
+    from ttlearn.llm.hf import HFPolicy
+
+TRAINERS: Registry[type["Trainer"]] = Registry("trainer", "ttlearn.train")
+
+CONFIG_FILE, METRICS_FILE, STATE_FILE, FINAL_DIR = "config.json", "metrics.jsonl", "trainer_state.pt", "final"
+
+Progress = Callable[[int, dict[str, Any]], None]
+"""Called after every step with (step, metrics)."""
+
+
+class TrainConfig(BaseModel):
+    """The options every trainer has. Subclasses add theirs and may change defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device"})
+    """Fields a resumed run may change; any other difference is another experiment (→ ValueError)."""
+
+    out: Path = Field(description="Run directory: config.json, metrics.jsonl, step_NNNN/, final/ (rerun to resume).")
+    steps: int = Field(20, ge=1, description="Optimiser steps.")
+    lr: float = Field(1e-5, gt=0, description="Learning rate of AdamW on the LoRA weights (no weight decay).")
+    max_grad_norm: float = Field(1.0, gt=0, description="Clip the gradient to this global norm.")
+    save_every: int = Field(5, ge=1, description="Checkpoint every N steps (and after the last one).")
+    seed: int = Field(0, description="Seed of the LoRA initialisation, the rollouts and the sampling.")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="Where to train: auto picks cuda when a GPU is visible, else cpu."
+    )
+
+
+@dataclass(frozen=True)
+class Device:
+    name: Literal["cpu", "cuda"]
+    dtype: Literal["float32", "bfloat16"]
+
+
+def resolve_device(requested: str, *, cuda_available: bool, bf16_supported: bool) -> Device:
+    """cuda when asked or when `auto` finds a GPU, else cpu; bfloat16 on a GPU that supports it, float32 otherwise
+    (bf16 on a CPU is slower than float32 in torch's kernels)."""
+    if requested not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
+    if requested == "cuda" and not cuda_available:
+        raise ValueError("device cuda was asked for but torch sees no CUDA GPU; use device auto or cpu")
+    if requested == "cpu" or not cuda_available:
+        return Device("cpu", "float32")
+    return Device("cuda", "bfloat16" if bf16_supported else "float32")
+
+
+def this_device(requested: str) -> Device:
+    """`resolve_device` on this machine."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return resolve_device(requested, cuda_available=cuda, bf16_supported=cuda and torch.cuda.is_bf16_supported())
+
+
+# ---- distributed helpers (no-ops in one process) -----------------------------------------------------------------
+def world() -> tuple[int, int]:
+    """(rank, number of processes)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if world()[1] > 1:
+        dist.barrier()
+
+
+# ---- the run directory -------------------------------------------------------------------------------------------
+def changed_fields(saved: dict[str, Any], current: dict[str, Any], resumable: frozenset[str]) -> list[str]:
+    """The fields whose values differ between two config dumps, ignoring the resumable ones."""
+    return sorted(k for k in set(saved) | set(current) if k not in resumable and saved.get(k) != current.get(k))
+
+
+def write_dir_atomically(target: Path, fill: Callable[[Path], None]) -> None:
+    """Fill a scratch directory, then rename it to `target` (replacing an older one): readers see all or nothing."""
+    scratch, old = target.parent / f".{target.name}.partial", target.parent / f".{target.name}.old"
+    for leftover in (scratch, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    fill(scratch)
+    if target.exists():
+        target.rename(old)
+    scratch.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step_{step:04d}"
+
+
+def last_checkpoint(out: Path) -> Path | None:
+    """The newest complete checkpoint under `out` (its state file is written inside the renamed directory)."""
+    found = sorted(p for p in Path(out).glob("step_*") if (p / STATE_FILE).is_file())
+    return found[-1] if found else None
+
+
+def read_metrics(out: Path) -> list[dict[str, Any]]:
+    """The metrics of a run directory, one dict per step (a torn last line is skipped)."""
+    path = Path(out) / METRICS_FILE
+    return read_durable(path, repair=False) if path.exists() else []
+
+
+# ---- the trainer -------------------------------------------------------------------------------------------------
+class Trainer(ABC):
+    """The loop of a trainer: claim or reopen the run directory, load the policy and the optimiser, resume from the
+    last checkpoint, then `train_step` until `config.steps`, logging and checkpointing. Subclasses set
+    `config_class` and implement `load_policy` and `train_step`; they check their own options (env names, …) before
+    calling `super().__init__`, so a bad option fails before a model loads or a directory is written."""
+
+    name: ClassVar[str]
+    config_class: ClassVar[type[TrainConfig]]
+
+    def __init__(self, config: TrainConfig, *, progress: Progress | None = None, policy: HFPolicy | None = None):
+        import torch
+
+        self.config, self.progress = config, progress
+        self.rank, self.world = world()
+        self.out = Path(config.out)
+        self.device = this_device(config.device)
+        if self.device.name != "cpu":
+            raise ValueError(
+                "training runs on the CPU for now (the hf policy keeps its tensors there); use device cpu"
+            )
+        self._claim_run_directory()
+        torch.manual_seed(config.seed)  # the same LoRA initialisation on every rank
+        self.policy = policy or self.load_policy()
+        if self.policy.lora is None:
+            raise ValueError(f"the {self.name} trainer trains LoRA adapters; give it a policy with one")
+        self.params = self.policy.trainable_parameters()
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
+        self.step = self._resume()
+
+    @abstractmethod
+    def load_policy(self) -> HFPolicy:
+        """The policy to train, with a LoRA adapter."""
+
+    @abstractmethod
+    def train_step(self, step: int) -> dict[str, Any]:
+        """Play, score and take one optimiser step; returns the step's metrics (numbers, or JSON values)."""
+
+    def train(self) -> list[dict[str, Any]]:
+        """Run steps `self.step + 1 .. config.steps`; returns their metrics (also appended to metrics.jsonl)."""
+        done: list[dict[str, Any]] = []
+        while self.step < self.config.steps:
+            start = time.perf_counter()
+            metrics = {"step": self.step + 1, **self.train_step(self.step + 1)}
+            metrics.setdefault("wall_s", time.perf_counter() - start)
+            if not np.isfinite(metrics.get("loss", 0.0)):
+                raise FloatingPointError(f"non-finite loss at step {self.step + 1}: {metrics}")
+            self.step += 1
+            if self.rank == 0:  # logged before the checkpoint: a crash in between replays the step, losing nothing
+                append_durable(self.out / METRICS_FILE, [metrics])
+            if self.step % self.config.save_every == 0 or self.step == self.config.steps:
+                self.save_checkpoint()
+            done.append(metrics)
+            if self.progress is not None:
+                self.progress(self.step, metrics)
+        self._on_rank0(lambda: write_dir_atomically(self.out / FINAL_DIR, self.policy.save_adapter))
+        return done
+
+    # ---- checkpoints ----------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        import torch
+
+        def fill(directory: Path) -> None:
+            self.policy.save_adapter(directory)
+            state = {
+                "step": self.step,
+                "optimizer": self.optimizer.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                "numpy_rng": np.random.get_state(),
+            }
+            torch.save(state, directory / STATE_FILE)
+
+        self._on_rank0(lambda: write_dir_atomically(self.out / checkpoint_name(self.step), fill))
+
+    def _resume(self) -> int:
+        """Load the newest checkpoint (adapter, optimiser, RNG) and drop metrics logged after it; the step reached."""
+        import torch
+
+        step, checkpoint = 0, last_checkpoint(self.out)
+        if checkpoint is not None:
+            self.policy.load_adapter(checkpoint)
+            state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+            self.optimizer.load_state_dict(state["optimizer"])
+            torch.set_rng_state(state["torch_rng"])
+            random.setstate(state["python_rng"])
+            np.random.set_state(state["numpy_rng"])
+            step = int(state["step"])
+        log = self.out / METRICS_FILE
+        if log.exists():  # the block ends at the last line of a checkpointed step; later lines are cut
+            self._on_rank0(lambda: read_durable(log, repair=True, ends_block=lambda record: record["step"] <= step))
+        return step
+
+    def _claim_run_directory(self) -> None:
+        """Write config.json, or check that the one already there describes the same experiment."""
+        saved_file = self.out / CONFIG_FILE
+        current = json.loads(self.config.model_dump_json())
+        if saved_file.is_file():
+            changed = changed_fields(json.loads(saved_file.read_text()), current, self.config.resumable)
+            if changed:
+                raise ValueError(
+                    f"{self.out} holds a run with different settings ({', '.join(changed)}); "
+                    "use another out directory or the same settings"
+                )
+        elif self.out.exists() and any(self.out.iterdir()):
+            raise ValueError(f"{self.out} exists and is not a training run directory; use another out directory")
+
+        def write() -> None:
+            self.out.mkdir(parents=True, exist_ok=True)
+            tmp = saved_file.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(current, indent=2))
+            os.replace(tmp, saved_file)
+
+        self._on_rank0(write)
+
+    def _on_rank0(self, action: Callable[[], Any]) -> None:
+        """Do `action` on rank 0 only, then let every rank continue together."""
+        barrier()
+        if self.rank == 0:
+            action()
+        barrier()

@@ -1,0 +1,61 @@
+"""The trainer base without a model: device resolution, atomic directories, the registry and its option metadata."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from ttlearn.train.base import TRAINERS, Device, changed_fields, resolve_device, write_dir_atomically
+
+
+def test_device_is_cuda_when_there_is_one_and_bf16_only_where_supported() -> None:
+    assert resolve_device("auto", cuda_available=False, bf16_supported=False) == Device("cpu", "float32")
+    assert resolve_device("auto", cuda_available=True, bf16_supported=True) == Device("cuda", "bfloat16")
+    assert resolve_device("cuda", cuda_available=True, bf16_supported=False) == Device("cuda", "float32")
+    assert resolve_device("cpu", cuda_available=True, bf16_supported=True) == Device("cpu", "float32")
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        resolve_device("cuda", cuda_available=False, bf16_supported=False)
+    with pytest.raises(ValueError, match="auto, cpu or cuda"):
+        resolve_device("tpu", cuda_available=False, bf16_supported=False)
+
+
+def test_changed_fields_ignore_the_resumable_ones() -> None:
+    saved, current = {"steps": 5, "lr": 0.1, "seed": 0}, {"steps": 9, "lr": 0.2, "seed": 0, "env": "rps"}
+    assert changed_fields(saved, current, frozenset({"steps"})) == ["env", "lr"]
+
+
+def test_a_directory_is_replaced_whole(tmp_path) -> None:
+    target = tmp_path / "step_0001"
+    write_dir_atomically(target, lambda d: (d / "a").write_text("1"))
+    write_dir_atomically(target, lambda d: (d / "b").write_text("2"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_0001"]
+    assert [p.name for p in target.iterdir()] == ["b"]
+
+    def crash(directory):
+        (directory / "c").write_text("half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError):
+        write_dir_atomically(target, crash)
+    assert [p.name for p in target.iterdir()] == ["b"]  # the old checkpoint is untouched
+
+
+def test_the_registry_lists_the_trainers_and_every_option_is_described() -> None:
+    assert TRAINERS.names() == ["lamer", "memopilot"]
+    for name in TRAINERS.names():
+        fields = TRAINERS.get(name).config_class.model_fields
+        assert "out" in fields and "device" in fields
+        assert all(info.description for info in fields.values()), name
+
+
+def test_the_maths_and_the_registry_import_without_torch() -> None:
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import ttlearn.train.advantages, ttlearn.train.loss\n"
+        "from ttlearn.train.base import TRAINERS; print(' '.join(TRAINERS.names()))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["lamer", "memopilot"]
