@@ -1,0 +1,165 @@
+"""The report's plots, drawn by matplotlib's SVG backend and returned as `<svg>` elements to inline in the page.
+
+Same report, same bytes: each chart starts from matplotlib's default style (a user's matplotlibrc changes nothing),
+the ids inside an SVG (clip paths, markers) are hashes salted with the chart's kind (`svg.hashsalt`), so they are
+fixed and differ between the charts of one page, the metadata (creation date, creator) is left out, and text stays
+text (`svg.fonttype: none`) instead of glyph outlines. Each root carries `data-chart=KIND`, and each curve is a group
+with the id `curve-<panel>-<method>`, so a reader or a test can find them.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+import matplotlib.style
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+BAND_ALPHA = 0.07
+"""Opacity of one 95 % band: six overlapping bands still add up to less than 0.4, so every line stays visible."""
+WIDTH_IN = 10.0
+"""Figure width in inches: 720 pt, i.e. 960 CSS pixels, the width of the page's text column."""
+_RC = {
+    "svg.fonttype": "none",
+    "font.size": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e4e4e4",
+    "lines.linewidth": 1.8,
+    "lines.markersize": 5,
+}
+_METADATA = dict.fromkeys(("Creator", "Date", "Format", "Type"))
+"""savefig metadata with every default removed: no timestamp, no version string in the page."""
+Series = Mapping[str, Sequence[Any]]
+"""A curve: t (x values), mean, and low / high of its band (None where there is none)."""
+
+
+def slug(*parts: Any) -> str:
+    """An HTML id from names (method, opponent, …)."""
+    return "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", str(p)) for p in parts)
+
+
+def method_styles(methods: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """(colour, marker) per method, in order: ten colours, and a marker that shifts by one every ten methods, so
+    no two of the first hundred methods look alike."""
+    return {
+        m: (PALETTE[i % len(PALETTE)], MARKERS[(i + i // len(PALETTE)) % len(MARKERS)]) for i, m in enumerate(methods)
+    }
+
+
+def plot_range(means: Sequence[float], bands: Sequence[float]) -> tuple[float, float]:
+    """The y-range of a line chart: the means' range [a, b] widened by up to s = max(b − a, 1) on each side to
+    take in the bands, i.e. [max(min(bands), a − s), min(max(bands), b + s)]. With few seeds a t-band can be
+    ten times wider than the differences between methods; it is clipped rather than flattening the lines."""
+    a, b = min(means), max(means)
+    spread = max(b - a, 1.0)
+    return min(a, max(min(bands, default=a), a - spread)), max(b, min(max(bands, default=b), b + spread))
+
+
+def _to_svg(figure: Figure, kind: str, title: str) -> str:
+    """The figure as an inline `<svg>`: without the XML prologue and namespace declarations (HTML supplies them),
+    tagged with its kind and labelled with its title."""
+    buffer = io.StringIO()
+    with matplotlib.style.context({"svg.hashsalt": f"ttlearn-{kind}"}):
+        figure.savefig(buffer, format="svg", metadata=_METADATA)
+    svg = buffer.getvalue()
+    head, body = svg[svg.index("<svg") :].split(">", 1)
+    head = re.sub(r'\s+xmlns(?::xlink)?="[^"]*"', "", head)
+    return f'{head} class="chart" data-chart="{kind}" role="img" aria-label="{escape(title)}">{body}'
+
+
+def _draw_curves(axes: Axes, curves: Mapping[str, Series], styles: Mapping[str, tuple[str, str]], panel: str) -> None:
+    """One line per method (its colour and marker) over its band, all lines above all bands; y-range by
+    `plot_range`, a dashed zero line where the range crosses zero, whole numbers on the x axis."""
+    means, bands = [], []
+    for method, curve in curves.items():
+        color, marker = styles[method]
+        low = [math.nan if v is None else v for v in curve["low"]]
+        high = [math.nan if v is None else v for v in curve["high"]]
+        axes.fill_between(curve["t"], low, high, color=color, alpha=BAND_ALPHA, linewidth=0, zorder=1)
+        (line,) = axes.plot(curve["t"], curve["mean"], color=color, marker=marker, label=method, zorder=3)
+        line.set_gid(slug("curve", panel, method))
+        means += curve["mean"]
+        bands += [v for v in (*curve["low"], *curve["high"]) if v is not None]
+    low, high = plot_range(means, bands)
+    pad = 0.06 * (high - low) or 0.5
+    axes.set_ylim(low - pad, high + pad)
+    if low - pad < 0 < high + pad:
+        axes.axhline(0, color="#777", linewidth=1, linestyle="--", zorder=2)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def _legend(figure: Figure, styles: Mapping[str, tuple[str, str]], methods: Sequence[str]) -> None:
+    """One legend for every panel, above them, in one row when it fits."""
+    handles = [Line2D([], [], color=styles[m][0], marker=styles[m][1]) for m in methods]
+    figure.legend(handles, methods, loc="outside upper center", ncols=min(len(methods), 6), frameon=False)
+
+
+def curves_chart(curves: Mapping[str, Mapping[str, Series]], styles: Mapping[str, tuple[str, str]]) -> str:
+    """Small multiples of cumulative performance: one panel per opponent (two columns for four, else up to three),
+    in each one line per method over a faint 95 % band, one legend above all panels."""
+    opponents = list(curves)
+    columns = 2 if len(opponents) == 4 else min(len(opponents), 3)
+    rows = math.ceil(len(opponents) / columns)
+    methods = [m for m in styles if any(m in by_method for by_method in curves.values())]
+    title = "Cumulative performance: running mean score, mean over seeds with 95 % band"
+    with matplotlib.style.context(["default", _RC]):
+        figure = Figure(figsize=(WIDTH_IN, 0.8 + 2.6 * rows), layout="constrained")
+        panels = figure.subplots(rows, columns, squeeze=False).ravel()
+        for axes, opponent in zip(panels, opponents):
+            _draw_curves(axes, curves[opponent], styles, opponent)
+            axes.set_title(f"vs {opponent}")
+            axes.set_xlabel("game")
+            axes.set_ylabel("running mean score")
+        for axes in panels[len(opponents) :]:
+            figure.delaxes(axes)
+        _legend(figure, styles, methods)
+        return _to_svg(figure, "cumulative", title)
+
+
+def success_chart(success_at_k: Mapping[str, Sequence[float]], styles: Mapping[str, tuple[str, str]]) -> str:
+    """success@k per method: one line over the attempt budget k, no band."""
+    curves = {
+        m: {"t": list(range(1, len(v) + 1)), "mean": list(v), "low": [None] * len(v), "high": [None] * len(v)}
+        for m, v in success_at_k.items()
+    }
+    title = "success@k over sequential attempts"
+    with matplotlib.style.context(["default", _RC]):
+        figure = Figure(figsize=(WIDTH_IN, 3.6), layout="constrained")
+        axes = figure.subplots()
+        _draw_curves(axes, curves, styles, "success")
+        axes.set_title(title)
+        axes.set_xlabel("attempts k")
+        axes.set_ylabel("share of trials solved")
+        _legend(figure, styles, list(curves))
+        return _to_svg(figure, "success", title)
+
+
+def elo_chart(rows: Sequence[Mapping[str, Any]], styles: Mapping[str, tuple[str, str]], anchor: float) -> str:
+    """A forest plot of the rating rows, best first: per method its Elo as a marker on its 95 % interval, and a
+    dashed line at the anchor (the mean rating)."""
+    title = "Bradley–Terry Elo with 95 % block-bootstrap intervals"
+    with matplotlib.style.context(["default", _RC, {"axes.grid.axis": "x"}]):
+        figure = Figure(figsize=(WIDTH_IN, 1.0 + 0.34 * len(rows)), layout="constrained")
+        axes = figure.subplots()
+        for y, row in enumerate(rows):
+            color, marker = styles[row["method"]]
+            low, high = row["ci_low"], row["ci_high"]
+            spread = None if low is None or high is None else [[row["elo"] - low], [high - row["elo"]]]
+            axes.errorbar(row["elo"], y, xerr=spread, color=color, marker=marker, markersize=7, capsize=3, linewidth=2)
+        axes.axvline(anchor, color="#777", linewidth=1, linestyle="--")
+        axes.set_yticks(range(len(rows)), [row["method"] for row in rows])
+        axes.set_ylim(len(rows) - 0.5, -0.5)
+        axes.set_title(title)
+        axes.set_xlabel("Elo")
+        return _to_svg(figure, "elo", title)
