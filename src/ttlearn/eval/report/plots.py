@@ -24,8 +24,9 @@ from matplotlib.ticker import MaxNLocator
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
-BAND_ALPHA = 0.07
-"""Opacity of one 95 % band: six overlapping bands still add up to less than 0.4, so every line stays visible."""
+BAND_ALPHA = 0.18
+"""Opacity of a 95 % band: light enough that the grid and the grey lines of the other methods show through."""
+CONTEXT_GREY = "#c4c4c4"
 WIDTH_IN = 10.0
 """Figure width in inches: 720 pt, i.e. 960 CSS pixels, the width of the page's text column."""
 _RC = {
@@ -78,53 +79,68 @@ def _to_svg(figure: Figure, kind: str, title: str) -> str:
     return f'{head} class="chart" data-chart="{kind}" role="img" aria-label="{escape(title)}">{body}'
 
 
-def _draw_curves(axes: Axes, curves: Mapping[str, Series], styles: Mapping[str, tuple[str, str]], panel: str) -> None:
-    """One line per method (its colour and marker) over its band, all lines above all bands; y-range by
-    `plot_range`, a dashed zero line where the range crosses zero, whole numbers on the x axis."""
-    means, bands = [], []
-    for method, curve in curves.items():
-        color, marker = styles[method]
-        low = [math.nan if v is None else v for v in curve["low"]]
-        high = [math.nan if v is None else v for v in curve["high"]]
-        axes.fill_between(curve["t"], low, high, color=color, alpha=BAND_ALPHA, linewidth=0, zorder=1)
-        (line,) = axes.plot(curve["t"], curve["mean"], color=color, marker=marker, label=method, zorder=3)
-        line.set_gid(slug("curve", panel, method))
-        means += curve["mean"]
-        bands += [v for v in (*curve["low"], *curve["high"]) if v is not None]
+def _y_limits(curves: Sequence[Series]) -> tuple[float, float]:
+    """`plot_range` over the curves' means and bands, padded by 6 % so markers at the edge stay whole."""
+    means = [v for curve in curves for v in curve["mean"]]
+    bands = [v for curve in curves for v in (*curve["low"], *curve["high"]) if v is not None]
     low, high = plot_range(means, bands)
     pad = 0.06 * (high - low) or 0.5
-    axes.set_ylim(low - pad, high + pad)
-    if low - pad < 0 < high + pad:
+    return low - pad, high + pad
+
+
+def _draw_curve(axes: Axes, curve: Series, style: tuple[str, str], gid: str) -> None:
+    """A line in its method's colour and marker, over its 95 % band where it has one; the line's group gets `gid`."""
+    color, marker = style
+    low = [math.nan if v is None else v for v in curve["low"]]
+    high = [math.nan if v is None else v for v in curve["high"]]
+    axes.fill_between(curve["t"], low, high, color=color, alpha=BAND_ALPHA, linewidth=0, zorder=1)
+    (line,) = axes.plot(curve["t"], curve["mean"], color=color, marker=marker, zorder=3)
+    line.set_gid(gid)
+
+
+def _finish_axes(axes: Axes, limits: tuple[float, float]) -> None:
+    """The y-range, a dashed zero line where it crosses zero, whole numbers on the x axis."""
+    axes.set_ylim(*limits)
+    if limits[0] < 0 < limits[1]:
         axes.axhline(0, color="#777", linewidth=1, linestyle="--", zorder=2)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
+def curves_chart(curves: Mapping[str, Mapping[str, Series]], styles: Mapping[str, tuple[str, str]]) -> str:
+    """Small multiples of cumulative performance: a row per method, a column per opponent. A panel shows its
+    method's line over its own 95 % band, with the other methods' lines in grey behind it; a column shares one
+    y-range, so reading down a column compares the methods against one opponent. (Drawn in one panel, six bands
+    that each cover most of the range merge into one block that hides the lines; one band per panel stays legible.)
+    """
+    opponents = list(curves)
+    methods = [m for m in styles if any(m in by_method for by_method in curves.values())]
+    title = "Running mean score by game · a column per opponent, a row per method (mean over seeds, 95 % band)"
+    with matplotlib.style.context(["default", _RC]):
+        figure = Figure(figsize=(WIDTH_IN, 0.8 + 1.25 * len(methods)), layout="constrained")
+        grid = figure.subplots(len(methods), len(opponents), squeeze=False, sharex="col")
+        for column, opponent in enumerate(opponents):
+            by_method = curves[opponent]
+            limits = _y_limits(list(by_method.values()))
+            for row, method in enumerate(methods):
+                axes = grid[row, column]
+                for other, curve in by_method.items():
+                    if other != method:
+                        axes.plot(curve["t"], curve["mean"], color=CONTEXT_GREY, linewidth=1, zorder=2)
+                if method in by_method:
+                    _draw_curve(axes, by_method[method], styles[method], slug("curve", opponent, method))
+                _finish_axes(axes, limits)
+                if column == 0:
+                    axes.set_ylabel(method, color=styles[method][0], fontweight="bold")
+            grid[0, column].set_title(opponent, fontsize=9.5)
+            grid[-1, column].set_xlabel("game")
+        figure.suptitle(title)
+        return _to_svg(figure, "cumulative", title)
+
+
 def _legend(figure: Figure, styles: Mapping[str, tuple[str, str]], methods: Sequence[str]) -> None:
-    """One legend for every panel, above them, in one row when it fits."""
+    """The legend outside the plot, above it, in one row when it fits."""
     handles = [Line2D([], [], color=styles[m][0], marker=styles[m][1]) for m in methods]
     figure.legend(handles, methods, loc="outside upper center", ncols=min(len(methods), 6), frameon=False)
-
-
-def curves_chart(curves: Mapping[str, Mapping[str, Series]], styles: Mapping[str, tuple[str, str]]) -> str:
-    """Small multiples of cumulative performance: one panel per opponent (two columns for four, else up to three),
-    in each one line per method over a faint 95 % band, one legend above all panels."""
-    opponents = list(curves)
-    columns = 2 if len(opponents) == 4 else min(len(opponents), 3)
-    rows = math.ceil(len(opponents) / columns)
-    methods = [m for m in styles if any(m in by_method for by_method in curves.values())]
-    title = "Cumulative performance: running mean score, mean over seeds with 95 % band"
-    with matplotlib.style.context(["default", _RC]):
-        figure = Figure(figsize=(WIDTH_IN, 0.8 + 2.6 * rows), layout="constrained")
-        panels = figure.subplots(rows, columns, squeeze=False).ravel()
-        for axes, opponent in zip(panels, opponents):
-            _draw_curves(axes, curves[opponent], styles, opponent)
-            axes.set_title(f"vs {opponent}")
-            axes.set_xlabel("game")
-            axes.set_ylabel("running mean score")
-        for axes in panels[len(opponents) :]:
-            figure.delaxes(axes)
-        _legend(figure, styles, methods)
-        return _to_svg(figure, "cumulative", title)
 
 
 def success_chart(success_at_k: Mapping[str, Sequence[float]], styles: Mapping[str, tuple[str, str]]) -> str:
@@ -137,7 +153,9 @@ def success_chart(success_at_k: Mapping[str, Sequence[float]], styles: Mapping[s
     with matplotlib.style.context(["default", _RC]):
         figure = Figure(figsize=(WIDTH_IN, 3.6), layout="constrained")
         axes = figure.subplots()
-        _draw_curves(axes, curves, styles, "success")
+        for method, curve in curves.items():
+            _draw_curve(axes, curve, styles[method], slug("curve", "success", method))
+        _finish_axes(axes, _y_limits(list(curves.values())))
         axes.set_title(title)
         axes.set_xlabel("attempts k")
         axes.set_ylabel("share of trials solved")
