@@ -226,6 +226,14 @@ class Run:
         return len(self.episodes) >= self.config.games
 
 
+# ---- arenas ------------------------------------------------------------------------------------------------------
+ARENA_FILE = "arena.json"
+RUNS_DIR = "runs"
+"""An arena folder holds ARENA_FILE and RUNS_DIR/<label>/<opponent>/seed<k>/, one session run directory each."""
+NO_OPPONENT = "default"
+"""The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
+
+
 # ---- trial runs ------------------------------------------------------------------------------------------------
 CONFIG_FILE, TASKS_FILE, SUMMARY_FILE = "trials.json", "tasks.jsonl", "summary.json"
 

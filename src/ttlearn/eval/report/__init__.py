@@ -7,14 +7,11 @@ from the same records gives byte-identical files, wherever the folder lies.
 """
 
 from ttlearn.eval.report.render import REPORT_HTML, REPORT_JSON, elo_table, render_html, write_report
-from ttlearn.eval.report.sections import ARENA_FILE, NO_OPPONENT, RUNS_DIR, RecordedRun, build_report, load_runs
+from ttlearn.eval.report.sections import RecordedRun, build_report, load_runs
 
 __all__ = [
-    "ARENA_FILE",
-    "NO_OPPONENT",
     "REPORT_HTML",
     "REPORT_JSON",
-    "RUNS_DIR",
     "RecordedRun",
     "build_report",
     "elo_table",

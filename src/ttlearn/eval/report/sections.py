@@ -27,13 +27,9 @@ from ttlearn.eval.rating import (
     rank_with_ties,
     win_matrix,
 )
-from ttlearn.runs import Run, RunConfig
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
 from ttlearn.types import Episode
 
-ARENA_FILE, RUNS_DIR = "arena.json", "runs"
-"""The arena folder: OUT/arena.json (config and git commit) and OUT/runs/<method>/<opponent>/seed<k>/ (one run each)."""
-NO_OPPONENT = "default"
-"""The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
 ELO_SCALE, ELO_ANCHOR = 400.0, 1000.0
 N_BOOT, BOOT_SEED = 1000, 0
 DIGITS = 4
