@@ -196,7 +196,9 @@ def test_html_is_self_contained_with_the_elo_table_every_plot_and_links(tourname
     assert html.count('data-chart="elo"') == 1
     assert html.count('data-chart="cumulative"') == 1  # one panel per opponent, three methods on each
     assert sorted(re.findall(r'<g id="curve-([^"]+)"', html)) == [f"{o}-{m}" for o in "ab" for m in METHODS]
-    anchors = set(re.findall(r'id="([^"]+)"', html))
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    anchors = set(ids)
+    assert len(anchors) == len(ids)  # no id twice, though every chart comes from matplotlib
     internal = re.findall(r'href="#([^"]+)"', html)
     assert internal and set(internal) <= anchors  # every in-page link lands
     files = re.findall(r'href="(runs/[^"#]+)"', html)

@@ -69,12 +69,17 @@ def plot_range(means: Sequence[float], bands: Sequence[float]) -> tuple[float, f
 
 def _to_svg(figure: Figure, kind: str, title: str) -> str:
     """The figure as an inline `<svg>`: without the XML prologue and namespace declarations (HTML supplies them),
-    tagged with its kind and labelled with its title."""
+    tagged with its kind and labelled with its title. Of its ids it keeps those something points to (clip paths,
+    markers) and those set here (the curves'); matplotlib numbers the others (figure_1, axes_1, …) the same in
+    every chart, and an id must be unique in the page."""
     buffer = io.StringIO()
     with matplotlib.style.context({"svg.hashsalt": f"ttlearn-{kind}"}):
         figure.savefig(buffer, format="svg", metadata=_METADATA)
     svg = buffer.getvalue()
-    head, body = svg[svg.index("<svg") :].split(">", 1)
+    svg = svg[svg.index("<svg") :]
+    kept = set(re.findall(r'(?:url\(#|href="#)([^)"]+)', svg)) | {a.get_gid() for a in figure.findobj() if a.get_gid()}
+    svg = re.sub(r' id="([^"]+)"', lambda m: m[0] if m[1] in kept else "", svg)
+    head, body = svg.split(">", 1)
     head = re.sub(r'\s+xmlns(?::xlink)?="[^"]*"', "", head)
     return f'{head} class="chart" data-chart="{kind}" role="img" aria-label="{escape(title)}">{body}'
 
@@ -154,7 +159,7 @@ def success_chart(success_at_k: Mapping[str, Sequence[float]], styles: Mapping[s
         figure = Figure(figsize=(WIDTH_IN, 3.6), layout="constrained")
         axes = figure.subplots()
         for method, curve in curves.items():
-            _draw_curve(axes, curve, styles[method], slug("curve", "success", method))
+            _draw_curve(axes, curve, styles[method], slug("success", method))
         _finish_axes(axes, _y_limits(list(curves.values())))
         axes.set_title(title)
         axes.set_xlabel("attempts k")
