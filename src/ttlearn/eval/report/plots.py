@@ -135,7 +135,7 @@ def curves_chart(curves: Mapping[str, Mapping[str, Series]], styles: Mapping[str
                     _draw_curve(axes, by_method[method], styles[method], slug("curve", opponent, method))
                 _finish_axes(axes, limits)
                 if column == 0:
-                    axes.set_ylabel(method, color=styles[method][0], fontweight="bold")
+                    axes.set_ylabel(method, color=styles[method][0], fontweight="bold", rotation=0, ha="right")
             grid[0, column].set_title(opponent, fontsize=9.5)
             grid[-1, column].set_xlabel("game")
         figure.suptitle(title)
@@ -143,28 +143,27 @@ def curves_chart(curves: Mapping[str, Mapping[str, Series]], styles: Mapping[str
 
 
 def _legend(figure: Figure, styles: Mapping[str, tuple[str, str]], methods: Sequence[str]) -> None:
-    """The legend outside the plot, above it, in one row when it fits."""
+    """The legend outside the plot, on its right."""
     handles = [Line2D([], [], color=styles[m][0], marker=styles[m][1]) for m in methods]
-    figure.legend(handles, methods, loc="outside upper center", ncols=min(len(methods), 6), frameon=False)
+    figure.legend(handles, methods, loc="outside right upper", frameon=False)
 
 
 def success_chart(success_at_k: Mapping[str, Sequence[float]], styles: Mapping[str, tuple[str, str]]) -> str:
-    """success@k per method: one line over the attempt budget k, no band."""
-    curves = {
-        m: {"t": list(range(1, len(v) + 1)), "mean": list(v), "low": [None] * len(v), "high": [None] * len(v)}
-        for m, v in success_at_k.items()
-    }
+    """success@k per method: one line over the attempt budget k on a 0–1 scale, the legend on the right."""
     title = "success@k over sequential attempts"
     with matplotlib.style.context(["default", _RC]):
         figure = Figure(figsize=(WIDTH_IN, 3.6), layout="constrained")
         axes = figure.subplots()
-        for method, curve in curves.items():
-            _draw_curve(axes, curve, styles[method], slug("success", method))
-        _finish_axes(axes, _y_limits(list(curves.values())))
-        axes.set_title(title)
+        for method, shares in success_at_k.items():
+            color, marker = styles[method]
+            (line,) = axes.plot(range(1, len(shares) + 1), shares, color=color, marker=marker)
+            line.set_gid(slug("success", method))
+        axes.set_ylim(-0.04, 1.04)
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        figure.suptitle(title)
         axes.set_xlabel("attempts k")
         axes.set_ylabel("share of trials solved")
-        _legend(figure, styles, list(curves))
+        _legend(figure, styles, list(success_at_k))
         return _to_svg(figure, "success", title)
 
 
