@@ -85,6 +85,13 @@ def test_plot_range_keeps_the_lines_readable_under_wide_bands():
     assert plot_range([3, 3], []) == (3, 3)
 
 
+def test_method_styles_tell_a_hundred_methods_apart():
+    styles = method_styles([f"m{i}" for i in range(100)])
+    assert styles["m0"] == ("#1f77b4", "o") and styles["m1"] == ("#d62728", "s")
+    assert styles["m10"] == ("#1f77b4", "s") and styles["m99"] == ("#17becf", "<")  # marker (99 + 9) % 10 = 8
+    assert len(set(styles.values())) == 100
+
+
 def test_ratings_and_tables_match_hand_computations(tournament):
     report = build_report(tournament)
     ratings = report["ratings"]

@@ -7,15 +7,13 @@ from the same records gives byte-identical files, wherever the folder lies.
 """
 
 from ttlearn.eval.report.render import REPORT_HTML, REPORT_JSON, elo_table, render_html, write_report
-from ttlearn.eval.report.sections import RecordedRun, build_report, load_runs
+from ttlearn.eval.report.sections import build_report
 
 __all__ = [
     "REPORT_HTML",
     "REPORT_JSON",
-    "RecordedRun",
     "build_report",
     "elo_table",
-    "load_runs",
     "render_html",
     "write_report",
 ]

@@ -3,8 +3,8 @@
 Same report, same bytes: each chart starts from matplotlib's default style (a user's matplotlibrc changes nothing),
 the ids inside an SVG (clip paths, markers) are hashes salted with the chart's kind (`svg.hashsalt`), so they are
 fixed and differ between the charts of one page, the metadata (creation date, creator) is left out, and text stays
-text (`svg.fonttype: none`) instead of glyph outlines. Each root carries `data-chart=KIND`, and each curve is a group
-with the id `curve-<panel>-<method>`, so a reader or a test can find them.
+text (`svg.fonttype: none`) instead of glyph outlines. Each root carries `data-chart=KIND`, and each line is a group
+with an id (`curve-<opponent>-<method>`, `success-<method>`), so a reader or a test can find them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 BAND_ALPHA = 0.18
 """Opacity of a 95 % band: light enough that the grid and the grey lines of the other methods show through."""
 CONTEXT_GREY = "#c4c4c4"
+"""The other methods' lines behind a panel's own: there to compare with, quiet enough not to compete."""
 WIDTH_IN = 10.0
 """Figure width in inches: 720 pt, i.e. 960 CSS pixels, the width of the page's text column."""
 _RC = {
