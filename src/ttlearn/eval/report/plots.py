@@ -19,7 +19,6 @@ from typing import Any
 import matplotlib.style
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
@@ -143,12 +142,6 @@ def curves_chart(curves: Mapping[str, Mapping[str, Series]], styles: Mapping[str
         return _to_svg(figure, "cumulative", title)
 
 
-def _legend(figure: Figure, styles: Mapping[str, tuple[str, str]], methods: Sequence[str]) -> None:
-    """The legend outside the plot, on its right."""
-    handles = [Line2D([], [], color=styles[m][0], marker=styles[m][1]) for m in methods]
-    figure.legend(handles, methods, loc="outside right upper", frameon=False)
-
-
 def success_chart(success_at_k: Mapping[str, Sequence[float]], styles: Mapping[str, tuple[str, str]]) -> str:
     """success@k per method: one line over the attempt budget k on a 0–1 scale, the legend on the right."""
     title = "success@k over sequential attempts"
@@ -157,14 +150,14 @@ def success_chart(success_at_k: Mapping[str, Sequence[float]], styles: Mapping[s
         axes = figure.subplots()
         for method, shares in success_at_k.items():
             color, marker = styles[method]
-            (line,) = axes.plot(range(1, len(shares) + 1), shares, color=color, marker=marker)
+            (line,) = axes.plot(range(1, len(shares) + 1), shares, color=color, marker=marker, label=method)
             line.set_gid(slug("success", method))
         axes.set_ylim(-0.04, 1.04)
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         figure.suptitle(title)
         axes.set_xlabel("attempts k")
         axes.set_ylabel("share of trials solved")
-        _legend(figure, styles, list(success_at_k))
+        figure.legend(loc="outside right upper", frameon=False)
         return _to_svg(figure, "success", title)
 
 
