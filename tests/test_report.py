@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
-from ttlearn.eval.report import build_report, render_html, write_report
+from ttlearn.eval.report import build_report, write_report
 from ttlearn.eval.report.plots import curves_chart, method_styles, plot_range
 from ttlearn.runs import Run, RunConfig
 from ttlearn.types import Episode, Step
@@ -225,7 +225,7 @@ def test_curves_plot_draws_one_line_per_method_per_opponent_with_deterministic_b
     report = build_report(tournament)
     styles = method_styles(report["methods"])
     svg = curves_chart(report["curves"], styles)
-    assert curves_chart(report["curves"], styles) == svg and render_html(report) == render_html(report)
+    assert curves_chart(report["curves"], styles) == svg  # the page as a whole: test_rebuild_is_byte_identical…
     assert not re.search(r"<\?xml|<!DOCTYPE|<metadata|xmlns", svg)  # inline in HTML: no prologue, no dates
     for opponent in "ab":
         for method in METHODS:
