@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
-from ttlearn.eval.report import build_report, nice_ticks, plot_range, write_report
+from ttlearn.eval.report import build_report, write_report
+from ttlearn.eval.report.plots import curves_chart, method_styles, plot_range
 from ttlearn.runs import Run, RunConfig
 from ttlearn.types import Episode, Step
 
@@ -61,6 +62,9 @@ def write_run(
     run.write_summary({"mean_score": sum(scores) / len(scores)})
 
 
+METHODS = ("mid", "strong", "weak")
+
+
 @pytest.fixture()
 def tournament(tmp_path) -> Path:
     """Three methods on two opponents × three seeds × four games: strong > mid > weak game by game, except that
@@ -75,20 +79,17 @@ def tournament(tmp_path) -> Path:
     return out
 
 
-def test_nice_ticks():
-    assert nice_ticks(0, 1) == [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-    assert nice_ticks(-3, 7) == [-4.0, -2.0, 0.0, 2.0, 4.0, 6.0, 8.0]
-    assert nice_ticks(990, 1010, 8) == [990.0, 992.5, 995.0, 997.5, 1000.0, 1002.5, 1005.0, 1007.5, 1010.0]
-    assert nice_ticks(2, 2) == [1.0, 1.5, 2.0, 2.5, 3.0]
-    assert nice_ticks(1, 3, 8, min_step=1) == [1.0, 2.0, 3.0]  # game numbers stay whole
-    with pytest.raises(ValueError, match="finite low <= high"):
-        nice_ticks(1, 0)
-
-
 def test_plot_range_keeps_the_lines_readable_under_wide_bands():
     assert plot_range([0, 2], [-30, 30]) == (-2, 4)  # spread 2: at most 2 beyond the means
     assert plot_range([0, 1], [-0.5, 1.2]) == (-0.5, 1.2)  # narrow bands are shown whole
     assert plot_range([3, 3], []) == (3, 3)
+
+
+def test_method_styles_tell_a_hundred_methods_apart():
+    styles = method_styles([f"m{i}" for i in range(100)])
+    assert styles["m0"] == ("#1f77b4", "o") and styles["m1"] == ("#d62728", "s")
+    assert styles["m10"] == ("#1f77b4", "s") and styles["m99"] == ("#17becf", "<")  # marker (99 + 9) % 10 = 8
+    assert len(set(styles.values())) == 100
 
 
 def test_ratings_and_tables_match_hand_computations(tournament):
@@ -200,9 +201,11 @@ def test_html_is_self_contained_with_the_elo_table_every_plot_and_links(tourname
     elo_table = html[html.index('<h2 id="elo">') : html.index('<h2 id="win-matrix">')]
     assert elo_table.index(">strong</a>") < elo_table.index(">mid</a>") < elo_table.index(">weak</a>")
     assert html.count('data-chart="elo"') == 1
-    assert html.count('data-chart="cumulative"') == 2  # one per opponent
-    assert html.count("<polyline") == 6  # three methods on each
-    anchors = set(re.findall(r'id="([^"]+)"', html))
+    assert html.count('data-chart="cumulative"') == 1  # one panel per opponent, three methods on each
+    assert sorted(re.findall(r'<g id="curve-([^"]+)"', html)) == [f"{o}-{m}" for o in "ab" for m in METHODS]
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    anchors = set(ids)
+    assert len(anchors) == len(ids)  # no id twice, though every chart comes from matplotlib
     internal = re.findall(r'href="#([^"]+)"', html)
     assert internal and set(internal) <= anchors  # every in-page link lands
     files = re.findall(r'href="(runs/[^"#]+)"', html)
@@ -216,3 +219,17 @@ def test_report_command(tournament, tmp_path):
     assert "strong" in result.output and "Elo" in result.output and (tournament / "report.json").exists()
     result = runner.invoke(app, ["report", str(tmp_path / "empty")], env={"COLUMNS": "200"})
     assert result.exit_code == 2 and "holds no arena runs" in result.output
+
+
+def test_curves_plot_draws_one_line_per_method_per_opponent_with_deterministic_bytes(tournament):
+    report = build_report(tournament)
+    styles = method_styles(report["methods"])
+    svg = curves_chart(report["curves"], styles)
+    assert curves_chart(report["curves"], styles) == svg  # the page as a whole: test_rebuild_is_byte_identical…
+    assert not re.search(r"<\?xml|<!DOCTYPE|<metadata|xmlns", svg)  # inline in HTML: no prologue, no dates
+    for opponent in "ab":
+        for method in METHODS:
+            group = re.search(rf'<g id="curve-{opponent}-{method}">(.*?)</g>', svg, re.S).group(1)
+            line = re.search(r'<path d="M ([^"]+)"', group).group(1)
+            assert line.count("\nL ") == 3  # four games, one vertex each
+            assert f"stroke: {styles[method][0]}" in group
