@@ -10,7 +10,8 @@ import pytest
 from fakes import FakeLLM
 
 from ttlearn.memory import make_memory
-from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update, run_protocol
+from ttlearn.eval.metrics import run_protocol
+from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update
 from ttlearn.memory.store import NewItem
 from ttlearn.types import Episode, Step
 

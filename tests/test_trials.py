@@ -217,3 +217,34 @@ def test_epochs_carry_the_memory_and_report_memrl_protocol_metrics(tmp_path):
     assert summary["protocol"]["epoch_success"] == per_epoch
     assert summary["protocol"]["last_epoch_success"] == per_epoch[-1]
     assert summary["protocol"]["cumulative_success"] == len(solved) / 2
+
+
+def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_path):
+    """MemRL's transfer measure: epochs of 2 tasks, each followed by 2 held-out instances played from that epoch's
+    memory, whose own writes are not carried on."""
+    config = TrialConfig(
+        env="minesweeper",
+        memory="history",
+        player="scripted:random",
+        tasks=2,
+        attempts=1,
+        epochs=2,
+        validation_tasks=2,
+        validation_env_options={"mines": 4},
+        seed=4,
+    )
+    summary = run_trials(config, tmp_path / "v")
+    records = read_tasks(tmp_path / "v")
+    assert [(r["type"], r["epoch"], r["task"]) for r in records] == [
+        (kind, e, t) for e in (1, 2) for kind in ("task", "validation") for t in (1, 2)
+    ]
+    tasks = [r for r in records if r["type"] == "task"]
+    held_out_boards = "(4 mines)"  # only held-out instances have 4 mines
+    assert all(held_out_boards not in log for r in tasks for log in r["memory"]["logs"])  # never carried on
+    assert any(held_out_boards in log for log in records[2]["memory"]["logs"])  # but held-out instances wrote
+    held = [r for r in records if r["type"] == "validation"]
+    assert {r["seed"] for r in held} != {r["seed"] for r in tasks}
+    rates = [sum(r["first_success"] is not None for r in held if r["epoch"] == e) / 2 for e in (1, 2)]
+    assert summary["protocol"]["validation_success"] == rates
+    assert summary["protocol"]["best_validation_success"] == max(rates)
+    assert summary["tasks"] == 4  # success@k counts the played tasks only

@@ -67,21 +67,33 @@ class TrialConfig(PartsConfig):
     """MemRL's protocol: play the same task set this many times; the memory then carries over between tasks and
     epochs (runtime learning) instead of starting fresh for every task, and the summary adds last-epoch and
     cumulative success."""
+    validation_tasks: int = Field(0, ge=0)
+    """MemRL's transfer measure: after every epoch, play this many held-out instances from the epoch's memory
+    (their own writes are not carried on); the summary adds best-validation success. Implies a carried memory."""
+    validation_env_options: dict[str, Any] = Field(default_factory=dict)
+    """Environment options of the held-out instances, over `env_options` (e.g. {"split": "test"})."""
     moves_per_turn: int | None = Field(None, ge=1)
     """Scored decisions per turn for LLM players on choice-scoring back ends (Sokoban takes up to 3 moves a turn,
     scoring picks one); None: the environment's `actions_per_turn` (1 where it has none)."""
 
     @property
     def carries_memory(self) -> bool:
-        return self.epochs > 1
+        return self.epochs > 1 or self.validation_tasks > 0
 
     @property
     def total(self) -> int:
-        return self.tasks * self.epochs
+        return (self.tasks + self.validation_tasks) * self.epochs
 
-    def position(self, index: int) -> tuple[int, int]:
-        """(epoch, task) of the index-th trial (1-based): epochs replay tasks 1..K in order."""
-        return (index - 1) // self.tasks + 1, (index - 1) % self.tasks + 1
+    def position(self, index: int) -> tuple[str, int, int]:
+        """(kind, epoch, task) of the index-th job (1-based): each epoch plays tasks 1..K ("task"), then its held-out
+        instances 1..V ("validation")."""
+        per_epoch = self.tasks + self.validation_tasks
+        epoch, offset = (index - 1) // per_epoch + 1, (index - 1) % per_epoch + 1
+        return ("task", epoch, offset) if offset <= self.tasks else ("validation", epoch, offset - self.tasks)
+
+    def validation_config(self) -> TrialConfig:
+        """The parts config of the held-out instances."""
+        return self.model_copy(update={"env_options": {**self.env_options, **self.validation_env_options}})
 
     @property
     def stops_early(self) -> bool:

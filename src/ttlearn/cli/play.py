@@ -93,6 +93,12 @@ def run(
     epochs: Optional[int] = typer.Option(
         None, min=1, help="Trial mode, MemRL protocol: replay the task set N times, the memory carried over."
     ),
+    validation_tasks: Optional[int] = typer.Option(
+        None, min=1, help="Trial mode, MemRL protocol: after each epoch, play N held-out instances from its memory."
+    ),
+    validation_opt: list[str] = typer.Option(
+        [], "--validation-opt", help="Environment option of the held-out instances, KEY=VALUE (e.g. split=test)."
+    ),
     policy: Optional[Path] = typer.Option(None, help="Trial mode: play with a trained LaMer policy folder (hf adapter)."),
     llm: str = typer.Option(
         DEFAULT_LLM,
@@ -126,7 +132,13 @@ def run(
         temperature=temperature,
     )
     out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
-    trial_flags = {"--attempts": attempts, "--epochs": epochs, "--policy": policy}
+    trial_flags = {
+        "--attempts": attempts,
+        "--epochs": epochs,
+        "--policy": policy,
+        "--validation-tasks": validation_tasks,
+        "--validation-opt": validation_opt or None,
+    }
     if tasks is None:
         given = [flag for flag, value in trial_flags.items() if value is not None]
         if given:
@@ -145,6 +157,8 @@ def run(
         tasks=tasks,
         attempts=attempts or 3,
         epochs=epochs or 1,
+        validation_tasks=validation_tasks or 0,
+        validation_env_options=parse_options(validation_opt, "--validation-opt"),
     )
     play_trials(config, out, concurrency)
 

@@ -10,11 +10,11 @@ import numpy as np
 from ttlearn.eval.metrics import (
     mcnemar_exact,
     mean_pass_at_k,
+    run_protocol,
     mean_trajectory_entropy,
     success_at_k,
     wilson_interval,
 )
-from ttlearn.memory.memrl import run_protocol
 from ttlearn.runs import TrialConfig
 from ttlearn.types import Episode
 
@@ -48,7 +48,10 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     (memory "none") and all were played (no early stop).
     Trajectory entropy: per instance, the Shannon entropy (bits) of the distribution of distinct action sequences
     over its attempts, averaged over instances.
+    Held-out (validation) records count only towards MemRL's best-validation success.
     """
+    held_out = [r for r in records if r.get("type") == "validation"]
+    records = [r for r in records if r.get("type", "task") == "task"]
     if not records:
         raise ValueError("no finished tasks to summarise")
     n = config.attempts
@@ -75,15 +78,20 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         "instances": instance_summary([r["instance"] for r in records]),
         "pass_at_k": None,
     }
-    if config.epochs > 1:
+    if config.epochs > 1 or held_out:
         per_epoch: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
+        validation: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
         for record in records:
             per_epoch[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
-        protocol = run_protocol([e for e in per_epoch if e])
+        for record in held_out:
+            validation[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
+        protocol = run_protocol([e for e in per_epoch if e], [v for v in validation if v])
         summary["protocol"] = {
             "epoch_success": protocol.per_epoch,
             "last_epoch_success": protocol.last_epoch_success,
             "cumulative_success": protocol.cumulative_success,
+            "validation_success": [sum(v.values()) / len(v) for v in validation if v],
+            "best_validation_success": protocol.best_validation_success,
         }
     if config.memory == "none" and all(len(eps) == n for eps in attempts):
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
@@ -94,8 +102,11 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
 def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
     """success@k of two runs on the tasks both finished (paired by seed, so the same instances), with the
     discordant counts and the exact McNemar p-value per k: the honest test of "A beats B" on one task set."""
-    first_b = {(r["epoch"], r["seed"]): r["first_success"] for r in b}
-    pairs = [(r["first_success"], first_b[(r["epoch"], r["seed"])]) for r in a if (r["epoch"], r["seed"]) in first_b]
+    def key(record: dict[str, Any]) -> tuple[str, int, int]:
+        return record.get("type", "task"), record["epoch"], record["seed"]
+
+    first_b = {key(r): r["first_success"] for r in b}
+    pairs = [(r["first_success"], first_b[key(r)]) for r in a if key(r) in first_b]
     if not pairs:
         raise ValueError("the two runs share no finished task (compare runs of the same env, seed and task set)")
     rows = []

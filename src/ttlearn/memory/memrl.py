@@ -153,31 +153,6 @@ def two_phase_retrieve(
     return candidates, ranked
 
 
-@dataclass(frozen=True)
-class ProtocolResult:
-    last_epoch_success: float
-    """Success rate in the final epoch: runtime learning."""
-    best_validation_success: float | None
-    """Best success rate over validation epochs (held-out tasks): transfer. None without validation epochs."""
-    cumulative_success: float
-    """Fraction of tasks solved in at least one epoch."""
-    per_epoch: list[float]
-
-
-def run_protocol(epochs: Sequence[Mapping[str, bool]], validation: Sequence[Mapping[str, bool]] = ()) -> ProtocolResult:
-    """MemRL's protocol metrics from per-epoch success records {task id: solved} over the same task set.
-
-    last = mean_t s_{E,t};  best validation = max_e mean_t v_{e,t};  cumulative = |{t : ∃e s_{e,t}}| / |T|.
-    """
-    if not epochs or any(not epoch for epoch in epochs):
-        raise ValueError("run_protocol needs at least one epoch, each with at least one task")
-    rates = [sum(map(bool, e.values())) / len(e) for e in epochs]
-    tasks = set().union(*epochs)
-    solved = {t for e in epochs for t, ok in e.items() if ok}
-    best = max((sum(map(bool, v.values())) / len(v) for v in validation if v), default=None)
-    return ProtocolResult(rates[-1], best, len(solved) / len(tasks), rates)
-
-
 # -- the memory -------------------------------------------------------------------------------------------------
 
 _STRATEGY_PROMPT = (

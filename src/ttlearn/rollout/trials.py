@@ -31,44 +31,64 @@ from ttlearn.runs import SUMMARY_FILE, TrialConfig, append_task, open_trial_dir,
 from ttlearn.seeding import derive_seed
 
 
+def _check_instances(env: Env, wanted: int, what: str) -> None:
+    count = env.instance_count()
+    if count is not None and wanted > count:
+        raise ValueError(f"{what} {wanted} exceeds the {count} instances of this {env.name} split")
+
+
 def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
     """Check every name and option before a model loads or a directory is written."""
     env = validate_parts(config)
     resolve_moves_per_turn(config.moves_per_turn, env)
-    count = env.instance_count()
-    if count is not None and config.tasks > count:
-        raise ValueError(f"--tasks {config.tasks} exceeds the {count} instances of this {config.env} split")
+    _check_instances(env, config.tasks, "--tasks")
+    if config.validation_tasks:
+        _check_instances(validate_parts(config.validation_config()), config.validation_tasks, "validation_tasks")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if concurrency > 1 and config.carries_memory:
-        raise ValueError("with --epochs > 1 the memory carries over from task to task, so tasks run one at a time")
+        raise ValueError(
+            "with --epochs > 1 or held-out validation the memory carries over from task to task, so tasks run one at"
+            " a time"
+        )
     return env
 
 
-def task_seed(config: TrialConfig, task: int, instance_count: int | None) -> int:
+def task_seed(config: TrialConfig, task: int, instance_count: int | None, kind: str = "task") -> int:
     """The instance of task `task` (1-based): for a finite task set, its index in a seeded permutation of the split
-    (distinct for distinct tasks); for generated instances, a seed derived from the run seed."""
+    (distinct for distinct tasks); for generated instances, a seed derived from the run seed. Held-out instances
+    ("validation") draw from their own namespace."""
     if instance_count is None:
-        return derive_seed(config.seed, "task", task)
-    order = np.random.default_rng(derive_seed(config.seed, "task order")).permutation(instance_count)
+        return derive_seed(config.seed, kind, task)
+    order = np.random.default_rng(derive_seed(config.seed, f"{kind} order")).permutation(instance_count)
     return int(order[(task - 1) % instance_count])
 
 
+def start_state(config: TrialConfig, records: list[dict[str, Any]], fresh: dict[str, Any]) -> dict[str, Any]:
+    """The memory a job starts from: fresh for independent trials, else the memory after the last played task
+    (held-out instances never carry their writes on)."""
+    if not config.carries_memory:
+        return fresh
+    return next((r["memory"] for r in reversed(records) if r["type"] == "task"), fresh)
+
+
 def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[str, Any]) -> dict[str, Any]:
-    """Play the index-th trial (instance `task` of its epoch) from `start_state`; returns its JSON record."""
+    """Play the index-th job (a task, or a held-out instance, of its epoch) from `start_state`; returns its JSON
+    record. `parts` must be built from the job's config (`TrialConfig.validation_config` for held-out ones)."""
     start = time.perf_counter()
-    epoch, task = config.position(index)
+    kind, epoch, task = config.position(index)
+    act_namespace = ("act",) if kind == "task" else ("act", kind)
     parts.drain()
     parts.memory.load(copy.deepcopy(start_state))
     trial = play_trial(
         parts.env,
         parts.player,
         parts.memory,
-        seed=task_seed(config, task, parts.env.instance_count()),
+        seed=task_seed(config, task, parts.env.instance_count(), kind),
         attempts=config.attempts,
         early_stop=config.stops_early,
         observe_last=config.carries_memory,
-        act_seed=lambda attempt, step: derive_seed(config.seed, "act", epoch, task, attempt, step),
+        act_seed=lambda attempt, step: derive_seed(config.seed, *act_namespace, epoch, task, attempt, step),
     )
     instance = dict(trial.instance)
     if parts.env.turns is not None:
@@ -79,7 +99,7 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
         data["info"].pop("rules", None)  # the same long text for every attempt; trials.json rebuilds it
         attempts.append(data)
     return {
-        "type": "task",
+        "type": kind,
         "epoch": epoch,
         "task": task,
         "seed": trial.seed,
@@ -110,11 +130,17 @@ def run_trials(
                 build_parts(config, pool, run_dir=Path(out), moves_per_turn=config.moves_per_turn)
                 for _ in range(concurrency)
             ]
+            held_out = (
+                build_parts(config.validation_config(), pool, run_dir=Path(out), moves_per_turn=config.moves_per_turn)
+                if config.validation_tasks
+                else None
+            )
             fresh = workers[0].memory.state()
 
             def play(parts: Parts, index: int) -> dict[str, Any]:
-                carried = config.carries_memory and records
-                return run_task(parts, config, index, records[-1]["memory"] if carried else fresh)
+                if config.position(index)[0] == "validation":
+                    parts = held_out
+                return run_task(parts, config, index, start_state(config, records, fresh))
 
             def finish(record: dict[str, Any]) -> None:
                 append_task(Path(out), record)
