@@ -142,3 +142,13 @@ def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
     assert "between 1 and 3" in invoke("show", str(out), "--game", "4").output
     same = invoke("show", str(out), "--against", str(out))
     assert same.exit_code == 0 and "paired on 3 shared tasks" in same.output and "+0.000" in same.output
+
+
+def test_train_commands_come_from_the_trainer_registry(tmp_path):
+    listing = invoke("train", "--help")
+    assert listing.exit_code == 0 and "lamer" in listing.output and "memopilot" in listing.output
+    options = invoke("train", "memopilot", "--help").output
+    assert "--opponents" in options and "Comma-separated" in options and "--loss-type" in options
+    bad = invoke("train", "lamer", "--algo", "magic", "--out", str(tmp_path / "t"))
+    assert bad.exit_code == 2 and "algo" in bad.output and "Traceback" not in bad.output
+    assert not (tmp_path / "t").exists()  # refused before a directory was written

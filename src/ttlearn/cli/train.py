@@ -1,18 +1,26 @@
-"""`ttlearn train …`: the RL trainers (memory writers, agent policies); needs the `train` extra."""
+"""`ttlearn train NAME --option value …`: one command per registered trainer, its options read from the trainer's
+config (every field's description is its help), so a new trainer is one file in `ttlearn.train` and nothing here."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
+import types
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Optional
 
 import typer
+from pydantic.fields import FieldInfo
 
 from ttlearn.cli.common import console, friendly, parse_options, progress_bar
+from ttlearn.train.base import TRAINERS, TrainConfig
 
 train_app = typer.Typer(
-    help="Train memory writers and agent policies by RL (needs the `train` extra).", no_args_is_help=True
+    help="Train memory writers and agent policies by RL (needs the `train` extra). Rerun a command with the same "
+    "--out to resume it.",
+    no_args_is_help=True,
 )
 
 SHOWN_METRICS = (
@@ -40,89 +48,60 @@ def training_progress(steps: int) -> Iterator[Callable[[int, dict[str, Any]], No
         yield advance
 
 
-@train_app.command("lamer")
-@friendly
-def train_lamer_command(
-    env: str = typer.Option("sokoban", help="sokoban or minesweeper."),
-    env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="An environment option, KEY=VALUE."),
-    algo: str = typer.Option("lamer", help="lamer (trials with reflection), or the baselines gigpo / grpo."),
-    mode: str = typer.Option("reflection", help="What later attempts see: reflection, history or both."),
-    policy: str = typer.Option("smollm2", help="HF source of the policy, or an adapter folder to continue."),
-    tasks: int = typer.Option(16, min=1, help="Training instance pool."),
-    tasks_per_step: int = typer.Option(2, min=1, help="Instances per step."),
-    group: int = typer.Option(4, min=2, help="Trials per instance (the advantage group)."),
-    attempts: int = typer.Option(3, min=1, help="Attempts per trial."),
-    steps: int = typer.Option(20, min=1, help="Optimiser steps."),
-    lr: float = typer.Option(1e-5, help="Learning rate (LoRA)."),
-    seed: int = typer.Option(0, help="Seed."),
-    out: Path = typer.Option(..., help="Output folder: checkpoints step_NNNN/, final/, metrics.jsonl (resumable)."),
-) -> None:
-    """LaMer: cross-episode meta-RL of the agent policy over multi-attempt trials (LoRA on the embedded model)."""
-    from ttlearn.train.lamer import LamerTrainConfig, LamerTrainer
-
-    config = LamerTrainConfig(
-        env=env,
-        env_options=parse_options(env_opt, "--env-opt"),
-        out=out,
-        algo=algo,
-        mode=mode,
-        policy=policy,
-        tasks=tasks,
-        tasks_per_step=tasks_per_step,
-        group=group,
-        attempts=attempts,
-        steps=steps,
-        lr=lr,
-        seed=seed,
-    )
-    with training_progress(steps) as advance:
-        LamerTrainer(config, progress=advance).train()
-    console.print(
-        f"final policy: [bold]{out / 'final'}[/] (use: ttlearn run {env} --memory lamer --policy {out / 'final'})"
+def _parameter(name: str, field: FieldInfo) -> inspect.Parameter:
+    """A typer option for one config field: lists are comma-separated, dicts repeated KEY=VALUE, literals named."""
+    annotation, help_text = field.annotation, field.description or ""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1
+    if optional:
+        annotation = args[0]
+    origin = typing.get_origin(annotation)
+    default = ... if field.is_required() else field.get_default(call_default_factory=True)
+    if origin is list:
+        annotation, default = str, (default if default is ... else ",".join(map(str, default)))
+        help_text += " Comma-separated."
+    elif origin is dict:
+        annotation, default = list[str], []
+        help_text += " Repeat KEY=VALUE."
+    elif origin is Literal:
+        help_text += f" One of: {', '.join(map(str, typing.get_args(annotation)))}."
+        annotation = str
+    if optional:
+        annotation = Optional[annotation]  # noqa: UP045 - typer reads Optional
+    flag = "--" + name.replace("_", "-")
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=typer.Option(default, flag, help=help_text), annotation=annotation
     )
 
 
-@train_app.command("memopilot")
-@friendly
-def train_memopilot_command(
-    env: str = typer.Option("rps", help="Environment of the training games."),
-    opponents: str = typer.Option("cycle3,beat-last,biased", help="Comma-separated training opponents."),
-    games: int = typer.Option(4, min=2, help="T: games per rollout (writes after games 1..T-1 are trained)."),
-    rounds: int = typer.Option(10, min=1, help="Rounds per game."),
-    group: int = typer.Option(4, min=2, help="G: rollouts per sequence (the turn-level advantage group)."),
-    steps: int = typer.Option(30, min=1, help="Optimiser steps."),
-    lr: float = typer.Option(1e-4, help="Learning rate (LoRA)."),
-    loss_type: str = typer.Option("dapo", help="grpo, bnpo, dr_grpo or dapo (TRL's definitions)."),
-    beta: float = typer.Option(0.0, min=0.0, help="KL weight against the frozen base writer."),
-    player: str = typer.Option("smollm2", help="The frozen player (any LLM spec, e.g. openai:URL#MODEL)."),
-    writer_base: str = typer.Option("smollm2", help="HF source of the writer G_θ."),
-    eval_every: int = typer.Option(10, min=0, help="Held-out evaluation every N steps (0: never)."),
-    seed: int = typer.Option(0, help="Seed."),
-    out: Path = typer.Option(..., help="Output folder: step_NNNN/, final/, metrics.jsonl (resumable)."),
-) -> None:
-    """MemoPilot: train the memory writer by multi-turn GRPO with turn-level, context-independent advantages."""
-    from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
-
-    config = MemoPilotTrainConfig(
-        env=env,
-        opponents=[o for o in opponents.split(",") if o],
-        games=games,
-        rounds=rounds,
-        group=group,
-        steps=steps,
-        lr=lr,
-        loss_type=loss_type,
-        beta=beta,
-        player=player,
-        writer_base=writer_base,
-        eval_every=eval_every,
-        seed=seed,
-        out=out,
-    )
-    with training_progress(steps) as advance:
-        MemoPilotTrainer(config, progress=advance).train()
-    console.print(
-        f"final writer: [bold]{out / 'final'}[/] (use: ttlearn run rps --memory memopilot --writer {out / 'final'})"
-    )
+def _config(config_class: type[TrainConfig], values: dict[str, Any]) -> TrainConfig:
+    """The validated config from the command line's values (comma lists and KEY=VALUE pairs unpacked)."""
+    fields = config_class.model_fields
+    for name, value in values.items():
+        origin = typing.get_origin(fields[name].annotation)
+        if origin is list and isinstance(value, str):
+            values[name] = [part.strip() for part in value.split(",") if part.strip()]
+        elif origin is dict:
+            values[name] = parse_options(value, "--" + name.replace("_", "-"))
+    return config_class(**values)
 
 
+def _command(name: str) -> Callable[..., None]:
+    trainer_class = TRAINERS.get(name)
+    config_class = trainer_class.config_class
+
+    def command(**values: Any) -> None:
+        config = _config(config_class, values)
+        with training_progress(config.steps) as advance:
+            trainer = trainer_class(config, progress=advance)
+            trainer.train()
+        console.print(f"final: [bold]{config.out / 'final'}[/] — {trainer.next_command()}")
+
+    command.__name__ = f"train_{name}"
+    command.__doc__ = inspect.getdoc(trainer_class)
+    command.__signature__ = inspect.Signature([_parameter(n, f) for n, f in config_class.model_fields.items()])
+    return friendly(command)
+
+
+for _name in TRAINERS.names():
+    train_app.command(_name)(_command(_name))

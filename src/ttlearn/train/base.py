@@ -177,6 +177,10 @@ class Trainer(ABC):
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
         self.step = self._resume()
 
+    def next_command(self) -> str:
+        """How to use what was trained, for the end of `ttlearn train`."""
+        return f"play it with --llm hf:{self.out / FINAL_DIR}"
+
     @abstractmethod
     def load_policy(self) -> HFPolicy:
         """The policy to train, with a LoRA adapter."""

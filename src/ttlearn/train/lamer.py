@@ -312,7 +312,9 @@ def trial_metrics(trials: list[Trial]) -> dict[str, float]:
 
 @TRAINERS.register("lamer")
 class LamerTrainer(Trainer):
-    """Plays a step's trials with the policy, scores them, and takes one policy-gradient step."""
+    """LaMer: cross-episode meta-RL of the agent policy over multi-attempt trials (LoRA on the embedded model).
+
+    Each step plays the step's trials with the policy, scores them and takes one policy-gradient step."""
 
     name = "lamer"
     config_class = LamerTrainConfig
@@ -324,6 +326,10 @@ class LamerTrainer(Trainer):
         self.env = make_env(config.env, **{"seed": config.seed, **config.env_options})
         resolve_moves_per_turn(config.moves_per_turn, self.env)  # refuse a bad moves_per_turn before a model loads
         super().__init__(config, progress=progress, policy=policy)
+
+    def next_command(self) -> str:
+        final = self.out / "final"
+        return f"play it with: ttlearn run {self.config.env} --tasks 10 --memory lamer --policy {final}"
 
     def load_policy(self) -> HFPolicy:
         from ttlearn.llm.hf import ADAPTER_META, HFPolicy, LoraOptions

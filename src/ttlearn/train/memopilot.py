@@ -280,7 +280,9 @@ def seen_part(policy: HFPolicy, sample: Sample, max_chars: int) -> Sample:
 
 @TRAINERS.register("memopilot")
 class MemoPilotTrainer(Trainer):
-    """Holds the writer, the frozen player and the optimiser; `train()` (the base's loop) runs the remaining steps."""
+    """MemoPilot: train the memory writer by multi-turn GRPO with turn-level, context-independent advantages.
+
+    Holds the writer, the frozen player and the optimiser; `train()` (the base's loop) runs the remaining steps."""
 
     name = "memopilot"
     config_class = MemoPilotTrainConfig
@@ -307,6 +309,10 @@ class MemoPilotTrainer(Trainer):
         probe_env = self.make_env(config, config.opponents[0], config.seed)
         self.player = player or make_player(config.player, make_llm, config.player_temperature, probe_env)[0]
         self._no_memory: dict[tuple[str, int], float] = {}
+
+    def next_command(self) -> str:
+        final = self.out / "final"
+        return f"play it with: ttlearn run {self.config.env} --memory memopilot --writer {final}"
 
     def load_policy(self) -> HFPolicy:
         from ttlearn.llm.hf import HFPolicy, LoraOptions
