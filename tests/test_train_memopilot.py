@@ -178,3 +178,15 @@ def test_resume_gives_the_same_next_step(tmp_path) -> None:
         assert (tmp_path / "b" / "run" / name / "ttlearn_adapter.json").is_file()
     with pytest.raises(ValueError, match="different settings"):
         MemoPilotTrainer(tiny(tmp_path / "b", steps=3, lr=1e-3), player=NoteHashPlayer())
+
+
+@pytest.mark.model
+def test_rollout_games_in_flight_score_as_sequential_ones(trainer: MemoPilotTrainer) -> None:
+    sequential = trainer.rollout(1, "cycle3", 13, [0, 1], 1.0, sample_seed=7)[1]
+    original = trainer.config
+    trainer.config = original.model_copy(update={"concurrency": 2})
+    try:
+        concurrent = trainer.rollout(1, "cycle3", 13, [0, 1], 1.0, sample_seed=7)[1]
+    finally:
+        trainer.config = original
+    assert np.array_equal(sequential, concurrent)

@@ -31,6 +31,7 @@ from ttlearn.envs.base import Env, make_env
 from ttlearn.llm.base import make_llm
 from ttlearn.memory.memopilot import bound_memory, seen_token_count, writer_messages
 from ttlearn.players.base import Player
+from ttlearn.rollout.inflight import map_in_flight
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
 from ttlearn.seeding import derive_seed
@@ -52,7 +53,7 @@ def fixed_memory(text: str) -> Callable[[str], str]:
 class MemoPilotTrainConfig(TrainConfig):
     """`ttlearn train memopilot` options. Writer length limits default to those of the `memopilot` memory."""
 
-    resumable: ClassVar[frozenset[str]] = TrainConfig.resumable | {"eval_every", "eval_seeds"}
+    resumable: ClassVar[frozenset[str]] = TrainConfig.resumable | {"eval_every", "eval_seeds", "concurrency"}
 
     env: str = Field("rps", description="Environment of the training games.")
     env_options: dict[str, Any] = Field(
@@ -91,6 +92,9 @@ class MemoPilotTrainConfig(TrainConfig):
     micro_batch: int = Field(4, ge=1, description="Writes per forward/backward pass.")
     player: str = Field("smollm2", description="The frozen player (an LLM spec, e.g. openai:URL#MODEL).")
     player_temperature: float = Field(0.0, ge=0, description="The player's sampling temperature.")
+    concurrency: int = Field(
+        1, ge=1, description="Rollout games in flight against the player (a server's parallel slots); same results."
+    )
     writer_base: str = Field("smollm2", description="HF source of the writer G_θ.")
     eval_every: int = Field(10, ge=0, description="Held-out evaluation every N steps (0: never).")
     eval_seeds: list[int] = Field(default_factory=lambda: [1000, 1001], description="Seeds of the held-out sequences.")
@@ -347,9 +351,11 @@ class MemoPilotTrainer(Trainer):
                 seed=derive_seed(sample_seed, turn),
             )
             memories = [bound_memory(s.text, cfg.memory_chars) for s in samples]
-            episodes = [
-                play_sequence_game(env, self.player, fixed_memory(m), seed, turn + 1) for env, m in zip(envs, memories)
-            ]
+            episodes = map_in_flight(
+                lambda pair: play_sequence_game(pair[0], self.player, fixed_memory(pair[1]), seed, turn + 1),  # noqa: B023
+                list(zip(envs, memories)),
+                cfg.concurrency,
+            )
             rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes]
             seen = [seen_part(self.policy, s, cfg.memory_chars) for s in samples]
             writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, seen)]
