@@ -6,9 +6,9 @@ shell. It reads one JSON request per line on stdin and answers one JSON line on 
 - `{"op": "load", "config": ..., "classes": [...], "long_context": bool}`: fresh agent and gold instances of the
   classes, from the task's initial configuration (nothing survives from the previous episode);
 - `{"op": "call", "name": ..., "args": [...], "kwargs": {...}}`: run one agent call, answer its result text;
-- `{"op": "check", "gold": [[name, args, kwargs], ...]}`: run the turn's gold calls on the gold instances, then
-  BFCL's own checkers: the agent's back-end state must equal the gold one, and the gold calls' results must all be
-  among the agent's results so far.
+- `{"op": "check", "gold": [{"name": ..., "args": ..., "kwargs": ...}, ...]}`: run the turn's gold calls on the gold
+  instances, then BFCL's own checkers: the agent's back-end state must equal the gold one, and the gold calls'
+  results must all be among the agent's results so far.
 
 Arguments arrive as JSON values and reach methods by name (no `eval`). The address space is capped, and the parent
 kills this process when a request runs past its time limit, so a call that explodes costs the episode, nothing more.
@@ -81,10 +81,10 @@ class Backend:
         self.agent_results.append(result)
         return {"result": result}
 
-    def check(self, gold: list[list[Any]]) -> dict[str, Any]:
+    def check(self, gold: list[dict[str, Any]]) -> dict[str, Any]:
         from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import response_checker, state_checker
 
-        gold_results = [self.run(self.gold_methods, name, args, kwargs) for name, args, kwargs in gold]
+        gold_results = [self.run(self.gold_methods, c["name"], c["args"], c["kwargs"]) for c in gold]
         verdict = state_checker(self.agent, self.gold)
         if verdict["valid"]:
             verdict = response_checker(self.agent_results, gold_results, 0)

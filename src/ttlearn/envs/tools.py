@@ -106,7 +106,7 @@ def prepare(log: Any = print) -> Path:
 def _prepared_dir() -> Path:
     root = bfcl_dir()
     if not (root / "bfcl_eval").is_dir():
-        raise FileNotFoundError(f"the tools environment needs BFCL's data, not prepared in {root}: run `{PREPARE_COMMAND}`")
+        raise FileNotFoundError(f"the tools environment needs BFCL's data (not in {root}): run `{PREPARE_COMMAND}`")
     return root
 
 
@@ -397,8 +397,8 @@ class Tools(Env):
 
     def tasks(self) -> tuple[Task, ...]:
         """The configured split's tasks in play order (`reset(seed)` plays `tasks()[seed % len]`)."""
-        chosen = [t for t in load_tasks(_prepared_dir()) if t.category in self.categories and in_split(t.scenario, self.split)]
-        return tuple(chosen)
+        every = load_tasks(_prepared_dir())
+        return tuple(t for t in every if t.category in self.categories and in_split(t.scenario, self.split))
 
     def _started(self) -> Task:
         if self._task is None:
@@ -415,9 +415,8 @@ class Tools(Env):
         task = self._started()
         if self._backend is None or not self._backend.alive:
             self._backend = Backend(_prepared_dir(), self.call_timeout_s)
-        self._backend.ask(
-            {"op": "load", "config": task.config, "classes": list(task.classes), "long_context": task.category == "long_context"}
-        )
+        load = {"config": task.config, "classes": list(task.classes), "long_context": task.category == "long_context"}
+        self._backend.ask({"op": "load", **load})
         self._docs = {doc["name"]: doc for cls in task.classes for doc in load_function_docs(_prepared_dir())[cls]}
         self._hidden = {name for names in task.held_out.values() for name in names}
         self._turn, self._turn_replies, self._turn_calls = 0, 0, 0
@@ -470,11 +469,12 @@ class Tools(Env):
             answer = f"Error: there is no function {call.name!r}; call one of the functions listed."
         else:
             try:
-                answer = self._backend.ask({"op": "call", **dict(zip(("name", "args", "kwargs"), _payload(call)))})["result"]
+                answer = self._backend.ask({"op": "call", **_payload(call)})["result"]
             except BackendFailure as failure:
                 return self._force_out(str(failure))
         self._log.append(f"Call: {call.text()}\nAnswer: {self._clip(answer)}")
-        return StepResult(self._observe(f"Last call: {call.text()}\nAnswer: {self._clip(answer)}"), 0.0, False, {"call": call.name})
+        observation = self._observe(f"Last call: {call.text()}\nAnswer: {self._clip(answer)}")
+        return StepResult(observation, 0.0, False, {"call": call.name})
 
     def invalid_step(self, reply: str) -> StepResult:
         self._started()
@@ -501,14 +501,15 @@ class Tools(Env):
         reward, verdict = 0.0, None
         if gold:
             try:
-                answer = self._backend.ask({"op": "check", "gold": [_payload(_gold_call(c)) for c in gold]})
+                answer = self._backend.ask({"op": "check", "gold": [_payload(_gold_call(text)) for text in gold]})
             except BackendFailure as failure:
                 return self._force_out(str(failure))
             verdict = bool(answer["passed"])
             reward = 1.0 / self._checked_turns() if verdict else 0.0
         self._verdicts.append(verdict)
         if verdict is not None:
-            self._log.append(f"Turn {self._turn + 1} ended: the back end {'matches' if verdict else 'does not match'} the expected state.")
+            matches = "matches" if verdict else "does not match"
+            self._log.append(f"Turn {self._turn + 1} ended: the back end {matches} the expected state.")
         self._turn += 1
         if self._turn == len(task.messages):
             self._over = True
@@ -557,7 +558,9 @@ class Tools(Env):
 
     def _observe(self, last: str) -> Observation:
         task = self._started()
-        lines = [f"User request (turn {min(self._turn + 1, len(task.messages))} of {len(task.messages)}): {self._request() if not self._over else '(none)'}"]
+        turn = min(self._turn + 1, len(task.messages))
+        request = "(none)" if self._over else self._request()
+        lines = [f"User request (turn {turn} of {len(task.messages)}): {request}"]
         if not self._over:
             lines.append("Functions:")
             lines += [f"- {signature(doc)}" for name, doc in self._docs.items() if name not in self._hidden]
@@ -568,7 +571,8 @@ class Tools(Env):
 
     def transcript(self) -> str:
         self._started()
-        outcome = f"Score {self.score():.2f}: {sum(v is True for v in self._verdicts)} of {self._checked_turns()} checked turns matched."
+        matched = sum(v is True for v in self._verdicts)
+        outcome = f"Score {self.score():.2f}: {matched} of {self._checked_turns()} checked turns matched."
         return "\n".join([*self._log, outcome])
 
     def instance_stats(self) -> dict[str, Any]:
@@ -607,6 +611,6 @@ def _gold_call(text: str) -> Call:
     return call
 
 
-def _payload(call: Call) -> list[Any]:
-    """A call as the back end takes it: [name, positional values, keyword values]."""
-    return [call.name, list(call.args), dict(call.kwargs)]
+def _payload(call: Call) -> dict[str, Any]:
+    """A call as the back end takes it."""
+    return {"name": call.name, "args": list(call.args), "kwargs": dict(call.kwargs)}
