@@ -257,7 +257,7 @@ def _python_call(text: str, start: int, paren: int) -> Call:
         if isinstance(error, MalformedCall):
             raise
         raise MalformedCall("argument values must be literals: quote strings, no variables or expressions") from None
-    return Call(source[:paren - start].rsplit(".", 1)[-1], args, kwargs)
+    return Call(source[: paren - start].rsplit(".", 1)[-1], args, kwargs)
 
 
 def _json_call(text: str, start: int) -> Call:
