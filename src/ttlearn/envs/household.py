@@ -100,8 +100,11 @@ class Household(Env):
     """
 
     name = "household"
+    reply_tokens = 24  # the longest actions ("put clean white panties in chest of drawers") run ~12 tokens
 
-    def __init__(self, game: str = "twc", split: str = "train", game_params: str | None = None, step_limit: int = 50):
+    def __init__(
+        self, game: str = "twc", split: str = "train", game_params: str | None = None, step_limit: int = 50, seed: int = 0
+    ) -> None:
         if game not in GAMES:
             raise ValueError(f"game must be one of {', '.join(GAMES)}, got {game!r}")
         if split not in SPLITS:
@@ -109,6 +112,7 @@ class Household(Env):
         if step_limit < 1:
             raise ValueError(f"step_limit must be >= 1, got {step_limit}")
         self.game, self.split, self.step_limit = game, split, step_limit
+        self.seed = seed  # the run passes its seed to every env; games are chosen by reset(seed) alone
         self.game_params = DEFAULT_GAME_PARAMS[game] if game_params is None else game_params
         self._sim: Any = None
         self._game_seed: int | None = None
@@ -243,4 +247,10 @@ class Household(Env):
         return FOLD_SIZE
 
     def config(self) -> dict[str, Any]:
-        return {"game": self.game, "split": self.split, "game_params": self.game_params, "step_limit": self.step_limit}
+        return {
+            "game": self.game,
+            "split": self.split,
+            "game_params": self.game_params,
+            "step_limit": self.step_limit,
+            "seed": self.seed,
+        }

@@ -373,6 +373,7 @@ class Tools(Env):
         categories: tuple[str, ...] | list[str] = CATEGORIES,
         answer_chars: int = 1500,
         call_timeout_s: float = 5.0,
+        seed: int = 0,
     ) -> None:
         if split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
@@ -386,6 +387,7 @@ class Tools(Env):
             raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s}")
         self.split, self.categories = split, tuple(c for c in CATEGORIES if c in categories)
         self.answer_chars, self.call_timeout_s = answer_chars, call_timeout_s
+        self.seed = seed  # the run passes its seed to every env; tasks are chosen by reset(seed) alone
         self._backend: Backend | None = None
         self._task: Task | None = None
 
@@ -601,6 +603,7 @@ class Tools(Env):
             "categories": list(self.categories),
             "answer_chars": self.answer_chars,
             "call_timeout_s": self.call_timeout_s,
+            "seed": self.seed,
         }
 
 
