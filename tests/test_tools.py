@@ -218,3 +218,22 @@ def test_a_call_that_explodes_costs_the_episode_only():
         assert tools.success()
     finally:
         tools.close()
+
+
+def test_data_prepare_refuses_an_unknown_family():
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+
+    result = CliRunner().invoke(app, ["data", "prepare", "webshop"])
+    assert result.exit_code == 2 and "nothing to prepare for 'webshop'" in result.output
+
+
+@needs_data
+def test_data_prepare_is_idempotent():
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+
+    result = CliRunner().invoke(app, ["data", "prepare", "tools"])
+    assert result.exit_code == 0 and "already prepared" in result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 import json
 import sys
 import time
@@ -656,6 +657,21 @@ def list_parts() -> None:
         ("scripted players", PLAYERS),
     ):
         console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
+
+
+data_app = typer.Typer(help="Fetch the data some environments need, once, into the cache.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+PREPARERS = {"tools": "ttlearn.envs.tools"}
+"""Environment family -> the module whose `prepare(log)` fetches its data."""
+
+
+@data_app.command("prepare")
+@friendly
+def data_prepare(family: str = typer.Argument(..., help=f"What to prepare: {', '.join(PREPARERS)}.")) -> None:
+    """Download and unpack an environment family's data into the cache ($TTLEARN_CACHE, default ~/.cache/ttlearn)."""
+    if family not in PREPARERS:
+        raise ValueError(f"nothing to prepare for {family!r}; choose one of: {', '.join(PREPARERS)}")
+    importlib.import_module(PREPARERS[family]).prepare(log=console.print)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`

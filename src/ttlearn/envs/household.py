@@ -45,7 +45,7 @@ _TASKS = {
 
 # The JVM sizes its thread pools and heap by the machine; a text game needs one core and a small heap.
 _LIGHT_JVM = "-XX:ActiveProcessorCount=1 -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xmx256m"
-_INSTALL_HINT = "pip install 'ttlearn[tasks]' (TextWorldExpress also needs a Java runtime, 11 or newer, on PATH)"
+_INSTALL_HINT = "pip install 'ttlearn[tasks]' (TextWorldExpress also needs a Java runtime, 8 or newer, on PATH)"
 
 
 def fold_seed(split: str, seed: int) -> int:
@@ -103,7 +103,12 @@ class Household(Env):
     reply_tokens = 24  # the longest actions ("put clean white panties in chest of drawers") run ~12 tokens
 
     def __init__(
-        self, game: str = "twc", split: str = "train", game_params: str | None = None, step_limit: int = 50, seed: int = 0
+        self,
+        game: str = "twc",
+        split: str = "train",
+        game_params: str | None = None,
+        step_limit: int = 50,
+        seed: int = 0,
     ) -> None:
         if game not in GAMES:
             raise ValueError(f"game must be one of {', '.join(GAMES)}, got {game!r}")

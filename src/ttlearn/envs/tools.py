@@ -59,6 +59,8 @@ on the same side (they share questions and back-end states, so splitting tasks w
 TURN_CALL_LIMIT = 40
 """The replies one user turn allows. BFCL allows 20 model steps a turn, each of which may hold several calls; here a
 step is one call, so the limit is doubled (the longest gold turn has 34 calls)."""
+LOAD_TIMEOUT_S = 120.0
+"""How long the back end may take to start and load a task (imports, long-context data) on a loaded machine."""
 INVALID_PENALTY = -0.1
 END_TURN = "done"
 _HELD_OUT_PROMPT = "I have updated some more functions you can choose from: {names}. What about now?"
@@ -327,18 +329,20 @@ class Backend:
         )
         self._finalizer = weakref.finalize(self, _stop, self.process)
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+    def ask(self, request: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
+        """Send one request and wait for its answer, up to `timeout_s` (default: the per-call limit)."""
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
         assert self.process.stdin is not None and self.process.stdout is not None
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
         except BrokenPipeError:
             raise BackendFailure("the API back end had stopped") from None
-        ready, _, _ = select.select([self.process.stdout], [], [], self.timeout_s)
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout_s)
         line = self.process.stdout.readline() if ready else ""
         if not line:
             self.close()
-            reason = f"ran past {self.timeout_s:g} s" if not ready else "crashed (out of memory?)"
+            reason = f"ran past {timeout_s:g} s" if not ready else "crashed (out of memory?)"
             raise BackendFailure(f"the API call {reason} and was stopped")
         return json.loads(line)
 
@@ -418,7 +422,7 @@ class Tools(Env):
         if self._backend is None or not self._backend.alive:
             self._backend = Backend(_prepared_dir(), self.call_timeout_s)
         load = {"config": task.config, "classes": list(task.classes), "long_context": task.category == "long_context"}
-        self._backend.ask({"op": "load", **load})
+        self._backend.ask({"op": "load", **load}, timeout_s=LOAD_TIMEOUT_S)
         self._docs = {doc["name"]: doc for cls in task.classes for doc in load_function_docs(_prepared_dir())[cls]}
         self._hidden = {name for names in task.held_out.values() for name in names}
         self._turn, self._turn_replies, self._turn_calls = 0, 0, 0
