@@ -149,7 +149,7 @@ class Household(Env):
 
     def restart(self) -> Observation:
         self._started()
-        _, info = self._sim.reset(seed=self._game_seed, gameFold=self.split, generateGoldPath=False)
+        _, info = self._simulator().reset(seed=self._game_seed, gameFold=self.split, generateGoldPath=False)
         return self._begin(info)
 
     def _begin(self, info: dict[str, Any]) -> Observation:

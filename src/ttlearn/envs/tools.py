@@ -36,6 +36,7 @@ import sys
 import tempfile
 import weakref
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -445,14 +446,10 @@ class Tools(Env):
         return message if message is not None else _HELD_OUT_PROMPT.format(names=", ".join(task.held_out[self._turn]))
 
     # -- play -------------------------------------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        return self._over
-
     def legal_actions(self) -> tuple[str, ...]:
         return ()
 
-    def parse_action(self, text: str, legal_actions: Any = ()) -> str | None:
+    def parse_action(self, text: str, legal_actions: Sequence[str] = ()) -> str | None:
         """The reply's call in canonical form, `done` when it makes none, None when it is malformed (see read_call)."""
         try:
             call = read_call(text)
