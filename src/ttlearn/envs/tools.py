@@ -30,7 +30,6 @@ import hashlib
 import json
 import re
 import select
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,8 +99,11 @@ def prepare(log: Any = print) -> Path:
         unpacked = Path(scratch) / "unpacked"
         with zipfile.ZipFile(wheel) as archive:
             archive.extractall(unpacked)
-        shutil.rmtree(target, ignore_errors=True)
-        unpacked.rename(target)
+        try:
+            unpacked.rename(target)  # atomic: readers never see a half-unpacked copy
+        except OSError:  # another process prepared it meanwhile
+            if not (target / "bfcl_eval").is_dir():
+                raise
     log(f"BFCL {BFCL_VERSION} prepared in {target}")
     return target
 
