@@ -13,18 +13,15 @@ data_app = typer.Typer(help="Build the data sets of task families once into the 
 
 @data_app.command("prepare")
 @friendly
-def data_prepare(family: str = typer.Argument(..., help="Task family: sql (Spider-dev on SQLite).")) -> None:
+def data_prepare(
+    family: str = typer.Argument(..., help="Task family: sql (Spider-dev on SQLite) or tools (BFCL multi-turn)."),
+) -> None:
     """Download and build a family's data into $TTLEARN_CACHE/data (default ~/.cache/ttlearn/data), checksummed."""
-    from ttlearn.data.prepare import PREPARERS, load_question_set
+    from ttlearn.data.prepare import PREPARERS, describe_prepared
 
     if family not in PREPARERS:
         raise ValueError(f"no data to prepare for {family!r}; families: {', '.join(PREPARERS)}")
     start = time.perf_counter()
     with stage_bars() as report:
         directory = PREPARERS[family](progress=report)
-    manifest, _ = load_question_set(directory)
-    console.print(
-        f"{family}: {manifest['databases']} databases, {manifest['questions']} questions "
-        f"({manifest['empty_gold']} with an empty gold result) in {directory} "
-        f"({time.perf_counter() - start:.1f} s)\\nsha256 {manifest['sha256']}"
-    )
+    console.print(f"{describe_prepared(family, directory)} ({time.perf_counter() - start:.1f} s)")

@@ -8,7 +8,6 @@ import inspect
 import types
 import typing
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, Literal, Optional
 
 import typer

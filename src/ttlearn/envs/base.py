@@ -145,6 +145,9 @@ class Env(ABC):
         """The constructor options, so a run can rebuild the same environment."""
         return {}
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the environment started (a JVM, a worker process); the runners call it when done."""
+
 
 def make_env(name: str, **options: Any) -> Env:
     """Build a registered environment, refusing unknown options with the list of accepted ones."""

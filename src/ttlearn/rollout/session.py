@@ -109,6 +109,8 @@ class Session:
         return self.run.episodes
 
     def close(self) -> None:
+        for parts in self.workers:
+            parts.env.close()
         self.pool.close()
 
 

@@ -125,20 +125,19 @@ def run_trials(
     records = open_trial_dir(Path(out), config)
     if len(records) < config.total:
         pool = LLMPool(llm_factory)
+        built: list[Parts] = []  # every Parts made, so that whatever happens their environments are closed
+
+        def build(parts_config: TrialConfig) -> Parts:
+            built.append(build_parts(parts_config, pool, run_dir=Path(out), moves_per_turn=config.moves_per_turn))
+            return built[-1]
+
         try:
-            workers = [
-                build_parts(config, pool, run_dir=Path(out), moves_per_turn=config.moves_per_turn)
-                for _ in range(concurrency)
-            ]
-            held_out = (
-                build_parts(config.validation_config(), pool, run_dir=Path(out), moves_per_turn=config.moves_per_turn)
-                if config.validation_tasks
-                else None
-            )
+            workers = [build(config) for _ in range(concurrency)]
+            held_out = build(config.validation_config()) if config.validation_tasks else None
             fresh = workers[0].memory.state()
 
             def play(parts: Parts, index: int) -> dict[str, Any]:
-                if config.position(index)[0] == "validation":
+                if config.position(index)[0] == "validation" and held_out is not None:
                     parts = held_out
                 return run_task(parts, config, index, start_state(config, records, fresh))
 
@@ -150,6 +149,8 @@ def run_trials(
 
             play_in_order(range(len(records) + 1, config.total + 1), workers, play, finish)
         finally:
+            for parts in built:
+                parts.env.close()
             pool.close()
     summary = summarize_trials(records, config)
     write_atomic(Path(out) / SUMMARY_FILE, json.dumps(summary, indent=2))
