@@ -658,6 +658,28 @@ def list_parts() -> None:
         console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
 
 
+@app.command("serve")
+@friendly
+def serve_command(
+    store: Path = typer.Option(..., help="The MemRL SQLite store to serve (created if missing)."),
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on; keep loopback unless behind a TLS proxy."),
+    port: int = typer.Option(8765, min=1, max=65535, help="Port to listen on."),
+    admin_key_file: Optional[Path] = typer.Option(
+        None, help="File whose first line is the admin key (default: the TTLEARN_ADMIN_KEY environment variable)."
+    ),
+    max_body: int = typer.Option(1_000_000, min=1, help="Largest request body in bytes; larger ones get 413."),
+    rate: float = typer.Option(50.0, min=0, help="Requests per second per key (token bucket; 0 = no limit)."),
+    burst: float = typer.Option(100.0, min=1, help="Requests a key may send at once before the rate applies."),
+) -> None:
+    """Serve a MemRL store over HTTP to deployed agents: a key per namespace, API docs at /docs (needs the `serve`
+    extra). Stops cleanly on Ctrl-C or SIGTERM."""
+    from ttlearn.serve.app import serve
+    from ttlearn.serve.auth import read_admin_key
+
+    admin_key = read_admin_key(admin_key_file)
+    serve(store, host=host, port=port, admin_key=admin_key, max_body=max_body, rate=rate, burst=burst)
+
+
 def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`
     app()
 

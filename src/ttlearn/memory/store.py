@@ -455,10 +455,10 @@ class MemoryStore:
 
     # -- snapshot and restore of a namespace -------------------------------------------------------------------
 
-    def embedder_of(self, name: str) -> str:
-        """The name of the embedder that wrote namespace `name`'s vectors."""
-        self._namespace_id(name)
-        return str(self._conn.execute("SELECT embedder FROM namespaces WHERE name = ?", (name,)).fetchone()[0])
+    def embedder_of(self, name: str) -> str | None:
+        """The name of the embedder that wrote namespace `name`'s vectors; None when there is no such namespace."""
+        row = self._conn.execute("SELECT embedder FROM namespaces WHERE name = ?", (name,)).fetchone()
+        return None if row is None else str(row[0])
 
     def stats(self, name: str) -> dict[str, Any]:
         """Counts and Q statistics of namespace `name` (population std; None when it holds no item)."""
@@ -539,7 +539,7 @@ class MemoryStore:
                 ).lastrowid
             elif (row[1], row[2]) != (snapshot.embedder, snapshot.dim):
                 raise EmbedderMismatchError(
-                    f"namespace {name!r} in {self.path} embeds with {row[1]!r} ({row[2]}-d) but the snapshot with "
+                    f"namespace {name!r} embeds with {row[1]!r} ({row[2]}-d) but the snapshot with "
                     f"{snapshot.embedder!r} ({snapshot.dim}-d); restore it into a new namespace, or re-embed one side"
                 )
             else:
