@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from fakes import FakeLLM
 
 from ttlearn.memory import make_memory
 from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update, run_protocol
-from ttlearn.memory.store import NewItem
+from ttlearn.memory.embed import HashEmbedder
+from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 from ttlearn.types import Episode, Step
 
 
@@ -161,3 +163,45 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="writes with an LLM"):
         make_memory("memrl", None)
     assert math.isinf(memory(tmp_path, name="rag").cfg.q_min)
+
+
+def test_fork_copies_the_memories_and_writes_to_it_stay_there(tmp_path: Path) -> None:
+    origin = memory(tmp_path / "origin")
+    origin.observe(episode(0, "opponent plays rock", success=False))
+    origin.context("opponent plays rock")
+    snapshot = json.loads(json.dumps(origin.state()))  # as a run stores it, and `ttlearn memory fork` copies it
+    fork = memory(tmp_path / "fork")
+    fork.load(snapshot)
+    assert fork.ns.store.path != origin.ns.store.path
+    assert [m.experience for m in fork.ns.store.inspect("default")] == [
+        m.experience for m in origin.ns.store.inspect("default")
+    ]
+    fork.observe(episode(1, "opponent plays rock", success=True))  # rewards the pending retrieval, writes an item
+    forked, origins = fork.ns.store.inspect("default"), origin.ns.store.inspect("default")
+    assert len(forked) == 2 and forked[1].q_value == pytest.approx(0.3)
+    assert len(origins) == 1 and origins[0].q_value == 0.0
+
+
+def test_loading_the_fresh_state_resets_the_memory(tmp_path: Path) -> None:
+    mem = memory(tmp_path)
+    fresh = mem.state()
+    for i in range(3):
+        mem.context("opponent plays rock")
+        mem.observe(episode(i, "opponent plays rock", success=i == 1))
+    assert len(mem.ns) == 3 and mem.context("opponent plays rock")
+    mem.load(fresh)  # what a trial does before every task
+    assert len(mem.ns) == 0 and mem.context("opponent plays rock") == ""
+    assert mem.state()["memories"] == fresh["memories"]
+    mem.observe(episode(3, "opponent plays scissors", success=True))
+    assert [m.episode for m in mem.ns.store.inspect("default")] == [3]
+
+
+def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "other.sqlite") as other:
+        other.namespace("default", HashEmbedder(64)).add(NewItem("opponent plays rock", "play paper", 0.0))
+        foreign = other.export_namespace("default")
+    mem = memory(tmp_path)
+    mem.observe(episode(0, "opponent plays rock", success=True))
+    with pytest.raises(EmbedderMismatchError, match="hash64"):
+        mem.load({**mem.state(), "memories": foreign})
+    assert len(mem.ns) == 1

@@ -153,7 +153,7 @@ def test_bad_input_is_refused_and_writes_nothing(service: Service) -> None:
     kept = service.add("a", "opponent always plays rock", "play paper")
     before = service.export("a")
     bad = [
-        ("POST", "/v1/namespaces/a/memories", {"content": b"{not json", "headers": {"content-type": "application/json"}}),
+        ("POST", "/v1/namespaces/a/memories", {"content": b"{no", "headers": {"content-type": "application/json"}}),
         ("POST", "/v1/namespaces/a/memories", {"json": {"intent": "x"}}),
         ("POST", "/v1/namespaces/a/memories", {"json": {"intent": "x", "experience": "y", "admin": True}}),
         ("POST", "/v1/namespaces/a/memories", {"json": {"intent": "", "experience": "y"}}),
