@@ -205,3 +205,24 @@ def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Pa
     with pytest.raises(EmbedderMismatchError, match="hash64"):
         mem.load({**mem.state(), "memories": foreign})
     assert len(mem.ns) == 1
+
+
+def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
+    from ttlearn.trials import TrialConfig, read_tasks, run_trials
+
+    config = TrialConfig(
+        env="rps",
+        env_options={"opponent": "constant", "rounds": 2},
+        memory="memrl",
+        memory_options={"embedder": "hash", "epsilon": 0.0, "store": str(tmp_path / "trials.sqlite")},
+        player="scripted:random",
+        writer="smollm2",  # validated by name, built by the fake factory below
+        tasks=3,
+        attempts=2,
+    )
+    run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
+    records = read_tasks(tmp_path / "t")
+    # each task starts empty and holds its own observed attempts only (all but the last, which is not observed)
+    counts = [len(r["memory"]["memories"]["items"]) for r in records]
+    assert counts == [len(r["attempts"]) - 1 for r in records]
+    assert counts[1] > 0 and counts[2] == 0  # task 3 does not see task 2's memory
