@@ -673,9 +673,11 @@ def serve_command(
 ) -> None:
     """Serve a MemRL store over HTTP to deployed agents: a key per namespace, API docs at /docs (needs the `serve`
     extra). Stops cleanly on Ctrl-C or SIGTERM."""
-    from ttlearn.serve.app import serve
-    from ttlearn.serve.auth import read_admin_key
-
+    try:
+        from ttlearn.serve.app import serve
+        from ttlearn.serve.auth import read_admin_key
+    except ImportError as exc:
+        raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
     admin_key = read_admin_key(admin_key_file)
     serve(store, host=host, port=port, admin_key=admin_key, max_body=max_body, rate=rate, burst=burst)
 

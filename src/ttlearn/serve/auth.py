@@ -108,13 +108,12 @@ class KeyRing:
                 raise
         return f"{key_id}.{secret}"
 
-    def revoke(self, namespace: str) -> int:
-        """Revoke every key of `namespace`; returns how many were live."""
+    def revoke(self, namespace: str) -> None:
+        """Revoke every key of `namespace`."""
         with self._lock:
-            cursor = self._conn.execute(
+            self._conn.execute(
                 "UPDATE service_keys SET revoked = ? WHERE namespace = ? AND revoked IS NULL", (time.time(), namespace)
             )
-        return cursor.rowcount
 
     def has_key(self, namespace: str) -> bool:
         with self._lock:
