@@ -22,6 +22,7 @@ from ttlearn.llm.base import DEFAULT_LLM, LLMError
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.registry import UnknownNameError
 from ttlearn.runs import Run, RunConfig
+from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
 from ttlearn.session import build_session, validate
 from ttlearn.trials import (
     TrialConfig,
@@ -667,9 +668,9 @@ def serve_command(
     admin_key_file: Optional[Path] = typer.Option(
         None, help="File whose first line is the admin key (default: the TTLEARN_ADMIN_KEY environment variable)."
     ),
-    max_body: int = typer.Option(1_000_000, min=1, help="Largest request body in bytes; larger ones get 413."),
-    rate: float = typer.Option(50.0, min=0, help="Requests per second per key (token bucket; 0 = no limit)."),
-    burst: float = typer.Option(100.0, min=1, help="Requests a key may send at once before the rate applies."),
+    max_body: int = typer.Option(DEFAULT_MAX_BODY, min=1, help="Largest request body in bytes; larger ones get 413."),
+    rate: float = typer.Option(DEFAULT_RATE, min=0, help="Requests per second per key (token bucket; 0 = no limit)."),
+    burst: float = typer.Option(DEFAULT_BURST, min=1, help="Requests a key may send at once before the rate applies."),
 ) -> None:
     """Serve a MemRL store over HTTP to deployed agents: a key per namespace, API docs at /docs (needs the `serve`
     extra). Stops cleanly on Ctrl-C or SIGTERM."""

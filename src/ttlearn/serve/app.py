@@ -40,12 +40,10 @@ from ttlearn.memory.store import (
     NamespaceSnapshot,
     NewItem,
 )
+from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
 from ttlearn.serve.limits import BodyLimit, RateLimiter
 
-DEFAULT_MAX_BODY = 1_000_000
-DEFAULT_RATE = 50.0
-DEFAULT_BURST = 100.0
 MEMRL_ALPHA = 0.3
 """MemRL's learning rate in the paper's released configs (the `memrl` memory's default)."""
 
