@@ -11,8 +11,8 @@ import pytest
 from fakes import FakeLLM
 
 from ttlearn.memory import make_memory
-from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update, run_protocol
 from ttlearn.memory.embed import HashEmbedder
+from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update, run_protocol
 from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 from ttlearn.types import Episode, Step
 

@@ -1,8 +1,8 @@
 """The client side of `ttlearn serve`: `MemoryClient` for any Python program, `RemoteMemories` for the MemRL memories.
 
-`MemoryClient` keeps one HTTP connection pool (httpx2, the successor of httpx) and turns every refusal into a `MemoryServiceError` that says
-what the service answered. Connection attempts are retried (a request that never reached the server is safe to
-send again); a request that reached it is not, so a write is never applied twice.
+`MemoryClient` keeps one HTTP connection pool (httpx2, the successor of httpx) and turns every refusal into a
+`MemoryServiceError` that says what the service answered. Connection attempts are retried (a request that never
+reached the server is safe to send again); a request that reached it is not, so a write is never applied twice.
 
 With `-m url=http://HOST:PORT -m key=KEY` (or TTLEARN_MEMORY_KEY in the environment; `key=` lands in the run's
 config.json like every option) the `memrl`, `memp` and `rag` memories keep their memories in a namespace of the
@@ -25,7 +25,7 @@ from ttlearn.memory.store import Candidate, NewItem
 try:
     import httpx2 as httpx
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(f"the memory service client needs httpx2 ({exc}); install it with: pip install 'ttlearn[serve]'")
+    raise ImportError(f"the memory service client needs httpx2 ({exc}): pip install 'ttlearn[serve]'") from exc
 
 KEY_ENV = "TTLEARN_MEMORY_KEY"
 

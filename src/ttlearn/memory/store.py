@@ -758,7 +758,15 @@ def _embed_batched(embedder: Embedder, texts: list[str], batch_size: int) -> np.
 
 
 ITEM_COLUMNS = (
-    "namespace_id", "intent_id", "experience", "q_value", "visits", "last_reward", "run_id", "episode", "created"
+    "namespace_id",
+    "intent_id",
+    "experience",
+    "q_value",
+    "visits",
+    "last_reward",
+    "run_id",
+    "episode",
+    "created",
 )
 
 
@@ -792,8 +800,7 @@ def _insert_keeping_ids(
     taken = set()
     if wanted:
         taken = {
-            r[0]
-            for r in conn.execute(f"SELECT id FROM {table} WHERE id BETWEEN ? AND ?", (min(wanted), max(wanted)))
+            r[0] for r in conn.execute(f"SELECT id FROM {table} WHERE id BETWEEN ? AND ?", (min(wanted), max(wanted)))
         }
     marks = ", ".join("?" * (len(columns) + 1))
     sql = f"INSERT INTO {table} (id, {', '.join(columns)}) VALUES ({marks})"

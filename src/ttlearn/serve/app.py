@@ -442,9 +442,7 @@ def create_app(
         return service.feedback(ns, body)
 
     @app.get("/v1/namespaces/{ns}/inspect", tags=["memories"])
-    def inspect(
-        ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=1000)] = 10
-    ) -> Inspection:
+    def inspect(ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=1000)] = 10) -> Inspection:
         """Counts, Q statistics and the newest `limit` items."""
         return service.inspect(ns, limit)
 
