@@ -226,3 +226,30 @@ def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
     counts = [len(r["memory"]["memories"]["items"]) for r in records]
     assert counts == [len(r["attempts"]) - 1 for r in records]
     assert counts[1] > 0 and counts[2] == 0  # task 3 does not see task 2's memory
+
+
+def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
+    from ttlearn.runs import Run, RunConfig
+    from ttlearn.session import build_session
+
+    def play(out: Path, games: int, memory_from: str | None = None) -> Run:
+        config = RunConfig(
+            env="rps",
+            env_options={"opponent": "beat-last", "rounds": 3},
+            memory="memrl",
+            memory_options={"embedder": "hash", "epsilon": 0.0},
+            player="scripted:random",
+            writer="smollm2",  # validated by name, built by the fake factory below
+            games=games,
+            memory_from=memory_from,
+        )
+        run = Run.create(out, config)
+        build_session(run, llm_factory=lambda spec: FakeLLM(strategy_or_reflection)).play()
+        return run
+
+    origin = play(tmp_path / "origin", games=3)
+    fork = play(tmp_path / "fork", games=1, memory_from=str(origin.snapshot_path(2)))  # what `memory fork` copies
+    with MemoryStore(origin.path / "memrl.sqlite") as a, MemoryStore(fork.path / "memrl.sqlite") as b:
+        assert [m.episode for m in a.inspect("default")] == [3, 2, 1]
+        assert [m.episode for m in b.inspect("default")] == [1, 2, 1]  # origin's games 1-2, then its own game 1
+        assert {m.run_id for m in b.inspect("default")} == {"origin", "fork"}

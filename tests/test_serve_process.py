@@ -171,7 +171,7 @@ def test_two_agents_share_one_learning_memory(server: Server, monkeypatch: pytes
     assert third.context(task).count("Task: ") == 2
 
     with pytest.raises(ValueError, match="never overwrites"):
-        third.load({"memories": {}, "log_ids": [], "run_id": None, "retrieved": [], "rng": state["rng"]})
+        third.load({"memories": {}, "log_ids": [], "retrieved": [], "rng": state["rng"]})
     with pytest.raises(ValueError, match="embeds with 'hash'"):
         make_memory("memrl", writer, **{**options, "embedder": "minilm"}).context(task)
     with pytest.raises(ValueError, match="not both"):

@@ -15,8 +15,8 @@ Where the memories live. By default in a SQLite store file (`store=`, else `<run
 service, which runs, trials and several agents share and train together.
 
 Snapshots. With a store file, `state()` carries the memories themselves (`MemoryStore.export_namespace`: intent
-keys with their vectors, items with Q) plus the run id, the items retrieved during the unfinished episode and the
-exploration RNG; `load()` restores them into this memory's own store, replacing what its namespace held. So a fork
+keys with their vectors, items with Q) plus the items retrieved during the unfinished episode and the exploration
+RNG; `load()` restores them into this memory's own store, replacing what its namespace held. So a fork
 (`ttlearn memory fork`, `--memory-from`) copies the memories instead of sharing the origin's file, and a trial that
 reloads the fresh state before every task starts from an empty memory. With a service the memory is shared on
 purpose: `state()` points at the namespace, and `load()` restores only the RNG and pending retrievals, never
@@ -343,16 +343,12 @@ class MemRLMemory(Memory):
         )
 
     def state(self) -> dict[str, Any]:
-        return {
-            **self.memories.state(),
-            "run_id": self.run_id,
-            "retrieved": list(self._retrieved),
-            "rng": self.rng.bit_generator.state,
-        }
+        """The memories (or where they live), pending retrievals and the RNG; not the run id, which is provenance
+        of whichever run writes next (a fork's writes are its own)."""
+        return {**self.memories.state(), "retrieved": list(self._retrieved), "rng": self.rng.bit_generator.state}
 
     def load(self, state: dict[str, Any]) -> None:
         new_ids = self.memories.load(state)
-        self.run_id = state["run_id"]
         self._retrieved = [new_ids.get(i, i) for i in state["retrieved"]]
         self.rng.bit_generator.state = state["rng"]
 
