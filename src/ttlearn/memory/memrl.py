@@ -47,6 +47,8 @@ if TYPE_CHECKING:
     from ttlearn.memory.remote import RemoteMemories
 
 Z_CLIP = 3.0
+DEFAULT_ALPHA = 0.3
+"""The Q learning rate of the paper's released configs."""
 
 
 # -- the maths --------------------------------------------------------------------------------------------------
@@ -219,7 +221,7 @@ class MemRLMemory(Memory):
     needs_llm: ClassVar[bool] = True
     fixed: ClassVar[dict[str, float]] = {}
     """Options a baseline pins (memp: alpha; rag: alpha, w_q, q_min); passing another value is an error."""
-    _defaults: ClassVar[dict[str, float]] = {"alpha": 0.3, "w_q": 0.5, "q_min": -0.5}
+    _defaults: ClassVar[dict[str, float]] = {"alpha": DEFAULT_ALPHA, "w_q": 0.5, "q_min": -0.5}
 
     def __init__(
         self,

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn import __version__
 from ttlearn.memory.embed import Embedder, make_embedder
-from ttlearn.memory.memrl import RetrievalConfig, reinforce, two_phase_retrieve
+from ttlearn.memory.memrl import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.store import (
     DEFAULT_JOIN_THRESHOLD,
     EmbedderMismatchError,
@@ -43,9 +43,6 @@ from ttlearn.memory.store import (
 from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
 from ttlearn.serve.limits import BodyLimit, RateLimiter
-
-MEMRL_ALPHA = 0.3
-"""MemRL's learning rate in the paper's released configs (the `memrl` memory's default)."""
 
 _RETRIEVAL = RetrievalConfig()
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -126,7 +123,7 @@ class Retrieved(BaseModel):
 class FeedbackIn(_Request):
     ids: list[int] = Field(min_length=1, max_length=1000, description="The items retrieved for the finished task.")
     reward: Finite = Field(description="The task's reward r (MemRL: +1 success, -1 failure).")
-    alpha: Finite = Field(MEMRL_ALPHA, ge=0, le=1, description="Q ← (1 − α)·Q + α·(r + γ·max Q′).")
+    alpha: Finite = Field(DEFAULT_ALPHA, ge=0, le=1, description="Q ← (1 − α)·Q + α·(r + γ·max Q′).")
     gamma: Finite = Field(0.0, ge=0, le=1)
 
 
