@@ -205,6 +205,9 @@ def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Pa
     with pytest.raises(EmbedderMismatchError, match="hash64"):
         mem.load({**mem.state(), "memories": foreign})
     assert len(mem.ns) == 1
+    pointer = {"url": "http://127.0.0.1:8765", "namespace": "a", "retrieved": [], "rng": mem.state()["rng"]}
+    with pytest.raises(ValueError, match="holds no memories, only a pointer to 'http://127.0.0.1:8765'"):
+        mem.load(pointer)
 
 
 def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:

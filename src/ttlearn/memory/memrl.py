@@ -407,9 +407,10 @@ class LocalMemories:
     def load(self, state: dict[str, Any]) -> dict[int, int]:
         """Replace this namespace's memories by the state's; returns the new id of each of the state's item ids."""
         if "memories" not in state:
+            source = state.get("url") or state.get("store")
             raise ValueError(
-                f"this MemRL state points at the memory service {state.get('url')!r}, it holds no memories to restore; "
-                "load it into a memory with the same url="
+                f"this MemRL state holds no memories, only a pointer to {source!r} (a memory service, or a store file "
+                "as older snapshots had); a local memory cannot load it: give it the same url= or start afresh"
             )
         new_ids = self.ns.store.import_namespace(self.namespace, state["memories"])
         self.log_ids = list(state["log_ids"])
