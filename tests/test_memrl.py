@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,8 +12,9 @@ from fakes import FakeLLM
 
 from ttlearn.memory import make_memory
 from ttlearn.eval.metrics import run_protocol
+from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update
-from ttlearn.memory.store import NewItem
+from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 from ttlearn.types import Episode, Step
 
 
@@ -169,3 +171,97 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="writes with an LLM"):
         make_memory("memrl", None)
     assert math.isinf(memory(tmp_path, name="rag").cfg.q_min)
+
+
+def test_fork_copies_the_memories_and_writes_to_it_stay_there(tmp_path: Path) -> None:
+    origin = memory(tmp_path / "origin")
+    origin.observe(episode(0, "opponent plays rock", success=False))
+    origin.context("opponent plays rock")
+    snapshot = json.loads(json.dumps(origin.state()))  # as a run stores it, and `ttlearn memory fork` copies it
+    fork = memory(tmp_path / "fork")
+    fork.load(snapshot)
+    assert fork.ns.store.path != origin.ns.store.path
+    assert [m.experience for m in fork.ns.store.inspect("default")] == [
+        m.experience for m in origin.ns.store.inspect("default")
+    ]
+    fork.observe(episode(1, "opponent plays rock", success=True))  # rewards the pending retrieval, writes an item
+    forked, origins = fork.ns.store.inspect("default"), origin.ns.store.inspect("default")
+    assert len(forked) == 2 and forked[1].q_value == pytest.approx(0.3)
+    assert len(origins) == 1 and origins[0].q_value == 0.0
+
+
+def test_loading_the_fresh_state_resets_the_memory(tmp_path: Path) -> None:
+    mem = memory(tmp_path)
+    fresh = mem.state()
+    for i in range(3):
+        mem.context("opponent plays rock")
+        mem.observe(episode(i, "opponent plays rock", success=i == 1))
+    assert len(mem.ns) == 3 and mem.context("opponent plays rock")
+    mem.load(fresh)  # what a trial does before every task
+    assert len(mem.ns) == 0 and mem.context("opponent plays rock") == ""
+    assert mem.state()["memories"] == fresh["memories"]
+    mem.observe(episode(3, "opponent plays scissors", success=True))
+    assert [m.episode for m in mem.ns.store.inspect("default")] == [3]
+
+
+def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "other.sqlite") as other:
+        other.namespace("default", HashEmbedder(64)).add(NewItem("opponent plays rock", "play paper", 0.0))
+        foreign = other.export_namespace("default")
+    mem = memory(tmp_path)
+    mem.observe(episode(0, "opponent plays rock", success=True))
+    with pytest.raises(EmbedderMismatchError, match="hash64"):
+        mem.load({**mem.state(), "memories": foreign})
+    assert len(mem.ns) == 1
+    pointer = {"url": "http://127.0.0.1:8765", "namespace": "a", "retrieved": [], "rng": mem.state()["rng"]}
+    with pytest.raises(ValueError, match="holds no memories, only a pointer to 'http://127.0.0.1:8765'"):
+        mem.load(pointer)
+
+
+def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
+    from ttlearn.rollout.trials import run_trials
+    from ttlearn.runs import TrialConfig, read_tasks
+
+    config = TrialConfig(
+        env="rps",
+        env_options={"opponent": "constant", "rounds": 2},
+        memory="memrl",
+        memory_options={"embedder": "hash", "epsilon": 0.0, "store": str(tmp_path / "trials.sqlite")},
+        player="scripted:random",
+        writer="smollm2",  # validated by name, built by the fake factory below
+        tasks=3,
+        attempts=2,
+    )
+    run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
+    records = read_tasks(tmp_path / "t")
+    # each task starts empty and holds its own observed attempts only (all but the last, which is not observed)
+    counts = [len(r["memory"]["memories"]["items"]) for r in records]
+    assert counts == [len(r["attempts"]) - 1 for r in records]
+    assert counts[1] > 0 and counts[2] == 0  # task 3 does not see task 2's memory
+
+
+def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
+    from ttlearn.runs import Run, RunConfig
+    from ttlearn.rollout.session import open_session
+
+    def play(out: Path, games: int, memory_from: str | None = None) -> Run:
+        config = RunConfig(
+            env="rps",
+            env_options={"opponent": "beat-last", "rounds": 3},
+            memory="memrl",
+            memory_options={"embedder": "hash", "epsilon": 0.0},
+            player="scripted:random",
+            writer="smollm2",  # validated by name, built by the fake factory below
+            games=games,
+            memory_from=memory_from,
+        )
+        run = Run.create(out, config)
+        open_session(run, llm_factory=lambda spec: FakeLLM(strategy_or_reflection)).play()
+        return run
+
+    origin = play(tmp_path / "origin", games=3)
+    fork = play(tmp_path / "fork", games=1, memory_from=str(origin.snapshot_path(2)))  # what `memory fork` copies
+    with MemoryStore(origin.path / "memrl.sqlite") as a, MemoryStore(fork.path / "memrl.sqlite") as b:
+        assert [m.episode for m in a.inspect("default")] == [3, 2, 1]
+        assert [m.episode for m in b.inspect("default")] == [1, 2, 1]  # origin's games 1-2, then its own game 1
+        assert {m.run_id for m in b.inspect("default")} == {"origin", "fork"}

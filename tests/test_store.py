@@ -196,3 +196,63 @@ def test_minilm_embeds_offline_and_ranks_by_meaning() -> None:
     assert vecs.shape == (3, 384) and vecs.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, rtol=1e-5)
     assert vecs[0] @ vecs[1] > 0.5 > vecs[0] @ vecs[2]
+
+
+def _five_items(store: MemoryStore, name: str) -> None:
+    ns = store.namespace(name, HashEmbedder(64))
+    ns.add_many([NewItem(f"situation {w}", f"experience {w}", 0.1 * i, "run", i) for i, w in enumerate("abcde")])
+    ns.update_q([2], 1.0, lambda q: q + 0.5)
+
+
+def test_export_then_import_elsewhere_keeps_everything(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "a.sqlite") as a, MemoryStore(tmp_path / "b.sqlite") as b:
+        _five_items(a, "ns")
+        snapshot = json.loads(json.dumps(a.export_namespace("ns")))
+        assert b.import_namespace("ns", snapshot) == {i: i for i in range(1, 6)}  # ids free: all kept
+        assert b.export_namespace("ns") == snapshot
+        assert b.inspect("ns") == a.inspect("ns")
+        ids_a, sims_a = a.namespace("ns", HashEmbedder(64)).nearest("situation c", 3)
+        ids_b, sims_b = b.namespace("ns", HashEmbedder(64)).nearest("situation c", 3)
+        assert ids_a.tolist() == ids_b.tolist() and np.array_equal(sims_a, sims_b)
+
+
+def test_import_keeps_free_ids_and_renumbers_taken_ones_after_them(tmp_path: Path) -> None:
+    with MemoryStore(tmp_path / "a.sqlite") as a, MemoryStore(tmp_path / "b.sqlite") as b:
+        _five_items(a, "source")
+        other = b.namespace("other", HashEmbedder(64))
+        other.add_many([NewItem(f"other {i}", "x", 0.0) for i in range(3)], join_threshold=1.1)  # ids 1-3 taken
+        mapping = b.import_namespace("copy", a.export_namespace("source"))
+        assert mapping == {1: 6, 2: 7, 3: 8, 4: 4, 5: 5}  # had 1-3 been renumbered first, they would take 4 and 5
+        copied = {m.id: m.experience for m in b.inspect("copy")}
+        assert {mapping[m.id]: m.experience for m in a.inspect("source")} == copied
+        assert len(b.inspect("other")) == 3
+
+
+def test_import_replaces_in_one_transaction_and_other_connections_see_it(tmp_path: Path) -> None:
+    path = tmp_path / "a.sqlite"
+    with MemoryStore(path) as a, MemoryStore(path) as reader:
+        _five_items(a, "ns")
+        snapshot = a.export_namespace("ns")
+        ns = reader.namespace("ns", HashEmbedder(64))
+        assert len(ns.nearest("situation e", 10)[0]) == 5  # the reader's index is warm
+        broken = {**snapshot, "items": [*snapshot["items"], {**snapshot["items"][0], "id": 99, "intent_id": 42}]}
+        with pytest.raises(ValueError, match="42"):
+            a.import_namespace("ns", broken)
+        assert a.export_namespace("ns") == snapshot
+        smaller = {**snapshot, "intents": snapshot["intents"][:2], "items": snapshot["items"][:2]}
+        a.import_namespace("ns", smaller)
+        assert ns.nearest("situation e", 10)[0].tolist() == [1, 2]  # rebuilt, not appended to
+        with pytest.raises(EmbedderMismatchError):
+            a.import_namespace("ns", {**snapshot, "embedder": "hash", "dim": 256, "intents": [], "items": []})
+
+
+def test_stats_match_hand_computed_values(store: MemoryStore) -> None:
+    ns = store.namespace("s", HashEmbedder(64))
+    ns.add_many([NewItem("a", "x", 0.0), NewItem("b", "y", 0.5), NewItem("a", "z", -0.5)])
+    stats = store.stats("s")
+    assert (stats["items"], stats["intents"], stats["visits"]) == (3, 2, 0)
+    # mean 0, population std sqrt((0 + 0.25 + 0.25) / 3) = 0.4082
+    assert stats["q"] == {"mean": 0.0, "std": pytest.approx(0.408248, abs=1e-6), "min": -0.5, "max": 0.5}
+    store.namespace("empty", HashEmbedder(64))
+    assert store.stats("empty")["q"] is None
+    assert store.embedder_of("s") == "hash64" and store.embedder_of("nope") is None

@@ -10,9 +10,17 @@ describe the *current situation*, not only the game: e.g. for RPS "rock-paper-sc
 opponent's last moves: rock, paper, paper; my last moves: …". The intent key of a written item is the episode's
 `task` (its situation at the start). Similar situations then retrieve the experiences (and their Q) of past games.
 
-Snapshots. `state()` is a pointer, not a copy: the store path, namespace, embedder, run id, the items retrieved
-during the unfinished episode and the exploration RNG. The SQLite store is the durable, shared part and is not
-rolled back by `load()`; fork a store by copying its file first.
+Where the memories live. By default in a SQLite store file (`store=`, else `<run_dir>/memrl.sqlite`); with
+`url=` (and `key=`, or the TTLEARN_MEMORY_KEY environment variable) in a namespace of a `ttlearn serve` memory
+service, which runs, trials and several agents share and train together.
+
+Snapshots. With a store file, `state()` carries the memories themselves (`MemoryStore.export_namespace`: intent
+keys with their vectors, items with Q) plus the items retrieved during the unfinished episode and the exploration
+RNG; `load()` restores them into this memory's own store, replacing what its namespace held. So a fork
+(`ttlearn memory fork`, `--memory-from`) copies the memories instead of sharing the origin's file, and a trial that
+reloads the fresh state before every task starts from an empty memory. With a service the memory is shared on
+purpose: `state()` points at the namespace, and `load()` restores only the RNG and pending retrievals, never
+overwriting what other agents learnt.
 
 Baselines as configurations of the same class: `memp` = MemRL with α = 0 (Q stays at q_init, ranking reduces to
 similarity), `rag` = similarity only (w_q = 0, no Q filter, α = 0).
@@ -25,7 +33,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -35,7 +43,12 @@ from ttlearn.memory.embed import make_embedder
 from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem
 from ttlearn.types import Episode
 
+if TYPE_CHECKING:
+    from ttlearn.memory.remote import RemoteMemories
+
 Z_CLIP = 3.0
+DEFAULT_ALPHA = 0.3
+"""The Q learning rate of the paper's released configs."""
 
 
 # -- the maths --------------------------------------------------------------------------------------------------
@@ -153,6 +166,11 @@ def two_phase_retrieve(
     return candidates, ranked
 
 
+def reinforce(ns: Namespace, item_ids: Sequence[int], reward: float, alpha: float) -> dict[int, float]:
+    """The update after a finished task, applied to every item retrieved for it (γ = 0: see `MemRLMemory`)."""
+    return ns.update_q(item_ids, reward, lambda q: q_update(q, reward, alpha))
+
+
 # -- the memory -------------------------------------------------------------------------------------------------
 
 _STRATEGY_PROMPT = (
@@ -177,21 +195,23 @@ class MemRLMemory(Memory):
     next task, known only after the next `context` call; taking the max over the items being updated (what an
     update at `observe` time can see) biases every Q toward its own neighbours. And the tasks of a run are
     independent instances, so the next task's retrieval is not a consequence of this one: the paper's γ = 0 is the
-    right target, not a simplification. `store=None` means `<run_dir>/memrl.sqlite` once the session
-    calls `bind_run`, else a fresh temporary file.
+    right target, not a simplification. `store=None` means `<run_dir>/memrl.sqlite` once the builder
+    calls `bind_run`, else a fresh temporary file; `url=` puts the memories in a memory service instead.
     """
 
     name: ClassVar[str] = "memrl"
     needs_llm: ClassVar[bool] = True
     fixed: ClassVar[dict[str, float]] = {}
     """Options a baseline pins (memp: alpha; rag: alpha, w_q, q_min); passing another value is an error."""
-    _defaults: ClassVar[dict[str, float]] = {"alpha": 0.3, "w_q": 0.5, "q_min": -0.5}
+    _defaults: ClassVar[dict[str, float]] = {"alpha": DEFAULT_ALPHA, "w_q": 0.5, "q_min": -0.5}
 
     def __init__(
         self,
         llm: LLM | None = None,
         *,
         store: str | None = None,
+        url: str | None = None,
+        key: str | None = None,
         namespace: str = "default",
         embedder: str = "minilm",
         k1: int = 5,
@@ -230,15 +250,21 @@ class MemRLMemory(Memory):
         self.success_threshold = success_threshold
         self.join_threshold = join_threshold
         self.max_trajectory_chars = max_trajectory_chars
-        self.store_path = store
-        self.namespace_name = namespace
-        self.embedder_name = embedder
         self.run_id = run_id
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self._ns: Namespace | None = None
+        self.memories: LocalMemories | RemoteMemories
+        if url is None:
+            if key is not None:
+                raise ValueError(f"memory {self.name!r}: key= goes with url= (a memory service); add url= or drop key=")
+            self.memories = LocalMemories(store, namespace, embedder)
+        elif store is not None:
+            raise ValueError(f"memory {self.name!r} takes store= (a local file) or url= (a memory service), not both")
+        else:
+            from ttlearn.memory.remote import RemoteMemories
+
+            self.memories = RemoteMemories(url, key, namespace, embedder)
         self._retrieved: list[int] = []
-        self._log_ids: list[int] = []
 
     def _resolve(self, key: str, value: float | None) -> float:
         if key in self.fixed:
@@ -250,33 +276,15 @@ class MemRLMemory(Memory):
     def bind_run(self, run_dir: str | Path, run_id: str) -> None:
         """Called by the session before the first episode: provenance, and the default store location."""
         self.run_id = run_id
-        if self.store_path is None:
-            self.store_path = str(Path(run_dir) / "memrl.sqlite")
+        self.memories.bind_run(Path(run_dir))
 
     @property
     def ns(self) -> Namespace:
-        if self._ns is None:
-            if self.store_path is None:
-                self.store_path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
-            store = MemoryStore(self.store_path)
-            self._ns = store.namespace(self.namespace_name, make_embedder(self.embedder_name))
-        return self._ns
+        """The namespace of the local store (a memory on a service has none)."""
+        return self.memories.ns
 
     def context(self, query: str) -> str:
-        candidates, ranked = two_phase_retrieve(self.ns, query, self.cfg, self.rng)
-        chosen = [candidates[i] for i in ranked.chosen]
-        self._log_ids.append(
-            self.ns.log_retrieval(
-                query,
-                [
-                    {"id": c.item_id, "sim": round(c.sim, 4), "q": round(c.q_value, 4), "score": s}
-                    for c, s in zip(candidates, ranked.scores)
-                ],
-                [c.item_id for c in chosen],
-                explored=ranked.explored,
-                run_id=self.run_id,
-            )
-        )
+        chosen = self.memories.retrieve(query, self.cfg, self.rng, self.run_id)
         for c in chosen:
             if c.item_id not in self._retrieved:
                 self._retrieved.append(c.item_id)
@@ -291,13 +299,13 @@ class MemRLMemory(Memory):
         success = self.succeeded(episode)
         reward = self.rewards[0] if success else self.rewards[1]
         if self._retrieved:
-            self.ns.update_q(self._retrieved, reward, lambda q: q_update(q, reward, self.alpha))
-        self.ns.add(
+            self.memories.reinforce(self._retrieved, reward, self.alpha)
+        self.memories.add(
             NewItem(episode.task, self._write_experience(episode, success), self.q_init, self.run_id, episode.index),
-            join_threshold=self.join_threshold,
+            self.join_threshold,
         )
-        self.ns.assign_episode(self._log_ids, episode.index)
-        self._retrieved, self._log_ids = [], []
+        self.memories.finish_episode(episode.index)
+        self._retrieved = []
 
     def _write_experience(self, episode: Episode, success: bool) -> str:
         trajectory = episode.info.get("transcript") or "\n".join(
@@ -324,24 +332,76 @@ class MemRLMemory(Memory):
         )
 
     def state(self) -> dict[str, Any]:
-        return {
-            "store": self.ns.store.path,
-            "namespace": self.namespace_name,
-            "embedder": self.embedder_name,
-            "run_id": self.run_id,
-            "retrieved": list(self._retrieved),
-            "log_ids": list(self._log_ids),
-            "rng": self.rng.bit_generator.state,
-        }
+        """The memories (or where they live), pending retrievals and the RNG; not the run id, which is provenance
+        of whichever run writes next (a fork's writes are its own)."""
+        return {**self.memories.state(), "retrieved": list(self._retrieved), "rng": self.rng.bit_generator.state}
 
     def load(self, state: dict[str, Any]) -> None:
-        if self._ns is not None and (state["store"], state["namespace"]) != (self.store_path, self.namespace_name):
-            self._ns.store.close()
-            self._ns = None
-        self.store_path, self.namespace_name = state["store"], state["namespace"]
-        self.embedder_name, self.run_id = state["embedder"], state["run_id"]
-        self._retrieved, self._log_ids = list(state["retrieved"]), list(state["log_ids"])
+        new_ids = self.memories.load(state)
+        self._retrieved = [new_ids.get(i, i) for i in state["retrieved"]]
         self.rng.bit_generator.state = state["rng"]
+
+
+class LocalMemories:
+    """MemRL's memories in a SQLite store file that this process opens."""
+
+    def __init__(self, path: str | None, namespace: str, embedder: str) -> None:
+        self.path = path
+        self.namespace = namespace
+        self.embedder = embedder
+        self.log_ids: list[int] = []
+        """Retrievals logged during the unfinished episode; they learn its index when it ends."""
+        self._ns: Namespace | None = None
+
+    def bind_run(self, run_dir: Path) -> None:
+        if self.path is None:
+            self.path = str(run_dir / "memrl.sqlite")
+
+    @property
+    def ns(self) -> Namespace:
+        if self._ns is None:
+            if self.path is None:
+                self.path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
+            self._ns = MemoryStore(self.path).namespace(self.namespace, make_embedder(self.embedder))
+        return self._ns
+
+    def retrieve(
+        self, query: str, cfg: RetrievalConfig, rng: np.random.Generator, run_id: str | None
+    ) -> list[Candidate]:
+        """The two-phase retrieval, logged with every candidate's similarity, Q and score (`ttlearn memory explain`)."""
+        candidates, ranked = two_phase_retrieve(self.ns, query, cfg, rng)
+        chosen = [candidates[i].item_id for i in ranked.chosen]
+        log = [
+            {"id": c.item_id, "sim": round(c.sim, 4), "q": round(c.q_value, 4), "score": s}
+            for c, s in zip(candidates, ranked.scores)
+        ]
+        self.log_ids.append(self.ns.log_retrieval(query, log, chosen, explored=ranked.explored, run_id=run_id))
+        return [candidates[i] for i in ranked.chosen]
+
+    def reinforce(self, item_ids: Sequence[int], reward: float, alpha: float) -> None:
+        reinforce(self.ns, item_ids, reward, alpha)
+
+    def add(self, item: NewItem, join_threshold: float) -> None:
+        self.ns.add(item, join_threshold=join_threshold)
+
+    def finish_episode(self, index: int) -> None:
+        self.ns.assign_episode(self.log_ids, index)
+        self.log_ids = []
+
+    def state(self) -> dict[str, Any]:
+        return {"memories": self.ns.store.export_namespace(self.namespace), "log_ids": list(self.log_ids)}
+
+    def load(self, state: dict[str, Any]) -> dict[int, int]:
+        """Replace this namespace's memories by the state's; returns the new id of each of the state's item ids."""
+        if "memories" not in state:
+            source = state.get("url") or state.get("store")
+            raise ValueError(
+                f"this MemRL state holds no memories, only a pointer to {source!r} (a memory service, or a store file "
+                "as older snapshots had); a local memory cannot load it: give it the same url= or start afresh"
+            )
+        new_ids = self.ns.store.import_namespace(self.namespace, state["memories"])
+        self.log_ids = list(state["log_ids"])
+        return new_ids
 
 
 @MEMORIES.register("memp")

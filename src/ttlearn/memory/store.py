@@ -18,6 +18,7 @@ above it a usearch HNSW graph (built single-threaded, so it is deterministic), w
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import random
@@ -26,9 +27,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn.memory.embed import Embedder
 
@@ -143,6 +145,44 @@ class RetrievalRecord:
     chosen: list[int]
     explored: bool
     created: float
+
+
+SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntentRecord(_Strict):
+    id: int
+    text: str
+    embedding: str
+    """The unit vector as base64 of little-endian float32 values, so a restore needs no embedder."""
+    created: _Finite
+
+
+class ItemRecord(_Strict):
+    id: int
+    intent_id: int
+    experience: str
+    q_value: _Finite
+    visits: int = Field(ge=0)
+    last_reward: _Finite | None
+    run_id: str | None
+    episode: int | None
+    created: _Finite
+
+
+class NamespaceSnapshot(_Strict):
+    """A namespace's memories as `export_namespace` writes them and `import_namespace` reads them."""
+
+    format: Literal["ttlearn-memrl-namespace/1"]
+    embedder: str
+    dim: int = Field(gt=0)
+    intents: list[IntentRecord]
+    items: list[ItemRecord]
 
 
 class VectorIndex:
@@ -413,6 +453,118 @@ class MemoryStore:
     def integrity_check(self) -> str:
         return str(self._conn.execute("PRAGMA integrity_check").fetchone()[0])
 
+    # -- snapshot and restore of a namespace -------------------------------------------------------------------
+
+    def embedder_of(self, name: str) -> str | None:
+        """The name of the embedder that wrote namespace `name`'s vectors; None when there is no such namespace."""
+        row = self._conn.execute("SELECT embedder FROM namespaces WHERE name = ?", (name,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def stats(self, name: str) -> dict[str, Any]:
+        """Counts and Q statistics of namespace `name` (population std; None when it holds no item)."""
+        ns_id = self._namespace_id(name)
+        embedder, dim = self._conn.execute("SELECT embedder, dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
+        (intents,) = self._conn.execute("SELECT COUNT(*) FROM intents WHERE namespace_id = ?", (ns_id,)).fetchone()
+        rows = self._conn.execute("SELECT q_value, visits FROM items WHERE namespace_id = ?", (ns_id,)).fetchall()
+        q = np.array([row[0] for row in rows], dtype=np.float64)
+        q_stats = (
+            {"mean": float(q.mean()), "std": float(q.std()), "min": float(q.min()), "max": float(q.max())}
+            if len(q)
+            else None
+        )
+        visited = sum(1 for row in rows if row[1])
+        return {
+            "name": name,
+            "embedder": embedder,
+            "dim": dim,
+            "items": len(rows),
+            "intents": intents,
+            "visited_items": visited,
+            "visits": sum(row[1] for row in rows),
+            "q": q_stats,
+        }
+
+    def export_namespace(self, name: str) -> dict[str, Any]:
+        """Namespace `name`'s memories as JSON-ready data (`NamespaceSnapshot`): the embedder, every intent key with
+        its vector, every item with Q and provenance. Retrieval logs stay behind. Read in one transaction, so the
+        keys and items agree even while other processes write."""
+        ns_id = self._namespace_id(name)
+        self._conn.execute("BEGIN")
+        try:
+            embedder, dim = self._conn.execute("SELECT embedder, dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
+            intents = self._conn.execute(
+                "SELECT id, text, embedding, created FROM intents WHERE namespace_id = ? ORDER BY id", (ns_id,)
+            ).fetchall()
+            items = self._conn.execute(
+                "SELECT id, intent_id, experience, q_value, visits, last_reward, run_id, episode, created FROM items "
+                "WHERE namespace_id = ? ORDER BY id",
+                (ns_id,),
+            ).fetchall()
+        finally:
+            self._conn.execute("COMMIT")
+        item_fields = ("id", "intent_id", *ITEM_COLUMNS[2:])
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "embedder": embedder,
+            "dim": dim,
+            "intents": [
+                {"id": i, "text": text, "embedding": _encode_vector(blob), "created": created}
+                for i, text, blob, created in intents
+            ],
+            "items": [dict(zip(item_fields, row)) for row in items],
+        }
+
+    def import_namespace(self, name: str, data: Any) -> dict[int, int]:
+        """Replace namespace `name`'s memories by a snapshot from `export_namespace` (the namespace is created with
+        the snapshot's embedder when new; an existing one must use the same embedder). Returns each snapshot item
+        id's id here: ids are kept where no other namespace of this file holds them, so a restore into the same or
+        an empty store keeps every id. One transaction: on any error nothing changes. Retrieval logs are kept."""
+        if not name:
+            raise ValueError("a memory namespace needs a non-empty name")
+        snapshot = NamespaceSnapshot.model_validate(data)
+        vectors = [_decode_vector(intent.embedding, snapshot.dim, intent.id) for intent in snapshot.intents]
+        intent_ids = [intent.id for intent in snapshot.intents]
+        if len(set(intent_ids)) != len(intent_ids) or len({item.id for item in snapshot.items}) != len(snapshot.items):
+            raise ValueError("the snapshot repeats an intent or item id; export it again with export_namespace")
+        dangling = sorted({item.intent_id for item in snapshot.items} - set(intent_ids))
+        if dangling:
+            raise ValueError(f"snapshot items refer to intent keys {dangling[:5]} that the snapshot does not hold")
+
+        def restore(conn: sqlite3.Connection) -> tuple[int, dict[int, int]]:
+            row = conn.execute("SELECT id, embedder, dim FROM namespaces WHERE name = ?", (name,)).fetchone()
+            if row is None:
+                ns_id = conn.execute(
+                    "INSERT INTO namespaces (name, embedder, dim, created) VALUES (?, ?, ?, ?)",
+                    (name, snapshot.embedder, snapshot.dim, time.time()),
+                ).lastrowid
+            elif (row[1], row[2]) != (snapshot.embedder, snapshot.dim):
+                raise EmbedderMismatchError(
+                    f"namespace {name!r} embeds with {row[1]!r} ({row[2]}-d) but the snapshot with "
+                    f"{snapshot.embedder!r} ({snapshot.dim}-d); restore it into a new namespace, or re-embed one side"
+                )
+            else:
+                ns_id = row[0]
+            conn.execute("DELETE FROM items WHERE namespace_id = ?", (ns_id,))
+            conn.execute("DELETE FROM intents WHERE namespace_id = ?", (ns_id,))
+            intent_map = _insert_keeping_ids(
+                conn,
+                "intents",
+                ("namespace_id", "text", "embedding", "created"),
+                [(i.id, (ns_id, i.text, v.tobytes(), i.created)) for i, v in zip(snapshot.intents, vectors)],
+            )
+            item_map = _insert_keeping_ids(
+                conn,
+                "items",
+                ITEM_COLUMNS,
+                [(m.id, (ns_id, intent_map[m.intent_id], *_item_values(m))) for m in snapshot.items],
+            )
+            conn.execute("UPDATE namespaces SET generation = generation + 1 WHERE id = ?", (ns_id,))
+            return int(ns_id), item_map
+
+        ns_id, item_map = self._write(restore)
+        self._indexes.pop(ns_id, None)  # keys were deleted: the append-only catch-up does not apply
+        return item_map
+
     # -- the vector index ------------------------------------------------------------------------------------------
 
     def _index(self, ns_id: int, *, writing: bool = False) -> VectorIndex:
@@ -603,3 +755,58 @@ def _unit(vector: np.ndarray, dim: int) -> np.ndarray:
 def _embed_batched(embedder: Embedder, texts: list[str], batch_size: int) -> np.ndarray:
     chunks = [embedder.embed(texts[i : i + batch_size]) for i in range(0, len(texts), batch_size)]
     return np.concatenate(chunks) if chunks else np.zeros((0, embedder.dim), dtype=np.float32)
+
+
+ITEM_COLUMNS = (
+    "namespace_id",
+    "intent_id",
+    "experience",
+    "q_value",
+    "visits",
+    "last_reward",
+    "run_id",
+    "episode",
+    "created",
+)
+
+
+def _item_values(item: ItemRecord) -> tuple[Any, ...]:
+    return (item.experience, item.q_value, item.visits, item.last_reward, item.run_id, item.episode, item.created)
+
+
+def _encode_vector(blob: bytes) -> str:
+    return base64.b64encode(np.frombuffer(blob, dtype=np.float32).astype("<f4").tobytes()).decode("ascii")
+
+
+def _decode_vector(text: str, dim: int, intent_id: int) -> np.ndarray:
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except ValueError:
+        raise ValueError(f"intent {intent_id}: the embedding is not valid base64") from None
+    if len(raw) != 4 * dim:
+        raise ValueError(f"intent {intent_id}: the embedding holds {len(raw) // 4} floats, the snapshot says dim {dim}")
+    vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if not np.isfinite(vector).all():
+        raise ValueError(f"intent {intent_id}: the embedding holds a non-finite value")
+    return vector
+
+
+def _insert_keeping_ids(
+    conn: sqlite3.Connection, table: str, columns: Sequence[str], rows: Sequence[tuple[int, tuple[Any, ...]]]
+) -> dict[int, int]:
+    """Insert (wanted id, values) rows into `table`, keeping each wanted id unless the table already holds it;
+    returns the id each row got. Kept ids go first so a fresh id can never take a wanted one."""
+    wanted = [wanted_id for wanted_id, _ in rows]
+    taken = set()
+    if wanted:
+        taken = {
+            r[0] for r in conn.execute(f"SELECT id FROM {table} WHERE id BETWEEN ? AND ?", (min(wanted), max(wanted)))
+        }
+    marks = ", ".join("?" * (len(columns) + 1))
+    sql = f"INSERT INTO {table} (id, {', '.join(columns)}) VALUES ({marks})"
+    conn.executemany(sql, [(wanted_id, *values) for wanted_id, values in rows if wanted_id not in taken])
+    ids = {wanted_id: wanted_id for wanted_id in wanted if wanted_id not in taken}
+    for wanted_id, values in rows:
+        if wanted_id in taken:
+            ids[wanted_id] = int(conn.execute(sql, (None, *values)).lastrowid)
+    return ids

@@ -1,0 +1,31 @@
+"""`ttlearn serve`: the MemRL store as an HTTP service for deployed agents (logic in `ttlearn.serve`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
+
+
+def serve(
+    store: Path = typer.Option(..., help="The MemRL SQLite store to serve (created if missing)."),
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on; keep loopback unless behind a TLS proxy."),
+    port: int = typer.Option(8765, min=1, max=65535, help="Port to listen on."),
+    admin_key_file: Optional[Path] = typer.Option(
+        None, help="File whose first line is the admin key (default: the TTLEARN_ADMIN_KEY environment variable)."
+    ),
+    max_body: int = typer.Option(DEFAULT_MAX_BODY, min=1, help="Largest request body in bytes; larger ones get 413."),
+    rate: float = typer.Option(DEFAULT_RATE, min=0, help="Requests per second per key (token bucket; 0 = no limit)."),
+    burst: float = typer.Option(DEFAULT_BURST, min=1, help="Requests a key may send at once before the rate applies."),
+) -> None:
+    """Serve a MemRL store over HTTP to deployed agents: a key per namespace, API docs at /docs (needs the `serve`
+    extra). Stops cleanly on Ctrl-C or SIGTERM."""
+    try:
+        from ttlearn.serve.app import serve as run_server
+        from ttlearn.serve.auth import read_admin_key
+    except ImportError as exc:
+        raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
+    run_server(store, host=host, port=port, admin_key=read_admin_key(admin_key_file), max_body=max_body, rate=rate, burst=burst)

