@@ -113,7 +113,7 @@ def this_device(requested: str) -> Device:
     return resolve_device(
         requested,
         gpus=gpus,
-        bf16_supported=gpus > 0 and torch.cuda.is_bf16_supported(),
+        bf16_supported=gpus > 0 and torch.cuda.is_bf16_supported(including_emulation=False),  # emulated is slow
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
     )
 
