@@ -16,6 +16,10 @@ def test_device_is_cuda_when_there_is_one_and_bf16_only_where_supported() -> Non
     assert resolve_device("cuda", gpus=1, bf16_supported=False) == Device("cuda", "float32", 0)
     assert resolve_device("cpu", gpus=1, bf16_supported=True) == Device("cpu", "float32")
     assert resolve_device("auto", gpus=0, bf16_supported=False, local_rank=3).torch_name == "cpu"
+    assert resolve_device("cuda", gpus=1, bf16_supported=True, dtype="float32") == Device("cuda", "float32", 0)
+    assert resolve_device("cpu", gpus=0, bf16_supported=False, dtype="bfloat16") == Device("cpu", "bfloat16")
+    with pytest.raises(ValueError, match="dtype must be auto, float32 or bfloat16"):
+        resolve_device("auto", gpus=0, bf16_supported=False, dtype="float16")
     with pytest.raises(ValueError, match="no CUDA device visible; use --device cpu or auto"):
         resolve_device("cuda", gpus=0, bf16_supported=False)
     with pytest.raises(ValueError, match="auto, cpu or cuda"):

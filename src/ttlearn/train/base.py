@@ -60,7 +60,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device"})
+    resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device", "dtype"})
     """Fields a resumed run may change; any other difference is another experiment (→ ValueError)."""
 
     out: Path = Field(description="Run directory: config.json, metrics.jsonl, step_NNNN/, final/ (rerun to resume).")
@@ -71,6 +71,11 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, description="Seed of the LoRA initialisation, the rollouts and the sampling.")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where to train: auto picks cuda when a GPU is visible, else cpu."
+    )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="Weights of the policy: auto is bfloat16 on a GPU with native support, else float32 "
+        "(float32 keeps sampled and rescored log-probs equal; bfloat16 rounds them apart by up to ~0.1).",
     )
 
 
@@ -88,24 +93,30 @@ class Device:
         return f"cuda:{self.index}" if self.name == "cuda" else "cpu"
 
 
-def resolve_device(requested: str, *, gpus: int, bf16_supported: bool, local_rank: int = 0) -> Device:
-    """cuda when asked or when `auto` finds a GPU, else cpu; bfloat16 on a GPU that supports it, float32 otherwise
-    (bf16 on a CPU is slower than float32 in torch's kernels). Under a launcher every process takes GPU
-    `local_rank`, so there must be one GPU per process."""
+def resolve_device(
+    requested: str, *, gpus: int, bf16_supported: bool, local_rank: int = 0, dtype: str = "auto"
+) -> Device:
+    """cuda when asked or when `auto` finds a GPU, else cpu. dtype `auto`: bfloat16 on a GPU that supports it,
+    float32 otherwise (bf16 on a CPU is slower than float32 in torch's kernels); any other dtype is taken as asked.
+    Under a launcher every process takes GPU `local_rank`, so there must be one GPU per process."""
     if requested not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"dtype must be auto, float32 or bfloat16, got {dtype!r}")
     if requested == "cuda" and gpus == 0:
         raise ValueError("no CUDA device visible; use --device cpu or auto")
     if requested == "cpu" or gpus == 0:
-        return Device("cpu", "float32")
+        return Device("cpu", "float32" if dtype == "auto" else dtype)
     if local_rank >= gpus:
         raise ValueError(
             f"process LOCAL_RANK={local_rank} has no GPU of its own ({gpus} visible); launch at most {gpus} processes"
         )
-    return Device("cuda", "bfloat16" if bf16_supported else "float32", local_rank)
+    if dtype == "auto":
+        dtype = "bfloat16" if bf16_supported else "float32"
+    return Device("cuda", dtype, local_rank)
 
 
-def this_device(requested: str) -> Device:
+def this_device(requested: str, dtype: str = "auto") -> Device:
     """`resolve_device` on this machine, for this process (LOCAL_RANK is set by accelerate launch and torchrun)."""
     import torch
 
@@ -115,6 +126,7 @@ def this_device(requested: str) -> Device:
         gpus=gpus,
         bf16_supported=gpus > 0 and torch.cuda.is_bf16_supported(including_emulation=False),  # emulated is slow
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        dtype=dtype,
     )
 
 
@@ -186,7 +198,7 @@ class Trainer(ABC):
         self.config, self.progress = config, progress
         self.rank, self.world = world()
         self.out = Path(config.out)
-        self.device = this_device(config.device)
+        self.device = this_device(config.device, config.dtype)
         self._claim_run_directory()
         torch.manual_seed(config.seed)  # the same LoRA initialisation on every rank
         self.policy = policy or self.load_policy()
