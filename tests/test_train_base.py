@@ -11,14 +11,26 @@ from ttlearn.train.base import TRAINERS, Device, changed_fields, resolve_device,
 
 
 def test_device_is_cuda_when_there_is_one_and_bf16_only_where_supported() -> None:
-    assert resolve_device("auto", cuda_available=False, bf16_supported=False) == Device("cpu", "float32")
-    assert resolve_device("auto", cuda_available=True, bf16_supported=True) == Device("cuda", "bfloat16")
-    assert resolve_device("cuda", cuda_available=True, bf16_supported=False) == Device("cuda", "float32")
-    assert resolve_device("cpu", cuda_available=True, bf16_supported=True) == Device("cpu", "float32")
-    with pytest.raises(ValueError, match="no CUDA GPU"):
-        resolve_device("cuda", cuda_available=False, bf16_supported=False)
+    assert resolve_device("auto", gpus=0, bf16_supported=False) == Device("cpu", "float32")
+    assert resolve_device("auto", gpus=1, bf16_supported=True) == Device("cuda", "bfloat16", 0)
+    assert resolve_device("cuda", gpus=1, bf16_supported=False) == Device("cuda", "float32", 0)
+    assert resolve_device("cpu", gpus=1, bf16_supported=True) == Device("cpu", "float32")
+    assert resolve_device("auto", gpus=0, bf16_supported=False, local_rank=3).torch_name == "cpu"
+    assert resolve_device("cuda", gpus=1, bf16_supported=True, dtype="float32") == Device("cuda", "float32", 0)
+    assert resolve_device("cpu", gpus=0, bf16_supported=False, dtype="bfloat16") == Device("cpu", "bfloat16")
+    with pytest.raises(ValueError, match="dtype must be auto, float32 or bfloat16"):
+        resolve_device("auto", gpus=0, bf16_supported=False, dtype="float16")
+    with pytest.raises(ValueError, match="no CUDA device visible; use --device cpu or auto"):
+        resolve_device("cuda", gpus=0, bf16_supported=False)
     with pytest.raises(ValueError, match="auto, cpu or cuda"):
-        resolve_device("tpu", cuda_available=False, bf16_supported=False)
+        resolve_device("tpu", gpus=0, bf16_supported=False)
+
+
+def test_each_launched_process_takes_the_gpu_of_its_local_rank() -> None:
+    assert resolve_device("cuda", gpus=4, bf16_supported=True, local_rank=2).torch_name == "cuda:2"
+    assert resolve_device("auto", gpus=4, bf16_supported=True, local_rank=0).torch_name == "cuda:0"
+    with pytest.raises(ValueError, match="LOCAL_RANK=2 has no GPU of its own"):
+        resolve_device("cuda", gpus=2, bf16_supported=True, local_rank=2)
 
 
 def test_changed_fields_ignore_the_resumable_ones() -> None:

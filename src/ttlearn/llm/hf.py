@@ -11,6 +11,10 @@ sampled token under the weights and temperature that sampled it, and the same nu
 left-padded, completions right-padded, positions from the attention mask), so the PPO ratio starts at exactly 1.
 At temperature 0 tokens are greedy and their log-probs are taken at T = 1.
 
+Placement is a parameter: `from_source(..., device=, dtype=)` puts the weights on a device (float32 on the CPU,
+bfloat16 on a GPU that supports it) and every tensor the policy creates (ids, masks, positions, the KV cache copies,
+the sampling generator) is made on `policy.device`; only Python numbers leave it.
+
 torch, transformers and peft are imported inside the functions: the registry imports every back end at discovery,
 and the core install has no torch.
 """
@@ -117,14 +121,21 @@ def model_dir(source: str) -> Path:
     return path
 
 
-def load_causal_lm(source: str) -> tuple[Any, Any]:
-    """(model, tokenizer) in fp32, eval mode. Thread count is left to the caller (`torch.set_num_threads`)."""
+DTYPES = ("float32", "bfloat16")
+
+
+def load_causal_lm(source: str, *, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) in eval mode, the weights loaded in `dtype` and moved to `device` ("cpu", "cuda:1").
+    Thread count is left to the caller (`torch.set_num_threads`)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     try:
+        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
         raise LLMError('the hf back end needs the training extras: pip install "ttlearn[train]"') from exc
     path = model_dir(source)
-    model = AutoModelForCausalLM.from_pretrained(path).float().eval()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
     clear_quantizer_marks(model)
     return model, AutoTokenizer.from_pretrained(path)
 
@@ -185,11 +196,29 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def pad_rows(
+    rows: Sequence[Sequence[float]], pad: float, *, left: bool, device: torch.device, dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(values [B, W], mask [B, W]) of rows padded with `pad` to the longest row, on the left or the right: built as
+    Python lists and copied to `device` once. W = 0 when every row is empty; values default to int64 (token ids)."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    values, mask = [], []
+    for row in rows:
+        fill = width - len(row)
+        values.append([pad] * fill + list(row) if left else list(row) + [pad] * fill)
+        mask.append([0] * fill + [1] * len(row) if left else [1] * len(row) + [0] * fill)
+    values_tensor = torch.tensor(values, dtype=dtype or torch.long, device=device)
+    return values_tensor, torch.tensor(mask, dtype=torch.long, device=device)
+
+
 class HFPolicy(LLM):
     supports_choices = True
 
     def __init__(self, model: Any, tokenizer: Any, *, source: str, lora: LoraOptions | None = None) -> None:
         self.model, self.tokenizer, self.source, self.lora = model, tokenizer, source, None
+        self.device: torch.device = next(model.parameters()).device
         self.spec = f"hf:{source}"
         self.templated = bool(tokenizer.chat_template)
         self.eos_ids = _eos_ids(model, tokenizer)
@@ -200,16 +229,18 @@ class HFPolicy(LLM):
             self._add_lora(lora)
 
     @classmethod
-    def from_source(cls, source: str = "smollm2", *, lora: LoraOptions | None = None) -> HFPolicy:
-        model, tokenizer = load_causal_lm(source)
+    def from_source(
+        cls, source: str = "smollm2", *, lora: LoraOptions | None = None, device: str = "cpu", dtype: str = "float32"
+    ) -> HFPolicy:
+        model, tokenizer = load_causal_lm(source, device=device, dtype=dtype)
         if source != "smollm2":  # adapters record their base; a relative path would break from another directory
             source = str(Path(source).expanduser().resolve())
         return cls(model, tokenizer, source=source, lora=lora)
 
     @classmethod
-    def from_adapter(cls, directory: str | Path) -> HFPolicy:
+    def from_adapter(cls, directory: str | Path, *, device: str = "cpu", dtype: str = "float32") -> HFPolicy:
         """The base model recorded in the adapter's metadata with the adapter loaded on top."""
-        policy = cls.from_source(_read_adapter_meta(Path(directory))["base"])
+        policy = cls.from_source(_read_adapter_meta(Path(directory))["base"], device=device, dtype=dtype)
         policy.load_adapter(directory)
         policy.spec = f"hf:{directory}"
         return policy
@@ -249,6 +280,13 @@ class HFPolicy(LLM):
         return self.tokenizer.encode(plain_answer(choice), add_special_tokens=False)
 
     # ---- sampling and scoring -----------------------------------------------------------------------------------
+    def generator(self, seed: int) -> torch.Generator:
+        """A random generator on the policy's device, seeded: the same seed draws the same tokens on one device
+        (CPU and GPU streams differ)."""
+        import torch
+
+        return torch.Generator(device=self.device).manual_seed(seed)
+
     def sample(
         self,
         prompts: Sequence[Sequence[Message]],
@@ -288,11 +326,11 @@ class HFPolicy(LLM):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         ids, mask = self._left_padded(prompt_ids)
-        generator = torch.Generator().manual_seed(seed)
+        generator = self.generator(seed)
         batch = len(prompt_ids)
-        done = torch.zeros(batch, dtype=torch.bool)
-        ended = torch.zeros(batch, dtype=torch.bool)  # by an end-of-turn token or a stop string
-        eos = torch.tensor(sorted(self.eos_ids))
+        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        ended = torch.zeros_like(done)  # by an end-of-turn token or a stop string
+        eos = torch.tensor(sorted(self.eos_ids), device=self.device)
         drawn: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
         inputs, positions, cache = ids, positions_from_mask(mask), None
@@ -334,10 +372,11 @@ class HFPolicy(LLM):
         import torch
 
         if not stop:
-            return torch.zeros(drawn[0].shape[0], dtype=torch.bool)
+            return torch.zeros(drawn[0].shape[0], dtype=torch.bool, device=self.device)
         rows = torch.stack(drawn, dim=1).tolist()
         return torch.tensor(
-            [any(s in self.tokenizer.decode(row, skip_special_tokens=True) for s in stop) for row in rows]
+            [any(s in self.tokenizer.decode(row, skip_special_tokens=True) for s in stop) for row in rows],
+            device=self.device,
         )
 
     def _make_sample(
@@ -349,17 +388,9 @@ class HFPolicy(LLM):
         return Sample(tuple(prompt), tuple(completion), tuple(logprobs), text, ended)
 
     def _left_padded(self, rows: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        import torch
-
         if not rows or any(len(r) == 0 for r in rows):
             raise ValueError("every prompt needs at least one token")
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, width - len(row) :] = torch.tensor(list(row))
-            mask[i, width - len(row) :] = 1
-        return ids, mask
+        return pad_rows(rows, self.pad_id, left=True, device=self.device)
 
     def sequence_logprobs(
         self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], temperature: float = 1.0
@@ -377,14 +408,10 @@ class HFPolicy(LLM):
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         prompts, prompt_mask = self._left_padded(prompt_ids)
-        width = max(len(c) for c in completion_ids)
-        completions = torch.full((len(completion_ids), width), self.pad_id, dtype=torch.long)
-        completion_mask = torch.zeros_like(completions)
-        for i, row in enumerate(completion_ids):
-            completions[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
-            completion_mask[i, : len(row)] = 1
+        completions, completion_mask = pad_rows(completion_ids, self.pad_id, left=False, device=self.device)
+        width = completions.shape[1]
         if width == 0:
-            return torch.zeros(completions.shape), completion_mask.bool()
+            return torch.zeros(completions.shape, device=self.device), completion_mask.bool()
         mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits = self.model(
             input_ids=torch.cat([prompts, completions], dim=1),
@@ -406,23 +433,20 @@ class HFPolicy(LLM):
 
         if not answers or any(len(a) == 0 for a in answers):
             raise ValueError("every choice needs at least one token")
-        out = self.model(input_ids=torch.tensor([list(prompt_ids)]), use_cache=True, logits_to_keep=1)
+        prompt = torch.tensor([list(prompt_ids)], device=self.device)
+        out = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1)
         first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
         scores = torch.stack([first[a[0]] for a in answers])
         k, width, length = len(answers), max(len(a) for a in answers), len(prompt_ids)
         if width == 1:
             return scores
-        rows = torch.full((k, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((k, width), dtype=torch.long)
-        for i, answer in enumerate(answers):
-            rows[i, : len(answer)] = torch.tensor(list(answer))
-            mask[i, : len(answer)] = 1
+        rows, mask = pad_rows(answers, self.pad_id, left=False, device=self.device)
         cache = out[self.cache_arg]
         cache.batch_repeat_interleave(k)
         logits = self.model(
             input_ids=rows[:, :-1],
-            attention_mask=torch.cat([torch.ones((k, length), dtype=torch.long), mask[:, :-1]], 1),
-            position_ids=(length + torch.arange(width - 1)).expand(k, -1),
+            attention_mask=torch.cat([torch.ones((k, length), dtype=torch.long, device=self.device), mask[:, :-1]], 1),
+            position_ids=(length + torch.arange(width - 1, device=self.device)).expand(k, -1),
             use_cache=False,
             **{self.cache_arg: cache},
         ).logits
@@ -489,7 +513,7 @@ class HFPolicy(LLM):
             self._add_lora(options)
         elif options != self.lora:
             raise ValueError(f"adapter in {directory} has options {options}, this policy has {self.lora}")
-        result = set_peft_model_state_dict(self.model, load_peft_weights(str(directory)))
+        result = set_peft_model_state_dict(self.model, load_peft_weights(str(directory), device=str(self.device)))
         if result.unexpected_keys:
             raise ValueError(f"adapter in {directory} does not fit this model: {result.unexpected_keys[:3]}")
 

@@ -15,9 +15,14 @@ generic `ttlearn train NAME --option value` turns into help) and a `Trainer` sub
 `@TRAINERS.register("name")` that loads its policy and implements one step. The loop, checkpoints, resume and the
 metrics log are here.
 
-Data parallel (`accelerate launch`): rank 0 writes the directory, every rank reads the checkpoint, and the ranks
-meet at barriers around writes. In one process the helpers are no-ops. torch is imported inside functions, so the
-registry lists trainers on an install without the `train` extra.
+Devices: `--device auto|cpu|cuda` is resolved once (`this_device`); the policy is loaded there and every tensor a
+trainer makes follows `policy.device`. Checkpoints are loaded onto the CPU first (`map_location`), so a run saved on a
+GPU resumes on a CPU and the other way round; the optimiser moves its state to the parameters' device.
+
+Data parallel (`accelerate launch`, `torchrun`): one process per GPU, each on `cuda:LOCAL_RANK`; rank 0 writes the
+directory, every rank reads the checkpoint, and the ranks meet at barriers around writes. In one process the helpers
+are no-ops. torch is imported inside functions, so the registry lists trainers on an install without the `train`
+extra.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device"})
+    resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device", "dtype"})
     """Fields a resumed run may change; any other difference is another experiment (→ ValueError)."""
 
     out: Path = Field(description="Run directory: config.json, metrics.jsonl, step_NNNN/, final/ (rerun to resume).")
@@ -67,32 +72,62 @@ class TrainConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where to train: auto picks cuda when a GPU is visible, else cpu."
     )
+    dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        "auto",
+        description="Weights of the policy: auto is bfloat16 on a GPU with native support, else float32 "
+        "(float32 keeps sampled and rescored log-probs equal; bfloat16 rounds them apart by up to ~0.1).",
+    )
 
 
 @dataclass(frozen=True)
 class Device:
+    """Where this process trains: the kind, the weights' dtype and, on a GPU, its index (LOCAL_RANK)."""
+
     name: Literal["cpu", "cuda"]
     dtype: Literal["float32", "bfloat16"]
+    index: int = 0
+
+    @property
+    def torch_name(self) -> str:
+        """The torch device string: "cpu" or "cuda:INDEX"."""
+        return f"cuda:{self.index}" if self.name == "cuda" else "cpu"
 
 
-def resolve_device(requested: str, *, cuda_available: bool, bf16_supported: bool) -> Device:
-    """cuda when asked or when `auto` finds a GPU, else cpu; bfloat16 on a GPU that supports it, float32 otherwise
-    (bf16 on a CPU is slower than float32 in torch's kernels)."""
+def resolve_device(
+    requested: str, *, gpus: int, bf16_supported: bool, local_rank: int = 0, dtype: str = "auto"
+) -> Device:
+    """cuda when asked or when `auto` finds a GPU, else cpu. dtype `auto`: bfloat16 on a GPU that supports it,
+    float32 otherwise (bf16 on a CPU is slower than float32 in torch's kernels); any other dtype is taken as asked.
+    Under a launcher every process takes GPU `local_rank`, so there must be one GPU per process."""
     if requested not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
-    if requested == "cuda" and not cuda_available:
-        raise ValueError("device cuda was asked for but torch sees no CUDA GPU; use device auto or cpu")
-    if requested == "cpu" or not cuda_available:
-        return Device("cpu", "float32")
-    return Device("cuda", "bfloat16" if bf16_supported else "float32")
+    if dtype not in ("auto", "float32", "bfloat16"):
+        raise ValueError(f"dtype must be auto, float32 or bfloat16, got {dtype!r}")
+    if requested == "cuda" and gpus == 0:
+        raise ValueError("no CUDA device visible; use --device cpu or auto")
+    if requested == "cpu" or gpus == 0:
+        return Device("cpu", "float32" if dtype == "auto" else dtype)
+    if local_rank >= gpus:
+        raise ValueError(
+            f"process LOCAL_RANK={local_rank} has no GPU of its own ({gpus} visible); launch at most {gpus} processes"
+        )
+    if dtype == "auto":
+        dtype = "bfloat16" if bf16_supported else "float32"
+    return Device("cuda", dtype, local_rank)
 
 
-def this_device(requested: str) -> Device:
-    """`resolve_device` on this machine."""
+def this_device(requested: str, dtype: str = "auto") -> Device:
+    """`resolve_device` on this machine, for this process (LOCAL_RANK is set by accelerate launch and torchrun)."""
     import torch
 
-    cuda = torch.cuda.is_available()
-    return resolve_device(requested, cuda_available=cuda, bf16_supported=cuda and torch.cuda.is_bf16_supported())
+    gpus = torch.cuda.device_count()
+    return resolve_device(
+        requested,
+        gpus=gpus,
+        bf16_supported=gpus > 0 and torch.cuda.is_bf16_supported(including_emulation=False),  # emulated is slow
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        dtype=dtype,
+    )
 
 
 # ---- distributed helpers (no-ops in one process) -----------------------------------------------------------------
@@ -163,11 +198,7 @@ class Trainer(ABC):
         self.config, self.progress = config, progress
         self.rank, self.world = world()
         self.out = Path(config.out)
-        self.device = this_device(config.device)
-        if self.device.name != "cpu":
-            raise ValueError(
-                "training runs on the CPU for now (the hf policy keeps its tensors there); use device cpu"
-            )
+        self.device = this_device(config.device, config.dtype)
         self._claim_run_directory()
         torch.manual_seed(config.seed)  # the same LoRA initialisation on every rank
         self.policy = policy or self.load_policy()
@@ -183,7 +214,7 @@ class Trainer(ABC):
 
     @abstractmethod
     def load_policy(self) -> HFPolicy:
-        """The policy to train, with a LoRA adapter."""
+        """The policy to train, with a LoRA adapter, on `self.device` (`.torch_name`, `.dtype`)."""
 
     @abstractmethod
     def train_step(self, step: int) -> dict[str, Any]:
@@ -233,7 +264,8 @@ class Trainer(ABC):
         step, checkpoint = 0, last_checkpoint(self.out)
         if checkpoint is not None:
             self.policy.load_adapter(checkpoint)
-            state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+            # onto the CPU: the RNG states must live there, and the optimiser moves its state to the parameters
+            state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             random.setstate(state["python_rng"])

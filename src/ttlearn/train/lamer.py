@@ -26,6 +26,7 @@ The run directory, checkpoints and resume are the trainer base's (`ttlearn.train
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Hashable, Sequence
@@ -161,7 +162,7 @@ class PolicyRecorder(LLM):
             answers = tuple(tuple(self.policy.answer_ids(c)) for c in choices)
             with torch.no_grad():
                 logps = choice_logprobs(self.policy, prompt, answers, temperature)
-            chosen = int(torch.multinomial(logps.exp(), 1, generator=torch.Generator().manual_seed(seed)))
+            chosen = int(torch.multinomial(logps.exp(), 1, generator=self.policy.generator(seed)))
             self.records.append(ActionRecord(self.tag, tuple(prompt), answers, chosen, float(logps[chosen])))
             scores = dict(zip(choices, logps.tolist()))
             return Completion(choices[chosen], len(prompt), 0, time.perf_counter() - start, choice_logprobs=scores)
@@ -250,9 +251,9 @@ def record_logprobs(
 
     if isinstance(record, ActionRecord):
         logp = choice_logprobs(policy, record.prompt, record.answers, temperature)[record.chosen].reshape(1, 1)
-        return logp, torch.tensor([[record.old_logp]])
+        return logp, torch.tensor([[record.old_logp]], device=logp.device)
     logp, _ = policy.sequence_logprobs([record.sample.prompt_ids], [record.sample.completion_ids], temperature)
-    return logp, torch.tensor([record.sample.logprobs])
+    return logp, torch.tensor([record.sample.logprobs], device=logp.device)
 
 
 def update(
@@ -273,7 +274,7 @@ def update(
         if advantage == 0.0:
             continue
         logp, old = record_logprobs(policy, record, config.temperature)
-        loss, stats = policy_loss(logp, old, torch.tensor([advantage]), torch.ones_like(logp))
+        loss, stats = policy_loss(logp, old, torch.tensor([advantage], device=logp.device), torch.ones_like(logp))
         (loss / len(rows)).backward()
         total += float(loss.detach()) / len(rows)
         clipped += stats["clip_fraction"]
@@ -323,6 +324,8 @@ class LamerTrainer(Trainer):
     def __init__(
         self, config: LamerTrainConfig, *, progress: Progress | None = None, policy: HFPolicy | None = None
     ) -> None:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ValueError("the lamer trainer runs in one process; start it without accelerate launch or torchrun")
         self.env = make_env(config.env, **{"seed": config.seed, **config.env_options})
         resolve_moves_per_turn(config.moves_per_turn, self.env)  # refuse a bad moves_per_turn before a model loads
         super().__init__(config, progress=progress, policy=policy)
@@ -334,9 +337,10 @@ class LamerTrainer(Trainer):
     def load_policy(self) -> HFPolicy:
         from ttlearn.llm.hf import ADAPTER_META, HFPolicy, LoraOptions
 
+        placement = {"device": self.device.torch_name, "dtype": self.device.dtype}
         if (Path(self.config.policy).expanduser() / ADAPTER_META).is_file():
-            return HFPolicy.from_adapter(self.config.policy)
-        return HFPolicy.from_source(self.config.policy, lora=LoraOptions(r=self.config.lora_r))
+            return HFPolicy.from_adapter(self.config.policy, **placement)
+        return HFPolicy.from_source(self.config.policy, lora=LoraOptions(r=self.config.lora_r), **placement)
 
     def collect(self, step: int) -> tuple[list[tuple[Any, Any, list[TrainStep]]], list[Trial]]:
         """Play every trial of one step; returns (instance, trial id, steps) per trial and the trials themselves."""

@@ -81,7 +81,7 @@ def policy_loss(
     elif loss_type == "dr_grpo":
         loss = masked_sum / (logp.shape[0] * (max_completion_length or logp.shape[1]))
     else:  # "dapo"
-        tokens = mask.sum() if num_items_in_batch is None else torch.tensor(float(num_items_in_batch))
+        tokens = mask.sum() if num_items_in_batch is None else mask.new_tensor(float(num_items_in_batch))
         loss = masked_sum / tokens.clamp(min=1.0)
 
     def token_mean(values: torch.Tensor) -> float:

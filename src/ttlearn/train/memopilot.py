@@ -10,10 +10,10 @@ of each write, with the sampling-time log-probs as the old policy.
 Only the tokens the player sees are trained: the memory is cut to `memory_chars` after sampling, and the tokens past
 the cut (`seen_token_count`) are dropped from the write, since no reward depends on them.
 
-Data parallel: under `accelerate launch` every rank plays its share of the G rollouts, the reward matrix is summed
-across ranks so all ranks compute the same advantages, and LoRA gradients are averaged before the optimiser step, so
-the weights stay identical everywhere. The run directory, checkpoints and resume are the trainer base's
-(`ttlearn.train.base`).
+Data parallel: under `accelerate launch` or `torchrun` (one process per GPU, or several on the CPU) every rank plays
+its share of the G rollouts, the reward matrix is summed across ranks so all ranks compute the same advantages, and
+LoRA gradients are averaged before the optimiser step, so the weights stay identical everywhere. The run directory,
+checkpoints and resume are the trainer base's (`ttlearn.train.base`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
-from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer, world
+from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer, this_device, world
 from ttlearn.train.loss import LOSS_TYPES
 
 if TYPE_CHECKING:
@@ -150,15 +150,16 @@ def rank_rollouts(group: int, rank: int, world: int) -> list[int]:
 
 
 # ---- distributed helpers (no-ops in one process) -----------------------------------------------------------------
-def _all_sum(array: np.ndarray) -> np.ndarray:
+def _all_sum(array: np.ndarray, device: torch.device) -> np.ndarray:
+    """The element-wise sum over ranks, reduced on `device` (NCCL reduces only GPU tensors, gloo CPU ones)."""
     import torch
     import torch.distributed as dist
 
     if world()[1] == 1:
         return array
-    tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))
+    tensor = torch.tensor(array, dtype=torch.float64, device=device)
     dist.all_reduce(tensor)
-    return tensor.numpy()
+    return tensor.cpu().numpy()
 
 
 def _average_gradients(params: Sequence[torch.nn.Parameter]) -> None:
@@ -182,15 +183,6 @@ def _broadcast(params: Sequence[torch.nn.Parameter]) -> None:
 
 
 # ---- the policy update -------------------------------------------------------------------------------------------
-def _padded(rows: Sequence[Sequence[float]], width: int) -> torch.Tensor:
-    import torch
-
-    out = torch.zeros(len(rows), width)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row)
-    return out
-
-
 def policy_update(
     policy: HFPolicy,
     optimizer: torch.optim.Optimizer,
@@ -208,6 +200,7 @@ def policy_update(
     and gradients only (tests, benchmarks)."""
     import torch
 
+    from ttlearn.llm.hf import pad_rows
     from ttlearn.train.loss import policy_loss
 
     if not writes:
@@ -239,11 +232,11 @@ def policy_update(
                 logp, mask = policy.sequence_logprobs(
                     [s.prompt_ids for s in batch], [s.completion_ids for s in batch], config.temperature
                 )
-                old = _padded([s.logprobs for s in batch], logp.shape[1])
+                old, _ = pad_rows([s.logprobs for s in batch], 0.0, left=False, device=logp.device, dtype=logp.dtype)
                 loss, stats = policy_loss(
                     logp,
                     old,
-                    torch.tensor(advantages[list(chunk)], dtype=logp.dtype),
+                    torch.tensor(advantages[list(chunk)], dtype=logp.dtype, device=logp.device),
                     mask,
                     epsilon=config.epsilon,
                     epsilon_high=config.epsilon_high,
@@ -302,8 +295,8 @@ class MemoPilotTrainer(Trainer):
     ) -> None:
         from accelerate import PartialState
 
-        # the writer lives on the CPU, so under `accelerate launch` the gradient all-reduce runs over gloo
-        PartialState(cpu=True)  # initialises torch.distributed when launched with several processes
+        # initialises torch.distributed when launched with several processes: NCCL between GPUs, gloo between CPUs
+        PartialState(cpu=this_device(config.device).name == "cpu")
         rank, processes = world()
         self.rollouts = rank_rollouts(config.group, rank, processes)
         for opponent in config.opponents:  # fail on a bad name before any model loads
@@ -325,7 +318,7 @@ class MemoPilotTrainer(Trainer):
         lora = LoraOptions(
             r=cfg.lora_r, alpha=cfg.lora_alpha, dropout=cfg.lora_dropout, target_modules=tuple(cfg.lora_targets)
         )
-        return HFPolicy.from_source(cfg.writer_base, lora=lora)
+        return HFPolicy.from_source(cfg.writer_base, lora=lora, device=self.device.torch_name, dtype=self.device.dtype)
 
     @staticmethod
     def make_env(cfg: MemoPilotTrainConfig, opponent: str, seed: int) -> Env:
@@ -383,13 +376,13 @@ class MemoPilotTrainer(Trainer):
             )
             full = np.zeros((cfg.group, cfg.games - 1))
             full[self.rollouts] = local
-            rewards[k] = _all_sum(full)
+            rewards[k] = _all_sum(full, self.policy.device)
             writes += mine
             first_game.append(first)
         rollout_s = time.perf_counter() - start
         advantages = write_advantages(writes, rewards, cfg.scale_rewards)
         local_tokens = sum(len(w.sample.completion_ids) for w in writes)
-        global_tokens = int(_all_sum(np.array([local_tokens]))[0])
+        global_tokens = int(_all_sum(np.array([local_tokens]), self.policy.device)[0])
         update_start = time.perf_counter()
         stats = policy_update(self.policy, self.optimizer, writes, advantages, cfg, global_tokens=global_tokens)
         update_s = time.perf_counter() - update_start
@@ -428,7 +421,7 @@ class MemoPilotTrainer(Trainer):
             if n % self.world != self.rank:
                 continue
             sums[cfg.opponents.index(opponent)] += self.heldout_rewards(opponent, seed)
-        means = _all_sum(sums) / len(seeds)
+        means = _all_sum(sums, self.policy.device) / len(seeds)
         result = {"eval_memory": float(means[:, 0].mean()), "eval_none": float(means[:, 1].mean())}
         for opponent, (with_memory, without) in zip(cfg.opponents, means):
             result[f"eval_memory/{opponent}"], result[f"eval_none/{opponent}"] = float(with_memory), float(without)
