@@ -229,3 +229,27 @@ def test_many_threads_share_one_client_through_faults(proxy):
         thread.join(timeout=300)
     assert len(answers) == 4 and set(answers) <= set(choices)
     assert shared._format == alone._format
+
+
+def test_a_run_stopped_by_a_dead_server_resumes_to_the_same_scores(proxy, tmp_path):
+    from ttlearn.runs import Run, RunConfig
+    from ttlearn.session import build_session
+
+    def config() -> RunConfig:
+        player = f"openai:http://127.0.0.1:{proxy.port}/v1#smollm2?max_retries=1&backoff_base_s=0.01"
+        options = {"opponent": "cycle3", "rounds": 2}
+        return RunConfig(env="rps", env_options=options, memory="none", player=player, games=2)
+
+    proxy.schedule([])
+    clean = Run.create(tmp_path / "clean", config())
+    build_session(clean).play()
+    first_game_requests = len(proxy.log) - sum(1 for e in clean.events(2) if e["type"] == "call")
+    proxy.schedule(["pass"] * first_game_requests + ["drop"] * 50)  # the server dies after the first game
+    broken = Run.create(tmp_path / "broken", config())
+    with pytest.raises(ServerUnavailable, match="after 2 tries"):
+        build_session(broken).play()
+    assert len(Run.open(broken.path).episodes) == 1
+    proxy.schedule([])  # the server is back
+    resumed = Run.open(broken.path)
+    build_session(resumed).play()
+    assert [e.score for e in resumed.episodes] == [e.score for e in clean.episodes]

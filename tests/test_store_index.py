@@ -136,3 +136,21 @@ def test_a_damaged_index_file_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match="damaged vector index"):
         assert nearest_id(path, vectors[7]) == ids[7]
     assert len(np.load(index_file(path))["ids"]) == 300  # rebuilt and saved again
+
+
+def test_a_row_slipped_in_below_the_newest_id_makes_the_saved_index_stale(tmp_path: Path) -> None:
+    """Another namespace's row between ours is deleted and its id reused for ours: no rewrite of our rows, yet the
+    saved index lacks a row older than its newest one (the row count up to that id tells)."""
+    path = tmp_path / "mem.sqlite"
+    vectors = unit_rows(0, 300)
+    with MemoryStore(path, ann_threshold=THRESHOLD) as store:
+        ours, other = store.namespace("ns", EMBEDDER), store.namespace("other", EMBEDDER)
+        ours.add_many([NewItem(f"a {i}", "e", 0.0, vector=v) for i, v in enumerate(vectors[:150])], join_threshold=1.1)
+        gap = other.add(NewItem("other", "e", 0.0, vector=vectors[0])).intent_id
+        ours.add_many([NewItem(f"b {i}", "e", 0.0, vector=v) for i, v in enumerate(vectors[150:])], join_threshold=1.1)
+        ns_id = ours.id
+    slipped = unit_rows(6, 1)[0]
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM intents WHERE id = ?", (gap,))
+        conn.execute("INSERT INTO intents VALUES (?, ?, 'slipped', ?, 0)", (gap, ns_id, slipped.tobytes()))
+    assert nearest_id(path, slipped) == gap

@@ -5,11 +5,12 @@ that request differently (OpenAI and vLLM: `json_schema`; llama.cpp's Python ser
 so the client tries each form once and remembers the first one the server accepts; a reply that is still not one of
 the choices is returned as text and parsed by the agent like any free-text answer.
 
-Transport: one pooled `httpx.Client` per back end (connections are reused, and it may be shared by many threads).
-Plain httpx rather than the `openai` SDK: we need one endpoint, our own structured-output fallback and our own retry
-policy, and httpx alone keeps the dependency small. Retry policy (`RetryPolicy`): timeouts, dropped or refused
-connections, 408, 429 and 5xx are retried up to `max_retries` times after a full-jitter exponential backoff, or
-after the server's Retry-After (capped); any other 4xx fails at once with the server's answer in the message.
+Transport: one pooled `httpx2.Client` per back end (connections are reused; one client serves many threads).
+httpx2 (the maintained continuation of httpx, which the `openai` SDK itself now builds on) rather than the SDK: we
+need one endpoint, our own structured-output fallback and retry policy, and none of the SDK's typed models.
+Retry policy (`RetryPolicy`): timeouts, dropped or refused connections, 408, 429 and 5xx are retried up to
+`max_retries` times after a full-jitter exponential backoff, or after the server's Retry-After (capped); any other
+4xx fails at once with the server's answer in the message.
 Options in the spec, e.g. `openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8`.
 """
 
@@ -24,7 +25,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
 
-import httpx
+import httpx2
 
 from ttlearn.llm.base import LLM, LLMS, LLMError, Message
 from ttlearn.types import Completion
@@ -110,10 +111,10 @@ class OpenAIChat(LLM):
         self.base_url, self.model = base_url.rstrip("/"), model
         self.policy = policy or RetryPolicy()
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        self._client = httpx.Client(
+        self._client = httpx2.Client(
             timeout=self.policy.timeout_s,
             headers={"Authorization": f"Bearer {api_key or 'none'}"},
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64),
         )
         self._format = 0  # index into CHOICE_FORMATS of the spelling to try first
         self._format_lock = threading.Lock()
@@ -131,7 +132,7 @@ class OpenAIChat(LLM):
             retry_after = None
             try:
                 response = self._client.post(url, json=payload)
-            except httpx.TransportError as exc:  # timeouts, refused or dropped connections, broken replies
+            except httpx2.TransportError as exc:  # timeouts, refused or dropped connections, broken replies
                 failure = f"{type(exc).__name__}: {exc}"
             else:
                 if response.is_success:

@@ -34,6 +34,7 @@ import sqlite3
 import threading
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -552,7 +553,7 @@ class MemoryStore:
             index = VectorIndex.load(path, self.ann_threshold, fits)
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, RuntimeError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
             warnings.warn(f"ignoring the damaged vector index {path} ({exc}); rebuilding it", stacklevel=3)
             return None
         if index is None or index.dim != dim:
