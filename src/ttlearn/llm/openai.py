@@ -6,8 +6,8 @@ so the client tries each form once and remembers the first one the server accept
 the choices is returned as text and parsed by the agent like any free-text answer.
 
 Transport: one pooled `httpx2.Client` per back end (connections are reused; one client serves many threads).
-httpx2 (the maintained continuation of httpx, which the `openai` SDK itself now builds on) rather than the SDK: we
-need one endpoint, our own structured-output fallback and retry policy, and none of the SDK's typed models.
+httpx2 (httpx's successor by the same author; the `openai` SDK itself builds on it) rather than the SDK: we need
+one endpoint, our own structured-output fallback and retry policy, and none of the SDK's typed models.
 Retry policy (`RetryPolicy`): timeouts, dropped or refused connections, 408, 429 and 5xx are retried up to
 `max_retries` times after a full-jitter exponential backoff, or after the server's Retry-After (capped); any other
 4xx fails at once with the server's answer in the message.
@@ -66,6 +66,14 @@ class RetryPolicy:
             raise ValueError(
                 f"retry policy needs timeout_s > 0 and max_retries, backoff_base_s, backoff_cap_s ≥ 0; got {self}"
             )
+
+
+def is_transient(status: int, body: str, asked_format: bool) -> bool:
+    """Whether an error status is worth retrying: 408, 429 and 5xx, except a refused structured-output spelling
+    (llama.cpp's Python server answers an unknown `response_format` with 500; it will not parse it next time)."""
+    if asked_format and "response_format" in body:
+        return False
+    return status in RETRY_STATUSES or status >= 500
 
 
 def backoff_delay(attempt: int, base_s: float, cap_s: float, uniform: float) -> float:
@@ -140,7 +148,7 @@ class OpenAIChat(LLM):
                         return response.json()
                     except ValueError:
                         failure = f"{response.status_code} with a body that is not JSON: {response.text[:200]!r}"
-                elif response.status_code in RETRY_STATUSES or response.status_code >= 500:
+                elif is_transient(response.status_code, response.text, "response_format" in payload):
                     failure = f"{response.status_code}: {response.text[:200]}"
                     retry_after = retry_after_s(response.headers.get("retry-after"), time.time())
                 else:
