@@ -603,12 +603,16 @@ class Namespace:
 
         def write(conn: sqlite3.Connection) -> list[Added]:
             index = self.store._index(self.id, writing=True)
-            best_ids, best_sims = index.best_matches(matrix)  # against the keys that existed before this batch
+            can_join = join_threshold <= 1.0  # above 1, the largest cosine, nothing joins: skip the searches
+            if can_join:
+                best_ids, best_sims = index.best_matches(matrix)  # against the keys that existed before this batch
+            else:
+                best_ids, best_sims = np.zeros(len(matrix), dtype=np.int64), np.full(len(matrix), -np.inf)
             first_new = len(index)
             added = []
             now = time.time()
             for item, vector, best_id, best_sim in zip(items, matrix, best_ids, best_sims):
-                if len(index) > first_new:  # keys created earlier in this batch
+                if can_join and len(index) > first_new:  # keys created earlier in this batch
                     fresh = index.vectors[first_new:] @ vector
                     row = int(fresh.argmax())
                     if fresh[row] > best_sim:
