@@ -255,7 +255,6 @@ class VectorIndex:
             )
         return self._ids[rows], np.einsum("ij,ij->i", self._vectors[rows], vectors)
 
-
     def save(self, path: Path) -> None:
         """Write rows, ids, graph and counters to `path` atomically (a temporary file renamed over it)."""
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -287,7 +286,8 @@ class VectorIndex:
                 return None
             vectors, graph = saved["vectors"], saved["graph"]
         index = cls(vectors.shape[1], generation, rewrites, ann_threshold)
-        index._ids, index._vectors, index._size = ids.astype(np.int64), vectors.astype(np.float32), len(ids)
+        index._ids, index._size = ids.astype(np.int64, copy=False), len(ids)
+        index._vectors = vectors.astype(np.float32, copy=False)
         index._ann = _new_ann(index.dim)
         index._ann.load(graph)
         if len(index._ann) != len(ids):
@@ -522,7 +522,7 @@ class MemoryStore:
             (ns_id,),
         ).fetchone()
         if index is None or (index.generation, index.rewrites) != (generation, rewrites):
-            index = self._saved_index(ns_id, generation, rewrites, dim)
+            index = self._saved_index(ns_id, generation, rewrites)
             index = index or VectorIndex(dim, generation, rewrites, self.ann_threshold)
             self._indexes[ns_id] = index
         rows = self._conn.execute(
@@ -537,7 +537,7 @@ class MemoryStore:
         """Where namespace `ns_id`'s HNSW index is saved."""
         return Path(f"{self.path}.index") / f"namespace-{ns_id}.npz"
 
-    def _saved_index(self, ns_id: int, generation: int, rewrites: int, dim: int) -> VectorIndex | None:
+    def _saved_index(self, ns_id: int, generation: int, rewrites: int) -> VectorIndex | None:
         """The saved index if it describes a prefix of the namespace's current intents (see the module docstring)."""
 
         def fits(saved_generation: int, saved_rewrites: int, ids: np.ndarray) -> bool:
@@ -556,7 +556,7 @@ class MemoryStore:
         except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
             warnings.warn(f"ignoring the damaged vector index {path} ({exc}); rebuilding it", stacklevel=3)
             return None
-        if index is None or index.dim != dim:
+        if index is None:
             return None
         last = self._conn.execute("SELECT embedding FROM intents WHERE id = ?", (index.max_id,)).fetchone()
         return index if last is not None and last[0] == index.vectors[-1].tobytes() else None
