@@ -150,11 +150,17 @@ def main() -> None:
             f"n={r['n']:>7} index={'usearch' if r['ann'] else 'numpy'}: fill {r['insert_per_s']:,.0f} items/s | "
             f"open cold {r['open_cold_s']:.2f} s, saved {r['open_saved_s']:.2f} s "
             f"({r['open_cold_s'] / r['open_saved_s']:.1f}x) | recall@{r['k']} {r['recall_k']:.3f}, "
-            f"recall@1 {r['recall_1']:.3f}\n"
-            f"          CPU per query: top-k2 store p50 {r['store_p50']:.3f} ms p99 {r['store_p99']:.3f} ms | exact numpy p50 "
-            f"{r['exact_p50']:.3f} ms p99 {r['exact_p99']:.3f} ms | raw index p50 {r['raw_p50']:.3f} ms p99 "
-            f"{r['raw_p99']:.3f} ms | store/raw p50 {r['store_p50'] / r['raw_p50']:.2f}x, store/exact p50 "
-            f"{r['store_p50'] / r['exact_p50']:.2f}x | Q-updates {r['q_updates_per_s']:,.0f}/s (batches of 100), "
+            f"recall@1 {r['recall_1']:.3f}"
+        )
+        print(
+            f"          CPU per query: top-k2 store p50 {r['store_p50']:.3f} ms p99 {r['store_p99']:.3f} ms | "
+            f"exact numpy p50 {r['exact_p50']:.3f} ms p99 {r['exact_p99']:.3f} ms | "
+            f"raw index p50 {r['raw_p50']:.3f} ms p99 {r['raw_p99']:.3f} ms"
+        )
+        print(
+            f"          store/raw p50 {r['store_p50'] / r['raw_p50']:.2f}x, "
+            f"store/exact p50 {r['store_p50'] / r['exact_p50']:.2f}x | "
+            f"Q-updates {r['q_updates_per_s']:,.0f}/s (batches of 100), "
             f"{r['episode_updates_per_s']:,.0f} episodes/s (3 items)"
         )
     print(f"load average at end: {os.getloadavg()[0]:.1f}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import string
 import time
-from pathlib import Path
 
 import numpy as np
 
@@ -46,12 +45,22 @@ VOCAB = {
     "person": "Alice Bob Chen Dana Emil Farah Goran Hana Ivan Julia Kofi Lena".split(),
     "goal": ["rent a flat", "open a shop", "learn to cook", "find a job", "train for a race", "plant a garden"],
     "obstacle": [
-        "the budget is small", "the forms are missing", "the weather is bad", "a friend is ill",
-        "the train is late", "the shop is closed", "prices went up",
+        "the budget is small",
+        "the forms are missing",
+        "the weather is bad",
+        "a friend is ill",
+        "the train is late",
+        "the shop is closed",
+        "prices went up",
     ],
     "habit": [
-        "repeats its last move", "copies my last move", "plays what beats my last move", "cycles rock paper scissors",
-        "plays rock more often", "switches after a loss", "never plays the same move twice",
+        "repeats its last move",
+        "copies my last move",
+        "plays what beats my last move",
+        "cycles rock paper scissors",
+        "plays rock more often",
+        "switches after a loss",
+        "never plays the same move twice",
     ],
     "streak": [f"{n} {outcome}" for n in range(1, 6) for outcome in ("wins", "losses", "draws")],
     "round": [str(n) for n in range(1, 31)],
@@ -59,12 +68,23 @@ VOCAB = {
     "score": [f"{side} by {n}" for side in ("ahead", "behind") for n in range(1, 10)] + ["level"],
     "lang": "Python Rust Go Java C TypeScript".split(),
     "task": [
-        "removes duplicates", "finds the median", "counts the vowels", "merges sorted runs", "reverses every word",
-        "groups items by length", "returns the longest run", "checks for balanced brackets", "rotates by k places",
+        "removes duplicates",
+        "finds the median",
+        "counts the vowels",
+        "merges sorted runs",
+        "reverses every word",
+        "groups items by length",
+        "returns the longest run",
+        "checks for balanced brackets",
+        "rotates by k places",
     ],
     "constraint": [
-        "runs in linear time", "keeps the original order", "handles empty input", "uses no extra memory",
-        "raises ValueError on bad input", "works for negative numbers",
+        "runs in linear time",
+        "keeps the original order",
+        "handles empty input",
+        "uses no extra memory",
+        "raises ValueError on bad input",
+        "works for negative numbers",
     ],
 }
 CHUNK = 10_000

@@ -12,10 +12,9 @@ import time
 import urllib.request
 
 import pytest
-
 from fault_proxy import FaultProxy
 
-from ttlearn.llm import LLMError, make_llm
+from ttlearn.llm import make_llm
 from ttlearn.llm.llamacpp import smollm2_path
 from ttlearn.llm.openai import OpenAIChat, RequestRefused, RetryPolicy, ServerUnavailable
 

@@ -11,7 +11,12 @@ from ttlearn.llm.openai import RetryPolicy, backoff_delay, is_transient, parse_p
 
 def test_which_statuses_are_retried():
     assert [s for s in (400, 401, 404, 408, 422, 429, 500, 502, 503, 504) if is_transient(s, "", False)] == [
-        408, 429, 500, 502, 503, 504
+        408,
+        429,
+        500,
+        502,
+        503,
+        504,
     ]
     refusal = "{'loc': ('body', 'response_format', 'type'), 'msg': \"Input should be 'text' or 'json_object'\"}"
     assert not is_transient(500, refusal, True)  # a spelling the server cannot parse: try the next one at once

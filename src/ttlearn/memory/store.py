@@ -296,7 +296,7 @@ class VectorIndex:
         return index
 
 
-ANN_CONNECTIVITY = 32
+ANN_CONNECTIVITY = 16
 ANN_EXPANSION_ADD = 128
 ANN_EXPANSION_SEARCH = 128
 """HNSW settings, from benchmarks/memory_store.py on MiniLM embeddings of 100k varied texts (docs/scale.md)."""
