@@ -19,7 +19,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-MAX_DELAY_S = 5.0
+MAX_DELAY_S = 10.0
 NOT_RELAYED = {"connection", "keep-alive", "transfer-encoding", "content-length", "upgrade", "server", "date"}
 """Headers the proxy sets itself (or that describe one hop), not relayed."""
 

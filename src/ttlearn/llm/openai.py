@@ -40,7 +40,8 @@ RETRY_STATUSES = frozenset({408, 429})
 
 
 class RequestRefused(LLMError):
-    """The server answered a 4xx other than 408/429: the same request will be refused again."""
+    """The server refused this request (a 4xx other than 408/429, or a structured-output spelling it cannot parse):
+    sending it again will not help."""
 
     def __init__(self, message: str, status: int, body: str) -> None:
         super().__init__(message)
