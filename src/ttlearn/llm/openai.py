@@ -1,74 +1,187 @@
-"""Any OpenAI-compatible chat server (vLLM, Ollama, llama.cpp server, OpenAI): `openai:<base-url>#<model>`.
+"""Any OpenAI-compatible chat server (vLLM, Ollama, llama.cpp server, OpenAI): `openai:<base-url>#<model>[?options]`.
 
 Choices are requested as structured output: a JSON schema whose one field is an enum of the choices. Servers spell
 that request differently (OpenAI and vLLM: `json_schema`; llama.cpp's Python server: `json_object` with a `schema`),
 so the client tries each form once and remembers the first one the server accepts; a reply that is still not one of
 the choices is returned as text and parsed by the agent like any free-text answer.
+
+Transport: one pooled `httpx2.Client` per back end (connections are reused; one client serves many threads).
+httpx2 (httpx's successor by the same author; the `openai` SDK itself builds on it) rather than the SDK: we need
+one endpoint, our own structured-output fallback and retry policy, and none of the SDK's typed models.
+Retry policy (`RetryPolicy`): timeouts, dropped or refused connections, 408, 429 and 5xx are retried up to
+`max_retries` times after a full-jitter exponential backoff, or after the server's Retry-After (capped); any other
+4xx fails at once with the server's answer in the message.
+Options in the spec, e.g. `openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8`.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
+import random
+import threading
 import time
-import urllib.error
-import urllib.request
-from typing import Any, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Callable, Sequence
+
+import httpx2
 
 from ttlearn.llm.base import LLM, LLMS, LLMError, Message
 from ttlearn.types import Completion
 
-CHOICE_FORMATS = (
+CHOICE_FORMATS: tuple[Callable[[dict[str, Any]], dict[str, Any]] | None, ...] = (
     lambda schema: {"type": "json_schema", "json_schema": {"name": "action", "schema": schema}},
     lambda schema: {"type": "json_object", "schema": schema},
     None,  # plain text: the agent parses it
 )
+RETRY_STATUSES = frozenset({408, 429})
+"""Besides every 5xx: the statuses that mean "not now" rather than "not this request"."""
+
+
+class RequestRefused(LLMError):
+    """The server refused this request (a 4xx other than 408/429, or a structured-output spelling it cannot parse):
+    sending it again will not help."""
+
+    def __init__(self, message: str, status: int, body: str) -> None:
+        super().__init__(message)
+        self.status, self.body = status, body
+
+
+class ServerUnavailable(LLMError):
+    """No usable answer after every retry (server down, overloaded or timing out); the run can be resumed later."""
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long one request waits and how often it is tried again."""
+
+    timeout_s: float = 120.0
+    max_retries: int = 5
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 30.0
+    """Also the most a Retry-After header can make us wait."""
+
+    def __post_init__(self) -> None:
+        if self.timeout_s <= 0 or self.max_retries < 0 or self.backoff_base_s < 0 or self.backoff_cap_s < 0:
+            raise ValueError(
+                f"retry policy needs timeout_s > 0 and max_retries, backoff_base_s, backoff_cap_s ≥ 0; got {self}"
+            )
+
+
+def is_transient(status: int, body: str, asked_format: bool) -> bool:
+    """Whether an error status is worth retrying: 408, 429 and 5xx, except a refused structured-output spelling
+    (llama.cpp's Python server answers an unknown `response_format` with 500; it will not parse it next time)."""
+    if asked_format and "response_format" in body:
+        return False
+    return status in RETRY_STATUSES or status >= 500
+
+
+def backoff_delay(attempt: int, base_s: float, cap_s: float, uniform: float) -> float:
+    """Full-jitter backoff before retry number `attempt` (0 = first retry): uniform · min(cap, base · 2^attempt).
+
+    `uniform` is a draw from [0, 1); spreading retries over the whole window keeps N clients that failed together
+    from retrying together.
+    """
+    return uniform * min(cap_s, base_s * 2.0**attempt)
+
+
+def retry_after_s(header: str | None, now: float) -> float | None:
+    """Seconds a Retry-After header asks for (delta-seconds or an HTTP date, never negative); None if absent/invalid."""
+    if not header:
+        return None
+    try:
+        return max(0.0, float(header))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now) if when.tzinfo is not None else None
+
+
+def retry_wait_s(attempt: int, policy: RetryPolicy, retry_after: float | None, uniform: float) -> float:
+    """The wait before retry `attempt`: the server's Retry-After (capped at the backoff cap) if it sent one,
+    else the full-jitter backoff."""
+    if retry_after is not None:
+        return min(retry_after, policy.backoff_cap_s)
+    return backoff_delay(attempt, policy.backoff_base_s, policy.backoff_cap_s, uniform)
 
 
 class OpenAIChat(LLM):
     supports_choices = True
 
     def __init__(
-        self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 120.0, retries: int = 2
+        self, base_url: str, model: str, *, api_key: str | None = None, policy: RetryPolicy | None = None
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"openai back end needs an http(s) base URL, got {base_url!r}")
         self.base_url, self.model = base_url.rstrip("/"), model
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        self.timeout_s, self.retries = timeout_s, retries
-        self._formats = list(CHOICE_FORMATS)
+        self.policy = policy or RetryPolicy()
+        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        self._client = httpx2.Client(
+            timeout=self.policy.timeout_s,
+            headers={"Authorization": f"Bearer {api_key or 'none'}"},
+            limits=httpx2.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        self._format = 0  # index into CHOICE_FORMATS of the spelling to try first
+        self._format_lock = threading.Lock()
+        self._jitter = random.Random()
         self.spec = f"openai:{self.base_url}#{model}"
 
+    def close(self) -> None:
+        self._client.close()
+
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(
-            f"{self.base_url}/chat/completions",
-            data=json.dumps(payload).encode(),
-            headers={"Content-Type": "application/json", "Authorization": f"Bearer {self.api_key or 'none'}"},
-        )
-        error: Exception | None = None
-        for attempt in range(self.retries + 1):
+        """POST to /chat/completions under the retry policy; the decoded JSON answer."""
+        url = f"{self.base_url}/chat/completions"
+        tries = self.policy.max_retries + 1
+        for attempt in range(tries):
+            retry_after = None
             try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as exc:  # the server answered: retrying will not help
-                body = exc.read().decode(errors="replace")[:300]
-                raise LLMError(f"{self.base_url} refused the request ({exc.code}): {body}") from exc
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                error = exc
-                time.sleep(0.5 * 2**attempt)
-        raise LLMError(f"no answer from {self.base_url} after {self.retries + 1} tries ({error}); is the server up?")
+                response = self._client.post(url, json=payload)
+            except httpx2.TransportError as exc:  # timeouts, refused or dropped connections, broken replies
+                failure = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.is_success:
+                    try:
+                        return response.json()
+                    except ValueError:
+                        failure = f"{response.status_code} with a body that is not JSON: {response.text[:200]!r}"
+                elif is_transient(response.status_code, response.text, "response_format" in payload):
+                    failure = f"{response.status_code}: {response.text[:200]}"
+                    retry_after = retry_after_s(response.headers.get("retry-after"), time.time())
+                else:
+                    body = response.text[:300]
+                    raise RequestRefused(
+                        f"{self.base_url} refused the request ({response.status_code}): {body}",
+                        response.status_code,
+                        body,
+                    )
+            if attempt + 1 < tries:
+                time.sleep(retry_wait_s(attempt, self.policy, retry_after, self._jitter.random()))
+        raise ServerUnavailable(
+            f"no answer from {self.base_url} after {tries} tries (last: {failure}); is the server up? "
+            "Finished games are kept in the run directory: fix the server and resume the run."
+        )
 
     def _post_with_choices(self, payload: dict[str, Any], choices: Sequence[str]) -> dict[str, Any]:
         schema = {"type": "object", "properties": {"action": {"enum": list(choices)}}, "required": ["action"]}
         payload["max_tokens"] = max(payload["max_tokens"], 32)
-        while len(self._formats) > 1:
+        while True:
+            tried = self._format
+            spell = CHOICE_FORMATS[tried]
+            if spell is None:  # no structured output at all: free text for the agent's parser
+                return self._post(payload)
             try:
-                return self._post({**payload, "response_format": self._formats[0](schema)})
-            except LLMError as exc:
-                if "response_format" not in str(exc) and "json" not in str(exc):
+                return self._post({**payload, "response_format": spell(schema)})
+            except RequestRefused as exc:
+                if "response_format" not in exc.body and "json" not in exc.body:
                     raise
-                self._formats.pop(0)  # this server spells structured output another way
-        return self._post(payload)  # no structured output at all: free text for the agent's parser
+                with self._format_lock:  # threads refused together move on one spelling, not one each
+                    if self._format == tried:
+                        self._format = tried + 1
 
     def complete(
         self,
@@ -110,9 +223,28 @@ class OpenAIChat(LLM):
         )
 
 
+def parse_policy(options: str) -> RetryPolicy:
+    """A `RetryPolicy` from a spec's `key=value&...` options, e.g. `timeout_s=30&max_retries=8`."""
+    known = [f.name for f in fields(RetryPolicy)]
+    values: dict[str, Any] = {}
+    for pair in filter(None, options.split("&")):
+        key, _, value = pair.partition("=")
+        if key not in known:
+            raise ValueError(f"unknown openai option {key!r}; known: {', '.join(known)}")
+        try:
+            values[key] = int(value) if key == "max_retries" else float(value)
+        except ValueError:
+            raise ValueError(f"openai option {key} needs a number, got {value!r}") from None
+    return RetryPolicy(**values)
+
+
 @LLMS.register("openai")
 def _openai(arg: str) -> OpenAIChat:
-    base_url, sep, model = arg.partition("#")
+    base_url, sep, rest = arg.partition("#")
+    model, _, options = rest.partition("?")
     if not sep or not model:
-        raise ValueError("openai spec is openai:<base-url>#<model>, e.g. openai:http://127.0.0.1:8000/v1#qwen")
-    return OpenAIChat(base_url, model)
+        raise ValueError(
+            "openai spec is openai:<base-url>#<model>[?options], e.g. openai:http://127.0.0.1:8000/v1#qwen "
+            "or openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8"
+        )
+    return OpenAIChat(base_url, model, policy=parse_policy(options))

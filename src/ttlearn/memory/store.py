@@ -10,10 +10,18 @@ Concurrency: WAL journal, a busy timeout, and every write is one short `BEGIN IM
 SQLITE_BUSY, so several processes can read and write one file; a killed writer leaves either its whole transaction
 or nothing. Embeddings are computed before the write lock is taken.
 
-The vector index lives in each process's memory and is rebuilt from the file on first use. It catches up with other
-processes' writes when `PRAGMA data_version` says another connection committed (intents are append-only; `reembed`
-bumps the generation, which forces a full rebuild). Brute-force numpy dot products below `ann_threshold` intents;
-above it a usearch HNSW graph (built single-threaded, so it is deterministic), whose hits are re-scored exactly.
+The vector index lives in each process's memory. It catches up with other processes' writes when `PRAGMA
+data_version` says another connection committed: intents are appended (new ids are larger than every existing one),
+and anything else (`reembed` bumps the namespace's generation; any UPDATE or DELETE of an intent row bumps its
+namespace's count in `intent_rewrites`, by trigger, in the writer's own transaction) forces a full rebuild.
+Brute-force numpy dot products below `ann_threshold` intents; above it a usearch HNSW graph (built single-threaded, so
+it is deterministic), whose hits are re-scored exactly.
+
+HNSW indexes are also saved beside the file (`<store>.index/namespace-<id>.npz`, written to a temporary file and
+renamed, so a reader sees a whole file or the previous one) after a build and every 10 % growth, and on `close()`.
+Opening loads the saved index only if it still describes a prefix of the namespace's intents: same generation and
+rewrite count, as many rows up to its last id as it holds, and that last row's embedding unchanged; rows added since
+(say, by a process killed before it saved) are then appended as usual, so a stale file is never served.
 """
 
 from __future__ import annotations
@@ -21,9 +29,13 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
 import random
 import sqlite3
+import threading
 import time
+import warnings
+import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,6 +95,16 @@ CREATE TABLE IF NOT EXISTS retrievals (
 );
 CREATE INDEX IF NOT EXISTS retrievals_by_episode ON retrievals(namespace_id, run_id, episode);
 """
+_REWRITE_COUNTERS = (  # how a saved vector index knows that rows it holds changed (see the module docstring)
+    "CREATE TABLE IF NOT EXISTS intent_rewrites (namespace_id INTEGER PRIMARY KEY, count INTEGER NOT NULL)",
+    """CREATE TRIGGER IF NOT EXISTS intent_rewritten AFTER UPDATE OF id, namespace_id, embedding ON intents BEGIN
+        INSERT INTO intent_rewrites VALUES (OLD.namespace_id, 1) ON CONFLICT DO UPDATE SET count = count + 1;
+        INSERT INTO intent_rewrites VALUES (NEW.namespace_id, 1) ON CONFLICT DO UPDATE SET count = count + 1;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS intent_deleted AFTER DELETE ON intents BEGIN
+        INSERT INTO intent_rewrites VALUES (OLD.namespace_id, 1) ON CONFLICT DO UPDATE SET count = count + 1;
+    END""",
+)
 
 
 class EmbedderMismatchError(ValueError):
@@ -186,13 +208,19 @@ class NamespaceSnapshot(_Strict):
 
 
 class VectorIndex:
-    """Unit vectors by row, their intent ids, and (above `ann_threshold` rows) an HNSW graph over the rows."""
+    """Unit vectors by row, their intent ids, and (above `ann_threshold` rows) an HNSW graph over the rows.
 
-    def __init__(self, dim: int, generation: int, ann_threshold: int) -> None:
+    `generation` and `rewrites` are the namespace's counters the rows were read under; `saved_size` is how many rows
+    the file on disk holds (0: none), so the store knows when saving again is worth it.
+    """
+
+    def __init__(self, dim: int, generation: int, rewrites: int, ann_threshold: int) -> None:
         self.dim = dim
         self.generation = generation
+        self.rewrites = rewrites
         self.ann_threshold = ann_threshold
         self.seen_version: int | None = None
+        self.saved_size = 0
         self._size = 0
         self._ids = np.zeros(16, dtype=np.int64)
         self._vectors = np.zeros((16, dim), dtype=np.float32)
@@ -267,11 +295,65 @@ class VectorIndex:
             )
         return self._ids[rows], np.einsum("ij,ij->i", self._vectors[rows], vectors)
 
+    def save(self, path: Path) -> None:
+        """Write rows, ids, graph and counters to `path` atomically (a temporary file renamed over it)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
+        try:
+            with open(temporary, "wb") as file:
+                np.savez(
+                    file,
+                    counters=np.array([self.generation, self.rewrites], dtype=np.int64),
+                    ids=self.ids,
+                    vectors=self.vectors,
+                    graph=np.frombuffer(self._ann.save(), dtype=np.uint8),
+                )
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        self.saved_size = self._size
+
+    @classmethod
+    def load(cls, path: Path, ann_threshold: int, fits: Callable[[int, int, np.ndarray], bool]) -> VectorIndex | None:
+        """The index saved at `path` if `fits(generation, rewrites, ids)` says it still describes the store (the graph
+        and rows are read only then), else None. Raises OSError/ValueError for a missing or damaged file."""
+        with np.load(path, allow_pickle=False) as saved:
+            generation, rewrites = (int(c) for c in saved["counters"])
+            ids = saved["ids"]
+            if not fits(generation, rewrites, ids):
+                return None
+            vectors, graph = saved["vectors"], saved["graph"]
+        index = cls(vectors.shape[1], generation, rewrites, ann_threshold)
+        index._ids, index._size = ids.astype(np.int64, copy=False), len(ids)
+        index._vectors = vectors.astype(np.float32, copy=False)
+        index._ann = _new_ann(index.dim)
+        index._ann.load(graph)
+        if len(index._ann) != len(ids):
+            raise ValueError(f"{path}: the graph holds {len(index._ann)} rows, the ids {len(ids)}")
+        index.saved_size = len(ids)
+        return index
+
+
+ANN_CONNECTIVITY = 16
+ANN_EXPANSION_ADD = 128
+ANN_EXPANSION_SEARCH = 128
+"""HNSW settings: recall@5 0.998 against exact search at 100k MiniLM embeddings of varied texts, where the old
+16 / 64 / 64 already reached 0.998 at 40k (benchmarks/memory_store.py; the table in docs/scale.md)."""
+
 
 def _new_ann(dim: int) -> Any:
     from usearch.index import Index
 
-    return Index(ndim=dim, metric="ip", dtype="f32", connectivity=16, expansion_add=64, expansion_search=64)
+    return Index(
+        ndim=dim,
+        metric="ip",
+        dtype="f32",
+        connectivity=ANN_CONNECTIVITY,
+        expansion_add=ANN_EXPANSION_ADD,
+        expansion_search=ANN_EXPANSION_SEARCH,
+    )
 
 
 class MemoryStore:
@@ -331,6 +413,8 @@ class MemoryStore:
         for statement in _SCHEMA.split(";"):  # not executescript: it would commit our transaction
             if statement.strip():
                 conn.execute(statement)
+        for statement in _REWRITE_COUNTERS:
+            conn.execute(statement)
         row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if row is None:
             conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -340,6 +424,10 @@ class MemoryStore:
             )
 
     def close(self) -> None:
+        """Save every HNSW index that grew since it was last saved, then close the file."""
+        for ns_id, index in self._indexes.items():
+            if index.uses_ann and len(index) > index.saved_size:
+                self._save_index(ns_id, index)
         self._conn.close()
 
     def __enter__(self) -> MemoryStore:
@@ -571,19 +659,66 @@ class MemoryStore:
         """The namespace's index, caught up with the file (always inside a write transaction, where it is exact)."""
         index = self._indexes.get(ns_id)
         version = self._conn.execute("PRAGMA data_version").fetchone()[0]
-        if index is not None and not writing and index.seen_version == version:
-            return index
-        generation, dim = self._conn.execute("SELECT generation, dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
-        if index is None or index.generation != generation:
-            index = self._indexes[ns_id] = VectorIndex(dim, generation, self.ann_threshold)
+        if index is None or writing or index.seen_version != version:
+            index = self._catch_up(ns_id, index)
+            index.seen_version = version
+        if not writing and index.uses_ann and len(index) - index.saved_size >= max(1, len(index) // 10):
+            self._save_index(ns_id, index)  # never inside a write transaction: it may still roll back
+        return index
+
+    def _catch_up(self, ns_id: int, index: VectorIndex | None) -> VectorIndex:
+        """`index` with the rows committed since, or the saved or a rebuilt index when it is missing or outdated."""
+        # the counters are read before the rows: a rewrite committed in between makes the index look older, never newer
+        generation, rewrites, dim = self._conn.execute(
+            "SELECT n.generation, COALESCE(r.count, 0), n.dim FROM namespaces n "
+            "LEFT JOIN intent_rewrites r ON r.namespace_id = n.id WHERE n.id = ?",
+            (ns_id,),
+        ).fetchone()
+        if index is None or (index.generation, index.rewrites) != (generation, rewrites):
+            index = self._saved_index(ns_id, generation, rewrites)
+            index = index or VectorIndex(dim, generation, rewrites, self.ann_threshold)
+            self._indexes[ns_id] = index
         rows = self._conn.execute(
             "SELECT id, embedding FROM intents WHERE namespace_id = ? AND id > ? ORDER BY id", (ns_id, index.max_id)
         ).fetchall()
         if rows:
             blob = b"".join(row[1] for row in rows)
             index.extend([row[0] for row in rows], np.frombuffer(blob, dtype=np.float32).reshape(len(rows), dim))
-        index.seen_version = version
         return index
+
+    def index_path(self, ns_id: int) -> Path:
+        """Where namespace `ns_id`'s HNSW index is saved."""
+        return Path(f"{self.path}.index") / f"namespace-{ns_id}.npz"
+
+    def _saved_index(self, ns_id: int, generation: int, rewrites: int) -> VectorIndex | None:
+        """The saved index if it describes a prefix of the namespace's current intents (see the module docstring)."""
+
+        def fits(saved_generation: int, saved_rewrites: int, ids: np.ndarray) -> bool:
+            if (saved_generation, saved_rewrites) != (generation, rewrites) or not len(ids):
+                return False
+            count = self._conn.execute(
+                "SELECT COUNT(*) FROM intents WHERE namespace_id = ? AND id <= ?", (ns_id, int(ids[-1]))
+            ).fetchone()[0]
+            return count == len(ids)
+
+        path = self.index_path(ns_id)
+        try:
+            index = VectorIndex.load(path, self.ann_threshold, fits)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
+            warnings.warn(f"ignoring the damaged vector index {path} ({exc}); rebuilding it", stacklevel=3)
+            return None
+        if index is None:
+            return None
+        last = self._conn.execute("SELECT embedding FROM intents WHERE id = ?", (index.max_id,)).fetchone()
+        return index if last is not None and last[0] == index.vectors[-1].tobytes() else None
+
+    def _save_index(self, ns_id: int, index: VectorIndex) -> None:
+        try:
+            index.save(self.index_path(ns_id))
+        except OSError as exc:  # the store works without it; the next open rebuilds
+            warnings.warn(f"could not save the vector index beside {self.path} ({exc})", stacklevel=3)
 
 
 class Namespace:
@@ -617,15 +752,20 @@ class Namespace:
         ]
 
         matrix = np.stack(vectors) if vectors else np.zeros((0, self.embedder.dim), dtype=np.float32)
+        self.store._index(self.id)  # load or build it before taking the write lock; inside, it only catches up
 
         def write(conn: sqlite3.Connection) -> list[Added]:
             index = self.store._index(self.id, writing=True)
-            best_ids, best_sims = index.best_matches(matrix)  # against the keys that existed before this batch
+            can_join = join_threshold <= 1.0  # above 1, the largest cosine, nothing joins: skip the searches
+            if can_join:
+                best_ids, best_sims = index.best_matches(matrix)  # against the keys that existed before this batch
+            else:
+                best_ids, best_sims = np.zeros(len(matrix), dtype=np.int64), np.full(len(matrix), -np.inf)
             first_new = len(index)
             added = []
             now = time.time()
             for item, vector, best_id, best_sim in zip(items, matrix, best_ids, best_sims):
-                if len(index) > first_new:  # keys created earlier in this batch
+                if can_join and len(index) > first_new:  # keys created earlier in this batch
                     fresh = index.vectors[first_new:] @ vector
                     row = int(fresh.argmax())
                     if fresh[row] > best_sim:
