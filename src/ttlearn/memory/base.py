@@ -22,6 +22,9 @@ class Memory(ABC):
     name: ClassVar[str]
     needs_llm: ClassVar[bool] = False
     """True when `observe` writes with an LLM (the session then hands it a recorded writer)."""
+    keeps_files: ClassVar[bool] = False
+    """True when the memory lives in files of its own under the run directory (MemRL's store): one per run, so two
+    copies in flight would overwrite each other's state."""
     carries_over: ClassVar[bool] = True
     """False when `context` never depends on what was observed (`none`): its episodes are then independent and may
     be played concurrently."""

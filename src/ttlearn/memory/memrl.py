@@ -200,6 +200,7 @@ class MemRLMemory(Memory):
     """
 
     name: ClassVar[str] = "memrl"
+    keeps_files: ClassVar[bool] = True
     needs_llm: ClassVar[bool] = True
     fixed: ClassVar[dict[str, float]] = {}
     """Options a baseline pins (memp: alpha; rag: alpha, w_q, q_min); passing another value is an error."""

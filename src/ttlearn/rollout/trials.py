@@ -24,6 +24,7 @@ import numpy as np
 from ttlearn.envs.base import Env
 from ttlearn.eval.trials import summarize_trials
 from ttlearn.llm.base import LLM, make_llm
+from ttlearn.memory.base import MEMORIES
 from ttlearn.rollout.inflight import play_in_order
 from ttlearn.rollout.loop import play_trial
 from ttlearn.rollout.parts import LLMPool, Parts, build_parts, resolve_moves_per_turn, validate_parts
@@ -46,6 +47,8 @@ def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
         _check_instances(validate_parts(config.validation_config()), config.validation_tasks, "validation_tasks")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if concurrency > 1 and MEMORIES.get(config.memory).keeps_files:
+        raise ValueError(f"memory {config.memory!r} keeps one store per run, so its tasks run one at a time")
     if concurrency > 1 and config.carries_memory:
         raise ValueError(
             "with --epochs > 1 or held-out validation the memory carries over from task to task, so tasks run one at"
