@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from ttlearn.llm import LLMError, make_llm
-from ttlearn.llm.llamacpp import smollm2_path
+from ttlearn.llm.models import model_path
 
 pytestmark = pytest.mark.model
 
@@ -35,7 +35,7 @@ def server(tmp_path_factory):
             "-m",
             "llama_cpp.server",
             "--model",
-            str(smollm2_path()),
+            str(model_path("smollm2")),
             "--host",
             "127.0.0.1",
             "--port",
