@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ttlearn.llm import make_llm
-from ttlearn.llm.base import choice_grammar, ends_answer, surface_forms, written_choice
+from ttlearn.llm.base import choice_grammar, surface_forms, written_choice
 
 MOVES = ["rock", "paper", "scissors"]
 PLAY_PAPER = [
@@ -34,11 +34,6 @@ def test_a_shared_form_goes_to_the_choice_listed_that_way_or_to_neither() -> Non
     forms = surface_forms(["a", "A", "no", "No"])
     assert forms["a"] == "a" and forms["A"] == forms[" A"] == "A"
     assert forms["No"] == "No" and "NO" not in forms and " NO" not in forms
-
-
-def test_end_of_answer_pieces() -> None:
-    assert [ends_answer(p) for p in (".", "!", ".\n", ". ", "\n", "\n\n", " \n")] == [True] * 7
-    assert [ends_answer(p) for p in ("", " ", ".com", ",", "paper", "...")] == [False] * 6
 
 
 def test_grammar_lists_the_forms_quoted_and_maps_text_back() -> None:

@@ -98,12 +98,8 @@ def surface_forms(choices: Sequence[str]) -> dict[str, str]:
     return forms
 
 
-END_OF_ANSWER = re.compile(r"[.!]\s*|\s*\n\s*")
-"""A token that ends a written choice: a full stop or exclamation mark (then only white space), or a line break."""
-
-
-def ends_answer(piece: str) -> bool:
-    return END_OF_ANSWER.fullmatch(piece) is not None
+END_PIECES = (".", "!", "\n", "\n\n", ".\n", ".\n\n", "!\n", " \n", ". ", "! ")
+"""Texts that end a written choice (besides end-of-turn): a full stop or exclamation mark, a line break."""
 
 
 def choice_grammar(forms: Sequence[str]) -> str:

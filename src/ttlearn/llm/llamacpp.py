@@ -28,6 +28,7 @@ import numpy as np
 
 from ttlearn.llm.base import (
     CHOICE_METHODS,
+    END_PIECES,
     LLM,
     LLMS,
     LLMError,
@@ -35,7 +36,6 @@ from ttlearn.llm.base import (
     cache_root,
     choice_completion,
     choice_grammar,
-    ends_answer,
     plain_answer,
     plain_prompt,
     surface_forms,
@@ -48,6 +48,7 @@ REBUILD_HINT = (
     'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36'
 )
 DEFAULT_CHOICE_METHOD = "forms"
+PRUNE_NATS = 12.0
 
 
 def default_threads() -> int:
@@ -185,28 +186,40 @@ class LlamaCpp(LLM):
         self, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None = None
     ) -> list[float]:
         """log P(path | prompt) = Σ_i log p(path_i | prompt, path_<i) for each token path; with `end_mask`, plus
-        log P(next token ∈ end_mask | prompt, path). Paths are walked in sorted order, so a prefix several paths share
-        is evaluated once."""
+        log P(next token ∈ end_mask | prompt, path).
+
+        Paths sharing a prefix are walked one after another, so the prefix is evaluated once. A path is walked no
+        further once its prefix is PRUNE_NATS below the best complete path: a prefix's log-probability bounds every
+        extension, so the prefix's value stands in, and no choice's probability moves by more than e^-PRUNE_NATS
+        of the best one's per form."""
         first = self._eval_prompt(prompt)
         base = self.model.n_tokens
         scores = [0.0] * len(paths)
+        best = -math.inf
         walked: list[int] = []
         after = [first]  # after[i] = log p(next token | prompt, walked[:i])
-        for index in sorted(range(len(paths)), key=lambda i: list(paths[i])):
+        for index in sorted(range(len(paths)), key=lambda i: (-first[paths[i][0]], list(paths[i]))):
             path = list(paths[index])
-            needed = path if end_mask is not None else path[:-1]
+            needed = len(path) if end_mask is not None else len(path) - 1  # tokens whose successors are scored
             keep = 0
-            while keep < min(len(walked), len(needed)) and walked[keep] == needed[keep]:
+            while keep < min(len(walked), needed) and walked[keep] == path[keep]:
                 keep += 1
             del walked[keep:], after[keep + 1 :]
-            self.model.n_tokens = base + keep
-            for token in needed[keep:]:
-                self.model.eval([token])
-                walked.append(token)
-                after.append(self._last_logprobs())
-            scores[index] = sum(float(after[i][token]) for i, token in enumerate(path))
-            if end_mask is not None:
-                scores[index] += float(np.logaddexp.reduce(after[len(path)][end_mask]))
+            score = 0.0
+            for depth, token in enumerate(path):
+                score += float(after[depth][token])
+                if score < best - PRUNE_NATS:
+                    break
+                if len(walked) == depth < needed:
+                    self.model.n_tokens = base + depth
+                    self.model.eval([token])
+                    walked.append(token)
+                    after.append(self._last_logprobs())
+            else:
+                if end_mask is not None:
+                    score += float(np.logaddexp.reduce(after[len(path)][end_mask]))
+                best = max(best, score)
+            scores[index] = score
         self.model.n_tokens = base
         return scores
 
@@ -215,18 +228,17 @@ class LlamaCpp(LLM):
         return dict(zip(choices, self.score_paths(prompt, [self._answer_tokens(c) for c in choices])))
 
     def end_mask(self) -> np.ndarray:
-        """The tokens that end a written choice: end-of-generation tokens and `ends_answer` pieces (built once)."""
+        """The tokens that end a written choice: the end-of-generation tokens and those that spell an END_PIECE."""
         if self._end_mask is None:
             import llama_cpp
 
             vocab = self.model._model.vocab
-            self._end_mask = np.array(
-                [
-                    llama_cpp.llama_vocab_is_eog(vocab, token)
-                    or ends_answer(self.model.detokenize([token]).decode("utf-8", errors="replace"))
-                    for token in range(self.n_vocab)
-                ]
-            )
+            mask = np.array([llama_cpp.llama_vocab_is_eog(vocab, token) for token in range(self.n_vocab)])
+            for piece in END_PIECES:
+                tokens = self._tokens(piece, first=False)
+                if len(tokens) == 1:
+                    mask[tokens[0]] = True
+            self._end_mask = mask
         return self._end_mask
 
     def score_forms(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
