@@ -61,14 +61,16 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(CHOICE_METHODS), help="choice methods, comma-separated")
     parser.add_argument("--draws", type=int, default=4, help="samples per prompt for a method that returns no scores")
     parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--notes", default=",".join(NOTES), help="a subset of the notes, comma-separated")
     args = parser.parse_args()
-    print(f"| model | method | {' | '.join(NOTES)} | s/call |")
-    print(f"|---|---|{'---|' * len(NOTES)}---|")
+    notes = {name: NOTES[name] for name in args.notes.split(",")}
+    print(f"| model | method | {' | '.join(notes)} | s/call |")
+    print(f"|---|---|{'---|' * len(notes)}---|")
     for model in args.models.split(","):
         for method in args.methods.split(","):
             llm = make_llm(f"{model}:{method}")
             start = time.perf_counter()
-            results = [follow_rate(llm, note, args.temperature, args.draws) for note in NOTES.values()]
+            results = [follow_rate(llm, note, args.temperature, args.draws) for note in notes.values()]
             per = (time.perf_counter() - start) / sum(calls for _, calls in results)
             rates = " | ".join(f"{rate:.2f}" for rate, _ in results)
             print(f"| {model} | {method} | {rates} | {per:.2f} |", flush=True)
