@@ -14,8 +14,8 @@ import urllib.request
 import pytest
 from fault_proxy import FaultProxy
 
-from ttlearn.llm import make_llm
-from ttlearn.llm.llamacpp import smollm2_path
+from ttlearn.llm import LLMError, make_llm
+from ttlearn.llm.models import model_path
 from ttlearn.llm.openai import OpenAIChat, RequestRefused, RetryPolicy, ServerUnavailable
 
 pytestmark = pytest.mark.model
@@ -39,7 +39,7 @@ def server(tmp_path_factory):
             "-m",
             "llama_cpp.server",
             "--model",
-            str(smollm2_path()),
+            str(model_path("smollm2")),
             "--host",
             "127.0.0.1",
             "--port",

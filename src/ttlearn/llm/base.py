@@ -6,6 +6,8 @@ Back ends register a *scheme*; a spec string `scheme[:argument]` picks one, e.g.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from abc import ABC, abstractmethod
 from typing import Callable, Sequence
@@ -63,6 +65,48 @@ def plain_prompt(messages: Sequence[Message]) -> str:
 def plain_answer(choice: str) -> str:
     """How a base model writes `choice` after `plain_prompt`: a space before, a newline to end the answer."""
     return " " + choice + "\n"
+
+
+CHOICE_METHODS = ("plain", "forms", "grammar")
+"""How a back end answers a list of choices: `plain` scores each choice as listed followed by the end of the answer;
+`forms` sums over the ways a model may write it (`surface_forms`), each ended by end-of-turn, a full stop or a line
+break; `grammar` lets the model write one of those forms under a grammar. Plain scoring lies when the model would never
+write the bare choice: asked "Play paper." a 1.5B model writes "Paper." while plain scoring picks "rock"."""
+
+
+def surface_forms(choices: Sequence[str]) -> dict[str, str]:
+    """Every way a model may write each choice, mapped back to it: as listed, Capitalised and UPPER case, each with
+    and without a leading space. A form two choices share (choices "a" and "A" both give "A") belongs to the choice
+    listed that way, or else to neither."""
+    owners: dict[str, list[str]] = {}
+    for choice in choices:
+        for case in dict.fromkeys((choice, choice[:1].upper() + choice[1:], choice.upper())):
+            for form in (case, " " + case):
+                owners.setdefault(form, []).append(choice)
+    forms = {}
+    for form, claimants in owners.items():
+        if len(claimants) == 1:
+            forms[form] = claimants[0]
+        elif form.lstrip(" ") in claimants:
+            forms[form] = form.lstrip(" ")
+    return forms
+
+
+END_PIECES = (".", "!", "\n", "\n\n", ".\n", ".\n\n", "!\n", " \n", ". ", "! ")
+"""Texts that end a written choice (besides end-of-turn): a full stop or exclamation mark, a line break."""
+
+
+def choice_grammar(forms: Sequence[str]) -> str:
+    """A GBNF grammar whose sentences are exactly the forms, optionally followed by "." or "!"."""
+    if not forms:
+        raise ValueError("a choice grammar needs at least one form")
+    alternatives = " | ".join(json.dumps(form, ensure_ascii=False) for form in forms)
+    return f"root ::= ({alternatives}) [.!]?\n"
+
+
+def written_choice(text: str, forms: dict[str, str]) -> str | None:
+    """The choice a text generated under `choice_grammar` names, or None."""
+    return forms.get(re.sub(r"[.!]$", "", text))
 
 
 def pick_choice(logprobs: dict[str, float], temperature: float, seed: int) -> str:

@@ -1,6 +1,7 @@
 """The trainable back end: a Hugging Face causal LM in torch, optionally with LoRA adapters (peft).
 
-Specs: `hf` or `hf:smollm2` (the embedded SmolLM2 GGUF, converted once to safetensors under `$TTLEARN_CACHE/hf`),
+Specs: `hf` or `hf:smollm2` (an embedded model by name, e.g. `hf:qwen-coder`: its GGUF converted once to
+safetensors under `$TTLEARN_CACHE/hf`),
 `hf:/path/to/checkpoint` (a local HF model directory), `hf:/path/to/model.gguf`, and `hf:/path/to/adapter_dir` (an
 adapter saved by `HFPolicy.save_adapter`, which records its base model).
 
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ttlearn.llm.base import LLM, LLMS, LLMError, Message, cache_root, choice_completion, plain_answer, plain_prompt
-from ttlearn.llm.llamacpp import smollm2_path
+from ttlearn.llm.models import EMBEDDED, model_path
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
@@ -108,15 +109,16 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
 
 def model_dir(source: str) -> Path:
-    """The HF checkpoint directory behind a source: `smollm2`, a `.gguf` file, or a checkpoint directory."""
-    if source == "smollm2":
-        return converted_gguf(smollm2_path())
+    """The HF checkpoint directory behind a source: an embedded model's name, a `.gguf` file, or a checkpoint."""
+    if source in EMBEDDED:
+        return converted_gguf(model_path(source))
     path = Path(source).expanduser()
     if path.suffix == ".gguf" and path.is_file():
         return converted_gguf(path)
     if not (path / "config.json").is_file():
         raise ValueError(
-            f"hf model source {source!r} is neither 'smollm2', a .gguf file, nor a directory with config.json"
+            f"hf model source {source!r} is neither an embedded model ({', '.join(EMBEDDED)}), a .gguf file, "
+            "nor a directory with config.json"
         )
     return path
 
@@ -233,7 +235,7 @@ class HFPolicy(LLM):
         cls, source: str = "smollm2", *, lora: LoraOptions | None = None, device: str = "cpu", dtype: str = "float32"
     ) -> HFPolicy:
         model, tokenizer = load_causal_lm(source, device=device, dtype=dtype)
-        if source != "smollm2":  # adapters record their base; a relative path would break from another directory
+        if source not in EMBEDDED:  # adapters record their base; a relative path would break from another directory
             source = str(Path(source).expanduser().resolve())
         return cls(model, tokenizer, source=source, lora=lora)
 

