@@ -30,7 +30,7 @@ def shared_shares(env_name: str, instances: int, group: int, attempts: int) -> t
         for trial in range(group):
             states: dict[tuple[int, int], Hashable] = {}
 
-            def mark(kind: str, attempt: int, index: int) -> None:
+            def mark(kind: str, attempt: int, index: int, states=states) -> None:
                 if kind == "act":
                     states[(attempt, index)] = env.state_key()
 
@@ -63,7 +63,9 @@ def main() -> None:
     args = parser.parse_args()
     for name in ("sokoban", "minesweeper"):
         counted, text, state = shared_shares(name, args.instances, args.group, args.attempts)
-        print(f"{name}: {counted} later steps; anchor recurs in its group: text {text:.1%}, (attempt, state) {state:.1%}")
+        print(
+            f"{name}: {counted} later steps; anchor recurs in its group: text {text:.1%}, (attempt, state) {state:.1%}"
+        )
 
 
 if __name__ == "__main__":

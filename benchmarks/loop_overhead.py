@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from ttlearn.llm import make_llm
-from ttlearn.runs import Run, RunConfig
 from ttlearn.rollout.session import open_session
+from ttlearn.runs import Run, RunConfig
 
 
 def main() -> None:

@@ -95,8 +95,8 @@ def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
 def test_memrl_inspect_and_explain(tmp_path):
     from fakes import FakeLLM
 
-    from ttlearn.runs import RunConfig
     from ttlearn.rollout.session import open_session
+    from ttlearn.runs import RunConfig
 
     config = RunConfig(
         env="rps",

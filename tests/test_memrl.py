@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from fakes import FakeLLM
 
-from ttlearn.memory import make_memory
 from ttlearn.eval.metrics import run_protocol
+from ttlearn.memory import make_memory
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update
 from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
@@ -241,8 +241,8 @@ def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
 
 
 def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
-    from ttlearn.runs import Run, RunConfig
     from ttlearn.rollout.session import open_session
+    from ttlearn.runs import Run, RunConfig
 
     def play(out: Path, games: int, memory_from: str | None = None) -> Run:
         config = RunConfig(

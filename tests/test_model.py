@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ttlearn.llm.cache import ReplayBook
-from ttlearn.runs import Run, RunConfig
 from ttlearn.rollout.session import open_session
+from ttlearn.runs import Run, RunConfig
 
 pytestmark = pytest.mark.model
 

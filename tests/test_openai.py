@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from fault_proxy import FaultProxy
 
-from ttlearn.llm import LLMError, make_llm
+from ttlearn.llm import make_llm
 from ttlearn.llm.models import model_path
 from ttlearn.llm.openai import OpenAIChat, RequestRefused, RetryPolicy, ServerUnavailable
 
@@ -92,8 +92,8 @@ def test_choices_come_back_as_one_of_them(server):
 
 
 def test_a_short_session_over_the_server(server, tmp_path):
-    from ttlearn.runs import Run, RunConfig
     from ttlearn.rollout.session import open_session
+    from ttlearn.runs import Run, RunConfig
 
     config = RunConfig(
         env="rps",
@@ -231,8 +231,8 @@ def test_many_threads_share_one_client_through_faults(proxy):
 
 
 def test_a_run_stopped_by_a_dead_server_resumes_to_the_same_scores(proxy, tmp_path):
-    from ttlearn.runs import Run, RunConfig
     from ttlearn.rollout.session import open_session
+    from ttlearn.runs import Run, RunConfig
 
     def config() -> RunConfig:
         player = f"openai:http://127.0.0.1:{proxy.port}/v1#smollm2?max_retries=1&backoff_base_s=0.01"

@@ -95,7 +95,8 @@ def test_bradley_terry_recovers_a_synthetic_tournament():
 
 
 def test_battle_bootstrap_matches_the_normal_approximation_for_equal_methods():
-    # for near-equal methods the 95 % half-width of the gap ≈ 681/√n; with two mean-anchored methods each rating moves by half
+    # for near-equal methods the 95 % half-width of the gap ≈ 681/√n; with two mean-anchored methods each rating
+    # moves by half
     rng = np.random.default_rng(3)
     battles = [Battle("a", "b", float(rng.integers(2)), i) for i in range(400)]
     widths = half_widths(bootstrap_ci(battles, n_boot=300, block="battle"))

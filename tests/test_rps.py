@@ -8,7 +8,6 @@ import math
 import numpy as np
 import pytest
 
-from ttlearn.players.base import PLAYERS, Player
 from ttlearn.envs import ENVS, make_env
 from ttlearn.envs.rps import RPSEnv
 from ttlearn.envs.rps_bots import (
@@ -25,6 +24,7 @@ from ttlearn.envs.rps_bots import (
     parse_pattern,
     payoff,
 )
+from ttlearn.players.base import PLAYERS, Player
 from ttlearn.players.basic import OraclePlayer, RandomPlayer
 from ttlearn.players.rps_learner import RPSLearner, kt_probabilities, mix
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ttlearn.runs import Run, RunConfig
 from ttlearn.rollout.session import open_session
+from ttlearn.runs import Run, RunConfig
 
 
 def scripted_config(**overrides) -> RunConfig:

@@ -181,4 +181,3 @@ def test_state_key_names_player_and_boxes_only(hand_env: Sokoban):
     assert hand_env.state_key() == start == "player 1,1 boxes 1,2 2,2"
     hand_env.step("right")
     assert hand_env.state_key() == "player 1,2 boxes 1,3 2,2"
-

@@ -14,6 +14,7 @@ pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
 from ttlearn.llm.hf import HFPolicy, LoraOptions, model_dir
+from ttlearn.rollout.loop import Trial
 from ttlearn.train.lamer import (
     ActionRecord,
     LamerTrainConfig,
@@ -24,7 +25,6 @@ from ttlearn.train.lamer import (
     step_advantages,
     trial_steps,
 )
-from ttlearn.rollout.loop import Trial
 from ttlearn.types import Episode, Step
 
 torch.set_num_threads(1)

@@ -209,7 +209,9 @@ class Run:
         }
         write_atomic(self.snapshot_path(episode.index), json.dumps(snapshot, ensure_ascii=False))
         block = [{"game": episode.index, **event} for event in events]
-        block.append({"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]})
+        block.append(
+            {"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": snapshot["hash"]}
+        )
         append_durable(self.path / "events.jsonl", block)
         self.episodes.append(episode)
 

@@ -67,7 +67,9 @@ def arena(
     out = out or Path("runs") / f"arena-{config_file.stem if config_file else config.env}"
     todo, finished = arena_mod.prepare(config, out)
     if finished:
-        console.print(f"{len(finished)} of {len(todo) + len(finished)} runs already finished in {out}; playing the rest")
+        console.print(
+            f"{len(finished)} of {len(todo) + len(finished)} runs already finished in {out}; playing the rest"
+        )
     start = time.perf_counter()
     try:
         with progress_bar(f"arena {config.env}", len(todo) + len(finished), len(finished)) as update:

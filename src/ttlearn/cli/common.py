@@ -21,9 +21,7 @@ from ttlearn.llm.base import LLMError
 from ttlearn.registry import UnknownNameError
 
 console = Console()
-USER_ERRORS = (
-    ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError
-)
+USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError)
 """Errors a user can cause or fix (bad input, a missing file, server or optional dependency); one red line each."""
 
 

@@ -42,7 +42,9 @@ def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 
         with progress_bar(f"{run.config.env} · {run.config.memory}", run.config.games, len(run.episodes)) as update:
             session.play(lambda ep: update(advance=1, last=f"game {ep.index}: {ep.score:+g}"))
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted after {len(run.episodes)} games; continue with:[/] ttlearn resume {run.path}")
+        console.print(
+            f"[yellow]interrupted after {len(run.episodes)} games; continue with:[/] ttlearn resume {run.path}"
+        )
         raise typer.Exit(130) from None
     finally:
         session.close()
@@ -80,9 +82,13 @@ def run(
     opponent: Optional[str] = typer.Option(None, help="Opponent of a game env, e.g. cycle3, beat-last, probe."),
     rounds: Optional[int] = typer.Option(None, help="RPS: rounds per game (default 20)."),
     hands: Optional[int] = typer.Option(None, help="Hold'em: hands per game."),
-    duplicate: Optional[bool] = typer.Option(None, "--duplicate", help="Hold'em: replay every deal with seats swapped."),
+    duplicate: Optional[bool] = typer.Option(
+        None, "--duplicate", help="Hold'em: replay every deal with seats swapped."
+    ),
     env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="Any other environment option, KEY=VALUE."),
-    memory: str = typer.Option("none", help="Memory method: none, history, reflexion, memrl, lamer, … (`ttlearn list`)."),
+    memory: str = typer.Option(
+        "none", help="Memory method: none, history, reflexion, memrl, lamer, … (`ttlearn list`)."
+    ),
     memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="A memory option, KEY=VALUE."),
     memory_from: Optional[Path] = typer.Option(None, help="Session: start from the memory of a run dir or snapshot."),
     games: Optional[int] = typer.Option(None, min=1, help="Session mode: games in the sequence (default 6)."),
@@ -99,7 +105,9 @@ def run(
     validation_opt: list[str] = typer.Option(
         [], "--validation-opt", help="Environment option of the held-out instances, KEY=VALUE (e.g. split=test)."
     ),
-    policy: Optional[Path] = typer.Option(None, help="Trial mode: play with a trained LaMer policy folder (hf adapter)."),
+    policy: Optional[Path] = typer.Option(
+        None, help="Trial mode: play with a trained LaMer policy folder (hf adapter)."
+    ),
     llm: str = typer.Option(
         DEFAULT_LLM,
         help="Player: gemma270m, smollm2, qwen-coder, gguf:PATH, openai:URL#MODEL, hf:…, or scripted:random|oracle|….",

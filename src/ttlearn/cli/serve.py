@@ -28,4 +28,6 @@ def serve(
         from ttlearn.serve.auth import read_admin_key
     except ImportError as exc:
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
-    run_server(store, host=host, port=port, admin_key=read_admin_key(admin_key_file), max_body=max_body, rate=rate, burst=burst)
+    run_server(
+        store, host=host, port=port, admin_key=read_admin_key(admin_key_file), max_body=max_body, rate=rate, burst=burst
+    )

@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ttlearn.data.prepare import Question, build_question_set, load_question_set
 from ttlearn.cache import cache_root
+from ttlearn.data.prepare import Question, build_question_set, load_question_set
 
 Row = tuple[Any, ...]
 

@@ -38,10 +38,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ttlearn.envs.base import ENVS, Env
 from ttlearn.data.bfcl import PREPARE_COMMAND, bfcl_dir
+from ttlearn.envs.base import ENVS, Env
 from ttlearn.types import Observation, StepResult
-
 
 CATEGORIES = ("base", "long_context", "miss_func", "miss_param")
 SPLITS = ("train", "test", "all")

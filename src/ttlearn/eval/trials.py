@@ -10,8 +10,8 @@ import numpy as np
 from ttlearn.eval.metrics import (
     mcnemar_exact,
     mean_pass_at_k,
-    run_protocol,
     mean_trajectory_entropy,
+    run_protocol,
     success_at_k,
     wilson_interval,
 )
@@ -102,6 +102,7 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
 def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
     """success@k of two runs on the tasks both finished (paired by seed, so the same instances), with the
     discordant counts and the exact McNemar p-value per k: the honest test of "A beats B" on one task set."""
+
     def key(record: dict[str, Any]) -> tuple[str, int, int]:
         return record.get("type", "task"), record["epoch"], record["seed"]
 

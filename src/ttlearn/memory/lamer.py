@@ -1,8 +1,8 @@
 """LaMer's in-trial memory: between attempts at the *same* instance the agent writes one reflection, and the next
 attempt sees the reflections (mode "reflection", the default), the earlier attempts' transcripts ("history"), or both.
 
-A trial (`ttlearn.rollout.loop.play_trial`) resets this memory before each new instance, so nothing leaks across instances;
-used in a plain session it simply keeps the last `keep` reflections. The reflection prompt asks for a
+A trial (`ttlearn.rollout.loop.play_trial`) resets this memory before each new instance, so nothing leaks across
+instances; used in a plain session it simply keeps the last `keep` reflections. The reflection prompt asks for a
 `<reflection>…</reflection>` block and the closing tag is the stop string, so a writer stops as soon as it is done;
 the LaMer trainer samples the same prompt from its policy and trains those tokens.
 """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.envs.base import Env
+from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.types import Observation
 
 

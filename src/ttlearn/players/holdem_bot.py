@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.envs.base import Env
 from ttlearn.envs.holdem_bots import STYLES
+from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.types import Observation
 
 

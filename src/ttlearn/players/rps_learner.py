@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.envs.base import Env
 from ttlearn.envs.rps_bots import MOVES, best_responses
+from ttlearn.players.base import PLAYERS, Decision, Player
 from ttlearn.types import Observation
 
 KT_ALPHA = 0.5

@@ -9,8 +9,8 @@ Bradley–Terry over these paired battles).
       runs/<label>/<opponent>/seed<k>/            one ordinary run directory per (contestant, opponent, seed)
 
 Each plan item is one run, played start to finish by one worker process (or Ray task), or by one of `concurrency`
-threads of this process that share one loaded back end (the way to keep a server's parallel slots busy). An item whose run directory
-holds a summary.json is finished and skipped; any other item is (re)opened and resumed from its last durable game,
+threads of this process that share one loaded back end (the way to keep a server's parallel slots busy). An item
+whose run directory holds a summary.json is finished and skipped; any other item is (re)opened and resumed from its last durable game,
 so an interrupted arena resumes by running the same command again, without replaying finished sequences. A per-run
 lock file keeps two workers — say, an orphan of a killed arena and its successor — from writing one run at once.
 """
@@ -36,11 +36,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ttlearn import __version__
+from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.session import open_session, validate
-from ttlearn.eval.summary import summarize
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

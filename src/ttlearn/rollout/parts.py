@@ -49,7 +49,9 @@ def resolve_moves_per_turn(requested: int | None, env: Env) -> int:
     """Scored decisions per turn: `requested`, or all the moves the environment allows in one turn."""
     moves = env.actions_per_turn if requested is None else requested
     if moves > env.actions_per_turn:
-        raise ValueError(f"moves_per_turn={moves} exceeds the {env.actions_per_turn} action(s) per turn {env.name} allows")
+        raise ValueError(
+            f"moves_per_turn={moves} exceeds the {env.actions_per_turn} action(s) per turn {env.name} allows"
+        )
     return moves
 
 
