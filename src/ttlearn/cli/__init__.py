@@ -30,8 +30,11 @@ def list_parts() -> None:
     from ttlearn.memory.base import MEMORIES
     from ttlearn.players.base import PLAYERS
 
+    from ttlearn.rollout.parts import default_player
+
+    envs = ", ".join(f"{name} ({default_player(name)})" for name in ENVS.names())
+    console.print(f"[bold]environments[/] (default player): {envs}")
     for title, registry in (
-        ("environments", ENVS),
         ("memories", MEMORIES),
         ("llms", LLMS),
         ("scripted players", PLAYERS),

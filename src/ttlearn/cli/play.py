@@ -25,6 +25,7 @@ from ttlearn.cli.common import (
 from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
+from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.session import open_session, validate
 from ttlearn.rollout.trials import run_trials, validate_trials
 from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config
@@ -108,9 +109,10 @@ def run(
     policy: Optional[Path] = typer.Option(
         None, help="Trial mode: play with a trained LaMer policy folder (hf adapter)."
     ),
-    llm: str = typer.Option(
-        DEFAULT_LLM,
-        help="Player: gemma270m, smollm2, qwen-coder, gguf:PATH, openai:URL#MODEL, hf:…, or scripted:random|oracle|….",
+    llm: Optional[str] = typer.Option(
+        None,
+        help="Player: gemma270m, smollm2, qwen-coder, gguf:PATH, openai:URL#MODEL, hf:…, or scripted:random|oracle|… "
+        f"(default: qwen-coder for code and sql, else {DEFAULT_LLM}).",
     ),
     writer: Optional[str] = typer.Option(
         None, help="LLM that writes the memory (default: the player's LLM); a folder means a trained hf: writer."
@@ -124,6 +126,7 @@ def run(
 ) -> None:
     """Play a session of games (--games) or a trial run (--tasks) with a frozen player and a memory; record everything
     in a run directory that `resume`, `show` and `replay` read."""
+    llm = llm or default_player(env)
     env_options = parse_options(env_opt, "--env-opt")
     for key, value in {"opponent": opponent, "rounds": rounds, "hands": hands, "duplicate": duplicate}.items():
         if value is not None:

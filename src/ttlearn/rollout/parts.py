@@ -24,6 +24,13 @@ from ttlearn.players.turn import TurnPlayer
 from ttlearn.runs import PartsConfig
 
 SCRIPTED = "scripted:"
+DEFAULT_PLAYERS = {"code": "qwen-coder", "sql": "qwen-coder"}
+"""The default player per environment, chosen by measurement (docs/models.md): the coder model writes code and SQL;
+games keep `DEFAULT_LLM`, the embedded model that follows an explicit memory note."""
+
+
+def default_player(env: str) -> str:
+    return DEFAULT_PLAYERS.get(env, DEFAULT_LLM)
 
 
 def validate_parts(cfg: PartsConfig) -> Env:
