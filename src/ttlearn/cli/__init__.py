@@ -29,7 +29,6 @@ def list_parts() -> None:
     from ttlearn.llm.base import LLMS
     from ttlearn.memory.base import MEMORIES
     from ttlearn.players.base import PLAYERS
-
     from ttlearn.rollout.parts import default_player
 
     envs = ", ".join(f"{name} ({default_player(name)})" for name in ENVS.names())

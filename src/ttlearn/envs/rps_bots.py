@@ -5,9 +5,10 @@ was shown through `observe` and exposes its next-move *distribution* without con
 samples from it with its own per-game Generator and the oracle best-responds to it. That is why every adaptive bot here
 is deterministic (ties broken towards the lower move): only the bots whose point is noise draw any.
 
-Each bot's `ceiling` is the expected score per round of a best responder that knows the bot (the tiers follow the
-usual RPS-bot taxonomy: stationary, sequences, reactive, adaptive, meta). For the deterministic bots that is +1
-however clever they are; their docstrings also say what a player who must *learn* them can hope for, which is the number that matters for test-time learning.
+Each bot's `ceiling` is the expected score per round of a best responder that knows the bot (the tiers follow the usual
+RPS-bot taxonomy: stationary, sequences, reactive, adaptive, meta). For the deterministic bots that is +1 however clever
+they are; their docstrings also say what a player who must *learn* them can hope for, which is the number that matters
+for test-time learning.
 """
 
 from __future__ import annotations

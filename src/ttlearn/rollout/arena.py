@@ -9,10 +9,10 @@ Bradley–Terry over these paired battles).
       runs/<label>/<opponent>/seed<k>/            one ordinary run directory per (contestant, opponent, seed)
 
 Each plan item is one run, played start to finish by one worker process (or Ray task), or by one of `concurrency`
-threads of this process that share one loaded back end (the way to keep a server's parallel slots busy). An item
-whose run directory holds a summary.json is finished and skipped; any other item is (re)opened and resumed from its
-last durable game, so an interrupted arena resumes by running the same command again, without replaying finished sequences. A per-run
-lock file keeps two workers — say, an orphan of a killed arena and its successor — from writing one run at once.
+threads of this process that share one loaded back end (the way to keep a server's parallel slots busy). An item whose
+run directory holds a summary.json is finished and skipped; any other item is (re)opened and resumed from its last
+durable game, so an interrupted arena resumes by running the same command again, without replaying finished sequences. A
+per-run lock file keeps two workers — say, an orphan of a killed arena and its successor — from writing one run at once.
 """
 
 from __future__ import annotations
