@@ -248,3 +248,17 @@ def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_p
     assert summary["protocol"]["validation_success"] == rates
     assert summary["protocol"]["best_validation_success"] == max(rates)
     assert summary["tasks"] == 4  # success@k counts the played tasks only
+
+
+def test_memory_gain_against_the_greedy_control_by_hand() -> None:
+    from ttlearn.eval.trials import greedy_control_applies, memory_gain
+
+    # first successes 1, 2, never, 3, 1 of 3 attempts: the control (attempt 1 repeated) solves 2 of 5, the memory
+    # adds 2 more; McNemar with b = 2, c = 0: p = 2 · C(2, 0) / 2² = 0.5
+    gain = memory_gain([1, 2, None, 3, 1], 3)
+    assert gain == {"k": 3, "control": 0.4, "with_memory": 0.8, "solved_only_with_memory": 2, "p_value": 0.5}
+    assert memory_gain([1, 2, 3], 2)["solved_only_with_memory"] == 1  # a success after attempt k does not count
+    assert greedy_control_applies(TrialConfig(env="code", memory="lamer", player="qwen-coder"))
+    assert not greedy_control_applies(TrialConfig(env="code", memory="lamer", player="qwen-coder", temperature=0.7))
+    assert not greedy_control_applies(TrialConfig(env="code", memory="none", player="qwen-coder"))
+    assert not greedy_control_applies(TrialConfig(env="code", memory="lamer", player="scripted:random"))

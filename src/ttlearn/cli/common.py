@@ -138,6 +138,13 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
         f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {summary['invalid_rate']:.1%}"
         f" · {summary['wall_s_per_task']:.1f} s/task"
     )
+    if summary.get("memory_gain"):
+        g = summary["memory_gain"]
+        lines.append(
+            f"vs the same player without memory (greedy: a retry repeats attempt 1): success@{g['k']} "
+            f"{g['control']:.3f} → {g['with_memory']:.3f}, {g['solved_only_with_memory']} task(s) solved only with "
+            f"memory, exact McNemar p = {g['p_value']:.3g}"
+        )
     if summary.get("protocol"):
         p = summary["protocol"]
         rates = " ".join(f"{r:.2f}" for r in p["epoch_success"])

@@ -96,7 +96,32 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     if config.memory == "none" and all(len(eps) == n for eps in attempts):
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
         summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
+    if greedy_control_applies(config) and n > 1:
+        summary["memory_gain"] = memory_gain(first, n)
     return summary
+
+
+def greedy_control_applies(config: TrialConfig) -> bool:
+    """A greedy LLM player with no memory answers every attempt of an instance as it answered the first (same
+    prompt, argmax decoding), so its success@k equals success@1: the paired control is attempt 1 itself. It needs
+    greedy decoding and a deterministic player — not a scripted one, which may play differently on a restart."""
+    return config.temperature == 0 and config.memory != "none" and not config.player.startswith("scripted:")
+
+
+def memory_gain(first_success: list[int | None], attempts: int) -> dict[str, Any]:
+    """success@N − success@1 against the greedy no-memory control, with the exact McNemar test on the paired
+    instances: the control solves exactly the instances attempt 1 solved, so the discordant pairs are the instances
+    solved only after the memory spoke (b) — none can be solved by the control alone (c = 0)."""
+    tasks = len(first_success)
+    at_one = sum(a == 1 for a in first_success)
+    later = sum(a is not None and 1 < a <= attempts for a in first_success)
+    return {
+        "k": attempts,
+        "control": at_one / tasks,
+        "with_memory": (at_one + later) / tasks,
+        "solved_only_with_memory": later,
+        "p_value": mcnemar_exact(later, 0),
+    }
 
 
 def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
