@@ -315,7 +315,7 @@ def embedded_factory(name: str) -> Any:
 
     def build(method: str) -> LlamaCpp:
         spec = f"{name}:{method}" if method else name
-        return LlamaCpp(model_path(name), spec, choice_method=method or DEFAULT_CHOICE_METHOD)
+        return LlamaCpp(model_path(name), spec, choice_method=method or EMBEDDED[name].choice_method)
 
     return build
 
