@@ -18,6 +18,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -119,6 +120,9 @@ def native_stderr_silenced() -> Iterator[None]:
 
 
 class LlamaCpp(LLM):
+    """One llama.cpp context in this process. It is not thread-safe (one KV cache, one token position), so calls are
+    serialised by a lock: episodes in flight share it and take turns; only a server batches concurrent requests."""
+
     supports_choices = True
 
     def __init__(self, model_path: Path, spec: str, *, n_ctx: int = 4096, n_threads: int | None = None) -> None:
@@ -142,6 +146,7 @@ class LlamaCpp(LLM):
         self.spec = spec
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
+        self._lock = threading.Lock()
 
     # ---- prompts ----------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
@@ -214,12 +219,15 @@ class LlamaCpp(LLM):
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
         if choices:
-            return choice_completion(self.score_choices(prompt, choices), temperature, seed, len(prompt), start)
+            with self._lock:
+                scores = self.score_choices(prompt, choices)
+            return choice_completion(scores, temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.model.n_ctx():
             raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
-        out: dict[str, Any] = self.model.create_completion(
-            prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
-        )
+        with self._lock:
+            out: dict[str, Any] = self.model.create_completion(
+                prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
+            )
         usage = out.get("usage", {})
         return Completion(
             out["choices"][0]["text"].strip(),
@@ -229,7 +237,8 @@ class LlamaCpp(LLM):
         )
 
     def close(self) -> None:
-        self.model.close()
+        with self._lock:  # never free the model under a call in flight
+            self.model.close()
 
 
 @LLMS.register("smollm2")
