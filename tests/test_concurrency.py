@@ -5,12 +5,12 @@ lock). The server is llama-cpp-python's, started on loopback with the embedded S
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
+from ttlearn.llm import LLMError
 from ttlearn.llm.llamacpp import smollm2_path
 from ttlearn.llm.local_server import llama_server
 from ttlearn.runs import Run, read_tasks
@@ -60,7 +60,8 @@ def test_concurrent_trial_tasks_play_as_one_at_a_time(server, tmp_path):
         records[concurrency] = read_tasks(out)
 
     def played(record: dict) -> tuple:
-        return record["task"], record["seed"], [([s["action"] for s in a["steps"]], a["score"]) for a in record["attempts"]]
+        attempts = [([step["action"] for step in a["steps"]], a["score"]) for a in record["attempts"]]
+        return record["task"], record["seed"], attempts
 
     assert [r["task"] for r in records[2]] == [1, 2, 3]
     assert [played(r) for r in records[2]] == [played(r) for r in records[1]]
@@ -86,3 +87,11 @@ def test_threads_sharing_one_in_process_model_get_the_sequential_answers(smollm2
     with ThreadPoolExecutor(4) as pool:
         threaded = list(pool.map(ask, PROMPTS))
     assert threaded == sequential
+
+
+def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
+    pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server] (the test extras)")
+    missing = tmp_path / "missing.gguf"
+    with pytest.raises(LLMError, match="did not start"):
+        with llama_server(missing, "missing", tmp_path / "server.log"):
+            pass
