@@ -5,8 +5,9 @@ For every N, the same workload: `--games` independent RPS games (memory none, `-
              shared `openai:` back end), timed from the first move to the last durable game record;
     raw      the very requests that session sent (read back from its run directory), each game's in order, N games
              at a time on N bare HTTP threads (keep-alive `http.client`), no ttlearn code in the loop;
-    ratio    ttlearn decisions/s ÷ raw decisions/s (target ≥ 0.8 at every N).
-Both sides must have generated the same number of tokens; the table says so per N.
+    ratio    ttlearn decisions/s ÷ raw decisions/s (target ≥ 0.8 at every N), over `--repeats` alternating pairs
+             of measurements (the range of the per-pair ratios beside it: a loaded machine is noisy).
+Both sides must have generated the same tokens (`same` in the last column).
 
 By default it serves the embedded SmolLM2 with llama-cpp-python's server on loopback (`--server-threads` threads).
 That server has no parallel slots (one lock around one model), so N only overlaps client-side work with the
@@ -120,6 +121,24 @@ def replay_raw(client: RawClient, calls: list[Call], concurrency: int) -> tuple[
     return time.perf_counter() - start, tokens
 
 
+def measure(
+    client: RawClient, player: str, games: int, rounds: int, n: int, repeats: int, tmp: str
+) -> tuple[float, float, tuple[float, float], bool]:
+    """ttlearn's and the raw decisions/s at N in flight over `repeats` alternating pairs (so a change in the
+    machine's load hits both sides), the lowest and highest per-pair ratio, and whether both generated the same
+    tokens."""
+    session_s, raw_s, same = [], [], True
+    for repeat in range(repeats):
+        wall, calls = play_session(player, games, rounds, n, Path(tmp) / f"n{n}-{repeat}")
+        raw_wall, raw_tokens = replay_raw(client, calls, n)
+        session_s.append(wall)
+        raw_s.append(raw_wall)
+        same = same and raw_tokens == sum(call["completion"]["completion_tokens"] for call in calls)
+    decisions = len(calls) * repeats
+    ratios = [raw / wall for wall, raw in zip(session_s, raw_s)]
+    return decisions / sum(session_s), decisions / sum(raw_s), (min(ratios), max(ratios)), same
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", help="openai:URL#MODEL of a running server (default: start llama.cpp's)")
@@ -127,6 +146,7 @@ def main() -> None:
     parser.add_argument("--games", type=int, default=8, help="games per measurement (≥ the largest N)")
     parser.add_argument("--rounds", type=int, default=2, help="decisions per game")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--repeats", type=int, default=3, help="alternating ttlearn / raw measurements per N")
     parser.add_argument("--budget-s", type=float, default=1200, help="start no new N after this many seconds")
     args = parser.parse_args()
     if args.games < max(args.concurrency):
@@ -142,8 +162,8 @@ def main() -> None:
             player = served if args.server else f"openai:{served}#smollm2"
             base_url, _, model = player[len("openai:") :].partition("#")
             client = RawClient(base_url, model)
-            print(f"server {player}; {args.games} games × {args.rounds} decisions per N")
-            print(f"{'N':>3} {'ttlearn dec/s':>14} {'raw dec/s':>10} {'ratio':>6}  tokens (ttlearn / raw)")
+            print(f"server {player}; {args.games} games × {args.rounds} decisions, {args.repeats} repeats per N")
+            print(f"{'N':>3} {'ttlearn dec/s':>14} {'raw dec/s':>10} {'ratio':>6}  per repeat  tokens generated")
             _, warmup = play_session(player, 1, 1, 1, Path(tmp) / "warmup")  # loads pages, finds the spelling
             client.pick_spelling(warmup[0])
             began = time.perf_counter()
@@ -151,12 +171,11 @@ def main() -> None:
                 if time.perf_counter() - began > args.budget_s:
                     print(f"{n:>3} skipped: past the --budget-s of {args.budget_s:g} s")
                     continue
-                session_s, calls = play_session(player, args.games, args.rounds, n, Path(tmp) / f"n{n}")
-                raw_s, raw_tokens = replay_raw(client, calls, n)
-                tokens = sum(call["completion"]["completion_tokens"] for call in calls)
-                ours, theirs = len(calls) / session_s, len(calls) / raw_s
-                same = "same" if tokens == raw_tokens else "DIFFERENT work"
-                print(f"{n:>3} {ours:>14.3f} {theirs:>10.3f} {ours / theirs:>6.2f}  {tokens} / {raw_tokens} {same}")
+                ours, theirs, spread, same = measure(client, player, args.games, args.rounds, n, args.repeats, tmp)
+                print(
+                    f"{n:>3} {ours:>14.3f} {theirs:>10.3f} {ours / theirs:>6.2f}  {spread[0]:.2f}–{spread[1]:.2f}  "
+                    + ("same" if same else "DIFFERENT")
+                )
 
 
 if __name__ == "__main__":
