@@ -21,7 +21,9 @@ pytestmark = pytest.mark.model
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server] (the test extras)")
-    with llama_server(smollm2_path(), "smollm2", tmp_path_factory.mktemp("server") / "server.log") as base:
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    # batch-invariant: the server reuses its KV cache prefix by prefix, and interleaved requests must not change a logit
+    with llama_server(smollm2_path(), "smollm2", log, batch_invariant=True) as base:
         yield f"openai:{base}#smollm2"
 
 

@@ -5,6 +5,12 @@ llama-cpp-python's own server (`python -m llama_cpp.server`, the `test` extra), 
 parallel slots: every request holds one process-wide lock around its single model, so concurrent requests queue and
 are answered one at a time. Episodes in flight against it overlap only their client-side work; real batching needs
 a server with slots (vLLM `--max-num-seqs`, or the native `llama-server -np N`).
+
+Its one KV cache is reused across requests: a new prompt's longest common prefix with the previous request is kept
+and only the rest evaluated. With requests interleaved, that split depends on timing, and a prompt evaluated in a
+different split gets logits that differ in the last bits, which can flip a near-tie: we saw 2 of 3 runs with 4
+games in flight change an RPS move. `batch_invariant=True` evaluates one token per batch, so the split no longer
+matters and the answers are the same in any order (0 of 5 runs changed), at some cost in prompt speed.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def llama_server(
-    model: Path, alias: str, log: Path, *, threads: int = 1, n_ctx: int = 2048, startup_s: float = 120.0
+    model: Path,
+    alias: str,
+    log: Path,
+    *,
+    threads: int = 1,
+    n_ctx: int = 2048,
+    batch_invariant: bool = False,
+    startup_s: float = 120.0,
 ) -> Iterator[str]:
     """Serve `model` as `alias` on a free loopback port until the block ends; yields the base URL (…/v1).
 
@@ -40,6 +53,8 @@ def llama_server(
     port = free_port()
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--model_alias", alias]
     command += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", str(threads), "--n_ctx", str(n_ctx)]
+    if batch_invariant:
+        command += ["--n_batch", "1", "--n_ubatch", "1"]
     base = f"http://127.0.0.1:{port}/v1"
     with open(log, "w") as log_file:
         server = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
