@@ -143,6 +143,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--server", help="openai:URL#MODEL of a running server (default: start llama.cpp's)")
     parser.add_argument("--server-threads", type=int, default=1, help="threads of the local llama.cpp server")
+    parser.add_argument(
+        "--batch-invariant", action="store_true", help="local server: one token per batch, answers in any order alike"
+    )
     parser.add_argument("--games", type=int, default=8, help="games per measurement (≥ the largest N)")
     parser.add_argument("--rounds", type=int, default=2, help="decisions per game")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -156,7 +159,13 @@ def main() -> None:
         serving = (
             nullcontext(args.server)
             if args.server
-            else llama_server(smollm2_path(), "smollm2", Path(tmp) / "server.log", threads=args.server_threads)
+            else llama_server(
+                smollm2_path(),
+                "smollm2",
+                Path(tmp) / "server.log",
+                threads=args.server_threads,
+                batch_invariant=args.batch_invariant,
+            )
         )
         with serving as served:
             player = served if args.server else f"openai:{served}#smollm2"
