@@ -18,6 +18,7 @@ import math
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from dataclasses import replace
@@ -106,6 +107,9 @@ def native_stderr_silenced() -> Iterator[None]:
 
 
 class LlamaCpp(LLM):
+    """One llama.cpp context in this process. It is not thread-safe (one KV cache, one token position), so calls are
+    serialised by a lock: episodes in flight share it and take turns; only a server batches concurrent requests."""
+
     supports_choices = True
 
     def __init__(
@@ -140,6 +144,8 @@ class LlamaCpp(LLM):
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
+        self._lock = threading.Lock()
+        """One model, one KV cache: concurrent callers (episodes in flight) take turns."""
 
     # ---- prompts ----------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
@@ -288,16 +294,20 @@ class LlamaCpp(LLM):
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
         if choices and self.choice_method == "grammar":
-            answer = self.write_choice(prompt, choices, temperature, seed)
+            with self._lock:
+                answer = self.write_choice(prompt, choices, temperature, seed)
             return replace(answer, latency_s=time.perf_counter() - start)
         if choices:
             score = self.score_forms if self.choice_method == "forms" else self.score_choices
-            return choice_completion(score(prompt, choices), temperature, seed, len(prompt), start)
+            with self._lock:
+                scores = score(prompt, choices)
+            return choice_completion(scores, temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.model.n_ctx():
             raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
-        out: dict[str, Any] = self.model.create_completion(
-            prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
-        )
+        with self._lock:
+            out: dict[str, Any] = self.model.create_completion(
+                prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
+            )
         usage = out.get("usage", {})
         return Completion(
             out["choices"][0]["text"].strip(),
@@ -307,7 +317,8 @@ class LlamaCpp(LLM):
         )
 
     def close(self) -> None:
-        self.model.close()
+        with self._lock:  # never free the model under a call in flight
+            self.model.close()
 
 
 def embedded_factory(name: str) -> Any:

@@ -1,0 +1,99 @@
+"""Episodes in flight give the results of a sequential run: against llama.cpp's server over HTTP (`--concurrency`
+through the CLI, a session and a trial run), and on one shared in-process llama.cpp back end (serialised by its
+lock). The server is llama-cpp-python's, started on loopback with the embedded SmolLM2."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from typer.testing import CliRunner
+
+from ttlearn.cli import app
+from ttlearn.llm import LLMError
+from ttlearn.llm.llamacpp import smollm2_path
+from ttlearn.llm.local_server import llama_server
+from ttlearn.runs import Run, read_tasks
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server] (the test extras)")
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    # batch-invariant: the server reuses its KV cache prefix by prefix, and interleaved requests must not change a logit
+    with llama_server(smollm2_path(), "smollm2", log, batch_invariant=True) as base:
+        yield f"openai:{base}#smollm2"
+
+
+def ttlearn(*args: str) -> None:
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+
+
+def answered_with_choices(calls: list[dict]) -> bool:
+    """Every call came back as one of its choices: structured output held for requests that were in flight together."""
+    return all(call["completion"]["text"] in call["params"]["choices"] for call in calls)
+
+
+def test_concurrent_games_score_every_action_as_one_at_a_time(server, tmp_path):
+    args = ["run", "rps", "--opponent", "cycle3", "--memory", "none", "--games", "4", "--rounds", "3", "--llm", server]
+    runs = {}
+    for concurrency in (1, 2):
+        out = tmp_path / f"c{concurrency}"
+        ttlearn(*args, "--concurrency", str(concurrency), "--out", str(out))
+        runs[concurrency] = Run.open(out)
+    one, two = runs[1], runs[2]
+    assert len(two.episodes) == 4
+    assert [[s.action for s in e.steps] for e in two.episodes] == [[s.action for s in e.steps] for e in one.episodes]
+    assert [e.score for e in two.episodes] == [e.score for e in one.episodes]
+    calls = [e for e in two.events() if e["type"] == "call"]
+    assert len(calls) == 12 and answered_with_choices(calls)
+
+
+def test_concurrent_trial_tasks_play_as_one_at_a_time(server, tmp_path):
+    args = ["run", "minesweeper", "--memory", "none", "--tasks", "3", "--attempts", "1", "--llm", server]
+    args += ["-e", "rows=4", "-e", "cols=4", "-e", "mines=2", "-e", "turns=2"]
+    records = {}
+    for concurrency in (1, 2):
+        out = tmp_path / f"c{concurrency}"
+        ttlearn(*args, "--concurrency", str(concurrency), "--out", str(out))
+        records[concurrency] = read_tasks(out)
+
+    def played(record: dict) -> tuple:
+        attempts = [([step["action"] for step in a["steps"]], a["score"]) for a in record["attempts"]]
+        return record["task"], record["seed"], attempts
+
+    assert [r["task"] for r in records[2]] == [1, 2, 3]
+    assert [played(r) for r in records[2]] == [played(r) for r in records[1]]
+    assert answered_with_choices([c for r in records[2] for c in r["calls"] if c["type"] == "call"])
+
+
+PROMPTS = [
+    [{"role": "user", "content": f"Round {n}. The opponent played {move} last. Your move?"}]
+    for n, move in enumerate(["rock", "paper", "scissors", "rock", "paper", "scissors", "paper", "rock"], 1)
+]
+MOVES = ["rock", "paper", "scissors"]
+
+
+def test_threads_sharing_one_in_process_model_get_the_sequential_answers(smollm2):
+    """Four threads on one llama.cpp context: without the back end's lock they evaluate into the same KV cache at
+    once (llama.cpp aborts the process on a GGML_ASSERT); with it every call scores its choices exactly as the
+    sequential calls did, whatever the order in which the threads took turns."""
+
+    def ask(messages: list[dict]) -> dict[str, float]:
+        return smollm2.complete(messages, max_tokens=4, choices=MOVES).choice_logprobs
+
+    sequential = [ask(messages) for messages in PROMPTS]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(ask, PROMPTS))
+    assert threaded == sequential
+
+
+def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
+    pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server] (the test extras)")
+    missing = tmp_path / "missing.gguf"
+    with pytest.raises(LLMError, match="did not start"):
+        with llama_server(missing, "missing", tmp_path / "server.log"):
+            pass
