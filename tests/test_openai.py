@@ -3,73 +3,26 @@ directly and behind a fault-injecting proxy (tests/fault_proxy.py)."""
 
 from __future__ import annotations
 
-import json
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 from fault_proxy import FaultProxy
 
 from ttlearn.llm import make_llm
+from ttlearn.llm.local_server import free_port, llama_server
 from ttlearn.llm.models import model_path
 from ttlearn.llm.openai import OpenAIChat, RequestRefused, RetryPolicy, ServerUnavailable
 
 pytestmark = pytest.mark.model
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server] (the test extras)")
-    port = free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    log_fh = open(log, "w")  # a file, not a pipe: llama.cpp logs enough to fill a pipe and stall the server
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "llama_cpp.server",
-            "--model",
-            str(model_path("smollm2")),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--n_threads",
-            "1",
-            "--n_ctx",
-            "2048",
-            "--model_alias",
-            "smollm2",
-        ],
-        stdout=log_fh,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{base}/models", timeout=2) as response:
-                json.loads(response.read())
-            break
-        except OSError:
-            if proc.poll() is not None or time.time() > deadline:
-                proc.kill()
-                pytest.fail(f"llama.cpp server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-    yield base
-    proc.terminate()
-    proc.wait(timeout=30)
-    log_fh.close()
+    with llama_server(model_path("smollm2"), "smollm2", log) as base:
+        yield base
 
 
 MESSAGES = [

@@ -18,7 +18,6 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -35,6 +34,7 @@ from ttlearn.memory.memrl import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_
 from ttlearn.memory.store import (
     DEFAULT_JOIN_THRESHOLD,
     EmbedderMismatchError,
+    MemoryItem,
     MemoryStore,
     Namespace,
     NamespaceSnapshot,
@@ -142,19 +142,6 @@ class QStats(BaseModel):
     max: float
 
 
-class StoredItem(BaseModel):
-    id: int
-    intent_id: int
-    intent: str
-    experience: str
-    q_value: float
-    visits: int
-    last_reward: float | None
-    run_id: str | None
-    episode: int | None
-    created: float
-
-
 class Inspection(BaseModel):
     name: str
     embedder: str
@@ -164,7 +151,7 @@ class Inspection(BaseModel):
     visited_items: int
     visits: int
     q: QStats | None
-    newest: list[StoredItem]
+    newest: list[MemoryItem]
 
 
 class Imported(BaseModel):
@@ -309,7 +296,7 @@ class MemoryService:
     def inspect(self, name: str, limit: int) -> Inspection:
         with self._store_lock, _refusals():
             stats = self.store.stats(name)
-            newest = [asdict(item) for item in self.store.inspect(name, limit=limit)]
+            newest = self.store.inspect(name, limit=limit)
         return Inspection(**stats, newest=newest)
 
     def export(self, name: str) -> dict[str, Any]:
