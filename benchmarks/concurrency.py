@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ttlearn.llm.llamacpp import smollm2_path
 from ttlearn.llm.local_server import llama_server
+from ttlearn.llm.models import model_path
 from ttlearn.llm.openai import CHOICE_FORMATS
 from ttlearn.rollout.session import open_session
 from ttlearn.runs import Run, RunConfig
@@ -160,7 +160,7 @@ def main() -> None:
             nullcontext(args.server)
             if args.server
             else llama_server(
-                smollm2_path(),
+                model_path("smollm2"),
                 "smollm2",
                 Path(tmp) / "server.log",
                 threads=args.server_threads,

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from ttlearn.cli import app
 from ttlearn.llm import LLMError
-from ttlearn.llm.llamacpp import smollm2_path
 from ttlearn.llm.local_server import llama_server
+from ttlearn.llm.models import model_path
 from ttlearn.runs import Run, read_tasks
 
 pytestmark = pytest.mark.model
@@ -23,7 +23,7 @@ def server(tmp_path_factory):
     pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server] (the test extras)")
     log = tmp_path_factory.mktemp("server") / "server.log"
     # batch-invariant: the server reuses its KV cache prefix by prefix, and interleaved requests must not change a logit
-    with llama_server(smollm2_path(), "smollm2", log, batch_invariant=True) as base:
+    with llama_server(model_path("smollm2"), "smollm2", log, batch_invariant=True) as base:
         yield f"openai:{base}#smollm2"
 
 
