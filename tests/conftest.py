@@ -23,3 +23,12 @@ def smollm2():
     llm = make_llm("smollm2")
     yield llm
     llm.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def bfcl_data():
+    """BFCL's tasks and APIs for the `tools` environment, fetched once per machine (`ttlearn data prepare tools`;
+    instant when present), so its tests run on a fresh machine too instead of being skipped."""
+    from ttlearn.data.bfcl import prepare_bfcl
+
+    return prepare_bfcl()

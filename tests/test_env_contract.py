@@ -12,6 +12,8 @@ from ttlearn.envs.check import ContractError, check_env
 OPTIONS = {
     "rps": [{"opponent": "nash", "rounds": 12}, {"opponent": "half-random", "rounds": 12}, {"opponent": "biased"}],
     "holdem": [{"opponent": "random", "hands": 4}, {"opponent": "calling-station", "hands": 3, "duplicate": True}],
+    "sql": [{"dataset": "mini"}],  # Spider needs `ttlearn data prepare sql`; the shipped set plays the same code
+    "household": [{"game": "twc"}, {"game": "cookingworld"}],
 }
 """Options per environment (several configurations where behaviour differs by option); others use their defaults."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ttlearn.data.bfcl import PREPARE_COMMAND, bfcl_dir
+from ttlearn.data.bfcl import PREPARE_COMMAND
 from ttlearn.envs import make_env
 from ttlearn.envs.tools import (
     CATEGORIES,
@@ -99,11 +99,7 @@ def test_bad_options_are_refused():
         Tools(categories=["composite"])
 
 
-# -- playing (needs `ttlearn data prepare tools`) ---------------------------------------------------------------
-
-needs_data = pytest.mark.skipif(
-    not (bfcl_dir() / "bfcl_eval").is_dir(), reason=f"BFCL data not prepared: run `{PREPARE_COMMAND}`"
-)
+# -- playing (the data comes from conftest's `bfcl_data`) -------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -126,14 +122,12 @@ def play_oracle(env: Tools, seed: int) -> list[str]:
             return texts
 
 
-@needs_data
 def test_split_sizes_match_the_data(env: Tools):
     assert len(env.tasks()) == env.instance_count() == 160
     assert len(Tools("all").tasks()) == 800
     assert {t.category for t in env.tasks()[:4]} == set(CATEGORIES)
 
 
-@needs_data
 @pytest.mark.parametrize("index", range(8))
 def test_oracle_passes_every_turn(env: Tools, index: int):
     seed = index * 7  # all four categories, several APIs
@@ -143,7 +137,6 @@ def test_oracle_passes_every_turn(env: Tools, index: int):
     assert stats["turn_verdicts"].count(True) == stats["checked_turns"]
 
 
-@needs_data
 def test_restart_replays_the_same_answers(env: Tools):
     first = play_oracle(env, 1)
     env.restart()
@@ -151,7 +144,6 @@ def test_restart_replays_the_same_answers(env: Tools):
     assert play_oracle(env, 1) == first
 
 
-@needs_data
 def test_episodes_do_not_leak_state(env: Tools):
     seed = seed_of(env, "multi_turn_base_0")
     env.reset(seed)
@@ -168,7 +160,6 @@ def test_episodes_do_not_leak_state(env: Tools):
         other.close()
 
 
-@needs_data
 def test_malformed_call_is_an_invalid_step(env: Tools):
     env.reset(0)
     assert env.parse_action("cd(folder=document)", ()) is None
@@ -180,7 +171,6 @@ def test_malformed_call_is_an_invalid_step(env: Tools):
     assert env.parse_action("I moved it.", ()) == END_TURN
 
 
-@needs_data
 def test_unknown_function_and_api_errors_are_answers(env: Tools):
     env.reset(seed_of(env, "multi_turn_base_0"))
     assert "there is no function 'rm_rf'" in env.step("rm_rf(path='/')").observation.text
@@ -188,7 +178,6 @@ def test_unknown_function_and_api_errors_are_answers(env: Tools):
     assert "Error during execution" in result.observation.text and not result.done
 
 
-@needs_data
 def test_a_wrong_turn_fails_the_check(env: Tools):
     env.reset(seed_of(env, "multi_turn_base_0"))
     result = env.step(END_TURN)  # the first request needs three calls
@@ -196,7 +185,6 @@ def test_a_wrong_turn_fails_the_check(env: Tools):
     assert "does not match" in env.transcript()
 
 
-@needs_data
 def test_too_many_calls_in_a_turn_end_the_episode(env: Tools):
     env.reset(0)
     for _ in range(TURN_CALL_LIMIT):
@@ -205,7 +193,6 @@ def test_too_many_calls_in_a_turn_end_the_episode(env: Tools):
     assert result.done and not env.success() and "more than 40 calls" in result.observation.text
 
 
-@needs_data
 def test_a_call_that_explodes_costs_the_episode_only():
     tools = Tools(split="test", categories=["base"], call_timeout_s=1.0)
     try:
@@ -228,7 +215,6 @@ def test_data_prepare_refuses_an_unknown_family():
     assert result.exit_code == 2 and "no data to prepare for 'webshop'" in result.output
 
 
-@needs_data
 def test_data_prepare_is_idempotent():
     from typer.testing import CliRunner
 
