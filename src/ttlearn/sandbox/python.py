@@ -153,22 +153,26 @@ def _interpreter() -> str:
     )
 
 
+def _run_as(uid: int, interpreter: str, code: str, **options: object) -> subprocess.CompletedProcess:
+    """`interpreter -I -S -c code` as `uid` (group `uid`, no other groups), from `/` with an empty environment."""
+    return subprocess.run(
+        [interpreter, "-I", "-S", "-c", code],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        cwd="/",
+        env={},
+        stdin=subprocess.DEVNULL,
+        **options,
+    )
+
+
 def _runs_unprivileged(interpreter: str) -> bool:
     """Whether a uid of no account can start `interpreter` and import what the bootstrap needs (probed, not guessed
     from permission bits)."""
     uid = SANDBOX_UIDS.start - 1
     try:
-        probe = subprocess.run(
-            [interpreter, "-I", "-S", "-c", "import ctypes, resource"],
-            user=uid,
-            group=uid,
-            extra_groups=[],
-            cwd="/",
-            env={},
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=30,
-        )
+        probe = _run_as(uid, interpreter, "import ctypes, resource", capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):  # not found, or not executable by that uid
         return False
     return probe.returncode == 0
@@ -230,16 +234,7 @@ def _kill_uid(uid: int) -> None:
         if not live_pids(range(uid, uid + 1)):
             return
         # kill(-1) from a process of that uid reaches exactly that uid's processes (and never the caller itself)
-        subprocess.run(
-            [_interpreter(), "-I", "-S", "-c", "import os; os.kill(-1, 9)"],
-            user=uid,
-            group=uid,
-            extra_groups=[],
-            cwd="/",
-            env={},
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        _run_as(uid, _interpreter(), "import os; os.kill(-1, 9)", check=False)
         time.sleep(0.01)
     survivors = live_pids(range(uid, uid + 1))
     if survivors:
