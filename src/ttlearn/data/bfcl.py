@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ttlearn.cache import cache_root
-from ttlearn.data.wheels import download_wheel
+from ttlearn.wheels import download_wheel
 
 BFCL_VERSION = "2026.3.23"
 BFCL_WHEEL_SHA256 = "3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a"

