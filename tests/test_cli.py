@@ -40,6 +40,12 @@ def test_help_explains_the_commands():
         (["resume", "/nonexistent/run"], "not a run directory"),
         (["run", "sokoban", "--attempts", "2"], "--attempts belong to trial mode: add --tasks K"),
         (["run", "sokoban", "--memory", "lamer"], "add --tasks K (trial mode)"),
+        (["run", "sokoban", "--carry-memory", "--control"], "--carry-memory, --control belong to trial mode"),
+        (["run", "sokoban", "--tasks", "2", "--control"], "what memory 'none' already does"),
+        (
+            ["run", "sokoban", "--tasks", "2", "--memory", "history", "--carry-memory", "--concurrency", "2"],
+            "tasks run one at a time",
+        ),
         (["run", "sokoban", "--tasks", "2", "--games", "3"], "--games and --memory-from belong to session mode"),
         (["run", "rps", "--memory", "history", "--concurrency", "2"], "depend on each other"),
     ],

@@ -170,6 +170,16 @@ def test_splits_are_by_database_and_cover_everything(cache):
     assert train.instance_stats()["split"] == "train"
 
 
+def test_database_option_keeps_one_database_within_the_split(cache):
+    shop = mini(database="shop")
+    assert {q.db for q in shop.questions} == {"shop"}
+    assert shop.instance_count() == mini(split="test").instance_count()
+    with pytest.raises(ValueError, match="no questions about database 'shop' in split 'train'"):
+        mini(split="train", database="shop")
+    with pytest.raises(ValueError, match="unknown database 'shops' in mini; one of: library, school, shop"):
+        mini(database="shops")
+
+
 def test_held_out_databases_take_hash_order_until_the_share_is_reached():
     # SHA-256 order of the names: d (18ac…), c (2e7d…), b (3e23…), a (ca97…)
     assert held_out_databases({"a": 10, "b": 30, "c": 20, "d": 40}) == {"d"}

@@ -19,7 +19,7 @@ from ttlearn.players.turn import TurnPlayer
 from ttlearn.rollout.loop import play_trial
 from ttlearn.rollout.trials import run_trials
 from ttlearn.runs import TASKS_FILE, TrialConfig, read_tasks
-from ttlearn.types import Episode, Step
+from ttlearn.types import Completion, Episode, Step
 
 REFLECTION = "Push the left box first, then go around."
 HOPELESS = {"min_moves": 12, "max_moves": 14, "turns": 2}  # 2 turns x 3 moves cannot solve a 12-move level
@@ -262,3 +262,48 @@ def test_memory_gain_against_the_greedy_control_by_hand() -> None:
     assert not greedy_control_applies(TrialConfig(env="code", memory="lamer", player="qwen-coder", temperature=0.7))
     assert not greedy_control_applies(TrialConfig(env="code", memory="none", player="qwen-coder"))
     assert not greedy_control_applies(TrialConfig(env="code", memory="lamer", player="scripted:random"))
+
+
+class GoldWithMemoryFake(FakeLLM):
+    """Answers a `sql` mini question with its gold query when the prompt holds a memory, and with prose otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__(lambda prompt: "")
+        self.gold = {q.question: q.gold for q in make_env("sql", dataset="mini").questions}
+
+    def complete(self, messages, **kwargs):
+        super().complete(messages, **kwargs)
+        text = "\n".join(m["content"] for m in messages)
+        question = text.split("Question: ")[-1].splitlines()[0]
+        remembers = "Your notes from earlier games:" in messages[0]["content"]
+        return Completion(f"```sql\n{self.gold[question]}\n```" if remembers else "I am not sure.")
+
+
+def test_carried_memory_with_its_paired_control(tmp_path) -> None:
+    config = TrialConfig(
+        env="sql",
+        env_options={"dataset": "mini"},
+        memory="history",
+        player="qwen-coder",
+        tasks=3,
+        attempts=1,
+        carry_memory=True,
+        control=True,
+    )
+    fake = GoldWithMemoryFake()
+    summary = run_trials(config, tmp_path / "c", llm_factory=lambda spec: fake)
+    records = read_tasks(tmp_path / "c")
+    contexts = [r["attempts"][0]["info"]["context"] for r in records]
+    assert contexts[0] == "" and contexts[1] and contexts[2]  # the memory carries from task to task
+    assert [r["first_success"] for r in records] == [None, 1, 1]
+    assert [r["control_first_success"] for r in records] == [None, None, None]  # the control never sees it
+    assert len(fake.calls) == 6  # one memory and one control decision per task
+    # memory 2/3 vs control 0/3, discordant (2, 0): p = 2 · C(2, 0) / 2² = 0.5
+    assert summary["control"] == {
+        "tasks": 3,
+        "rows": [{"k": 1, "a": 2 / 3, "b": 0.0, "only_a": 2, "only_b": 0, "p_value": 0.5}],
+    }
+    assert "memory_gain" not in summary
+    with pytest.raises(ValueError, match="what memory 'none' already does"):
+        run_trials(config.model_copy(update={"memory": "none"}), tmp_path / "n")
+    assert not (tmp_path / "n").exists()

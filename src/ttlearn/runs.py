@@ -67,6 +67,12 @@ class TrialConfig(PartsConfig):
     """MemRL's protocol: play the same task set this many times; the memory then carries over between tasks and
     epochs (runtime learning) instead of starting fresh for every task, and the summary adds last-epoch and
     cumulative success."""
+    carry_memory: bool = False
+    """MemRL's runtime learning within one pass: the memory carries over from task to task instead of starting
+    fresh for every task (always so with `epochs` > 1 or held-out validation)."""
+    control: bool = False
+    """Also play every task without memory — the same instance and decision seeds, nothing in the memory slot —
+    as the paired control the summary compares against (exact McNemar)."""
     validation_tasks: int = Field(0, ge=0)
     """MemRL's transfer measure: after every epoch, play this many held-out instances from the epoch's memory
     (their own writes are not carried on); the summary adds best-validation success. Implies a carried memory."""
@@ -78,7 +84,7 @@ class TrialConfig(PartsConfig):
 
     @property
     def carries_memory(self) -> bool:
-        return self.epochs > 1 or self.validation_tasks > 0
+        return self.carry_memory or self.epochs > 1 or self.validation_tasks > 0
 
     @property
     def total(self) -> int:

@@ -145,6 +145,9 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
             f"{g['control']:.3f} → {g['with_memory']:.3f}, {g['solved_only_with_memory']} task(s) solved only with "
             f"memory, exact McNemar p = {g['p_value']:.3g}"
         )
+    if summary.get("control"):
+        lines.append("vs the same player without memory on the same tasks and seeds (--control):")
+        lines.append(format_paired_rows(summary["control"]["rows"], "memory", "control"))
     if summary.get("protocol"):
         p = summary["protocol"]
         rates = " ".join(f"{r:.2f}" for r in p["epoch_success"])
@@ -175,11 +178,18 @@ def format_task(record: dict[str, Any]) -> str:
 
 
 def format_comparison(comparison: dict[str, Any], name_a: str, name_b: str) -> str:
-    lines = [f"paired on {comparison['tasks']} shared tasks · A = {name_a} · B = {name_b}"]
-    lines.append(f"{'k':<3}{'A':<8}{'B':<8}{'A−B':<8}{'only A':<8}{'only B':<8}McNemar p")
-    for row in comparison["rows"]:
+    header = f"paired on {comparison['tasks']} shared tasks · A = {name_a} · B = {name_b}"
+    return header + "\n" + format_paired_rows(comparison["rows"], "A", "B")
+
+
+def format_paired_rows(rows: list[dict[str, Any]], a: str, b: str) -> str:
+    """success@k of A and B per k, their difference, the discordant tasks and McNemar's p."""
+    width = max(8, len(a) + 2, len(b) + 2)
+    only = width + 5
+    lines = [f"{'k':<3}{a:<{width}}{b:<{width}}{'diff':<8}{'only ' + a:<{only}}{'only ' + b:<{only}}McNemar p"]
+    for row in rows:
         lines.append(
-            f"{row['k']:<3}{row['a']:<8.3f}{row['b']:<8.3f}{row['a'] - row['b']:<+8.3f}"
-            f"{row['only_a']:<8}{row['only_b']:<8}{row['p_value']:.3f}"
+            f"{row['k']:<3}{row['a']:<{width}.3f}{row['b']:<{width}.3f}{row['a'] - row['b']:<+8.3f}"
+            f"{row['only_a']:<{only}}{row['only_b']:<{only}}{row['p_value']:.3f}"
         )
     return "\n".join(lines)

@@ -100,6 +100,16 @@ def run(
     epochs: Optional[int] = typer.Option(
         None, min=1, help="Trial mode, MemRL protocol: replay the task set N times, the memory carried over."
     ),
+    carry_memory: Optional[bool] = typer.Option(
+        None,
+        "--carry-memory",
+        help="Trial mode, MemRL's runtime learning: the memory carries from task to task (implied by --epochs > 1).",
+    ),
+    control: Optional[bool] = typer.Option(
+        None,
+        "--control",
+        help="Trial mode: also play every task without memory (same seeds) and report the paired difference.",
+    ),
     validation_tasks: Optional[int] = typer.Option(
         None, min=1, help="Trial mode, MemRL protocol: after each epoch, play N held-out instances from its memory."
     ),
@@ -146,6 +156,8 @@ def run(
     trial_flags = {
         "--attempts": attempts,
         "--epochs": epochs,
+        "--carry-memory": carry_memory,
+        "--control": control,
         "--policy": policy,
         "--validation-tasks": validation_tasks,
         "--validation-opt": validation_opt or None,
@@ -168,6 +180,8 @@ def run(
         tasks=tasks,
         attempts=attempts or 3,
         epochs=epochs or 1,
+        carry_memory=bool(carry_memory),
+        control=bool(control),
         validation_tasks=validation_tasks or 0,
         validation_env_options=parse_options(validation_opt, "--validation-opt"),
     )

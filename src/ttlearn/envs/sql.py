@@ -164,10 +164,12 @@ class Attempt:
 @ENVS.register("sql")
 class SQLEnv(Env):
     """Answer questions about SQLite databases with SQL. Options: `dataset` (spider | mini), `split` (all | train |
-    test, by database), `task` (pin one question id), `turns` (queries per episode; after a wrong one the agent sees
-    its result and may revise), `include_empty` (also play the trivial questions: those whose gold result is empty,
-    which any query that finds nothing passes, and those on a database without rows, Spider's wta_1), `timeout_ms`
-    (per query), `seed` (accepted for the common config; the questions are fixed data)."""
+    test, by database), `database` (only the questions about one database: an agent that works on one database over
+    time, where a memory can carry what it learned about it), `task` (pin one question id), `turns` (queries per
+    episode; after a wrong one the agent sees its result and may revise), `include_empty` (also play the trivial
+    questions: those whose gold result is empty, which any query that finds nothing passes, and those on a database
+    without rows, Spider's wta_1), `timeout_ms` (per query), `seed` (accepted for the common config; the questions
+    are fixed data)."""
 
     name = "sql"
     reply_tokens = 256
@@ -176,6 +178,7 @@ class SQLEnv(Env):
         self,
         dataset: str = "spider",
         split: str = "all",
+        database: str | None = None,
         task: int | None = None,
         turns: int = 1,
         include_empty: bool = False,
@@ -190,7 +193,7 @@ class SQLEnv(Env):
             raise ValueError(f"turns must be at least 1, got {turns}")
         if timeout_ms < 1:
             raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
-        self.dataset, self.split, self.task_id, self.turns = dataset, split, task, turns
+        self.dataset, self.split, self.database, self.task_id, self.turns = dataset, split, database, task, turns
         self.include_empty, self.timeout_ms, self.seed = include_empty, timeout_ms, seed
         if dataset == "spider":
             self.data_dir = spider_dir()
@@ -198,14 +201,20 @@ class SQLEnv(Env):
         else:
             self.data_dir = mini_dir()
             manifest, questions = load_mini()
-        self.test_dbs = held_out_databases(Counter(q.db for q in questions))
+        per_database = Counter(q.db for q in questions)
+        if database is not None and database not in per_database:
+            raise ValueError(f"unknown database {database!r} in {dataset}; one of: {', '.join(sorted(per_database))}")
+        self.test_dbs = held_out_databases(per_database)
         self.questions = self._select(questions, manifest["rows_per_database"])
+        if database is not None and not self.questions:
+            raise ValueError(f"no questions about database {database!r} in split {split!r}; use split=all")
         self._gold_rows_by_id: dict[int, tuple[tuple, ...]] = {}
         self.question: Question | None = None
         self.attempts: list[Attempt] = []
 
     def _select(self, questions: list[Question], rows_per_database: Mapping[str, int]) -> list[Question]:
-        """The pinned question, else the split's questions, without the trivial ones unless `include_empty`."""
+        """The pinned question, else the split's (and database's) questions, without the trivial ones unless
+        `include_empty`."""
         if self.task_id is not None:
             pinned = [q for q in questions if q.id == self.task_id]
             if not pinned:
@@ -217,6 +226,7 @@ class SQLEnv(Env):
             for q in questions
             if (self.include_empty or (q.gold_rows > 0 and rows_per_database[q.db] > 0))
             and self.split in ("all", self.split_of(q))
+            and self.database in (None, q.db)
         ]
 
     def split_of(self, question: Question) -> str:
@@ -226,6 +236,7 @@ class SQLEnv(Env):
         return {
             "dataset": self.dataset,
             "split": self.split,
+            "database": self.database,
             "task": self.task_id,
             "turns": self.turns,
             "include_empty": self.include_empty,

@@ -96,7 +96,9 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     if config.memory == "none" and all(len(eps) == n for eps in attempts):
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
         summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
-    if greedy_control_applies(config) and n > 1:
+    if all("control_first_success" in r for r in records):
+        summary["control"] = paired_success([(r["first_success"], r["control_first_success"]) for r in records], n)
+    elif greedy_control_applies(config) and n > 1:
         summary["memory_gain"] = memory_gain(first, n)
     return summary
 
@@ -135,6 +137,12 @@ def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: i
     pairs = [(r["first_success"], first_b[key(r)]) for r in a if key(r) in first_b]
     if not pairs:
         raise ValueError("the two runs share no finished task (compare runs of the same env, seed and task set)")
+    return paired_success(pairs, attempts)
+
+
+def paired_success(pairs: list[tuple[int | None, int | None]], attempts: int) -> dict[str, Any]:
+    """success@k of A and B on paired tasks, given each task's first successful attempt under A and under B (None:
+    never), with the discordant counts and the exact McNemar p-value per k."""
     rows = []
     for k in range(1, attempts + 1):
         hits = [(x is not None and x <= k, y is not None and y <= k) for x, y in pairs]

@@ -25,6 +25,7 @@ from ttlearn.envs.base import Env
 from ttlearn.eval.trials import summarize_trials
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.memory.base import MEMORIES
+from ttlearn.memory.none import NoMemory
 from ttlearn.rollout.inflight import play_in_order
 from ttlearn.rollout.loop import play_trial
 from ttlearn.rollout.parts import LLMPool, Parts, build_parts, resolve_moves_per_turn, validate_parts
@@ -47,12 +48,14 @@ def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
         _check_instances(validate_parts(config.validation_config()), config.validation_tasks, "validation_tasks")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    if config.control and config.memory == "none":
+        raise ValueError("--control plays every task without memory, which is what memory 'none' already does")
     if concurrency > 1 and MEMORIES.get(config.memory).keeps_files:
         raise ValueError(f"memory {config.memory!r} keeps one store per run, so its tasks run one at a time")
     if concurrency > 1 and config.carries_memory:
         raise ValueError(
-            "with --epochs > 1 or held-out validation the memory carries over from task to task, so tasks run one at"
-            " a time"
+            "with --carry-memory, --epochs > 1 or held-out validation the memory carries over from task to task, so"
+            " tasks run one at a time"
         )
     return env
 
@@ -81,18 +84,29 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
     start = time.perf_counter()
     kind, epoch, task = config.position(index)
     act_namespace = ("act",) if kind == "task" else ("act", kind)
+    seed = task_seed(config, task, parts.env.instance_count(), kind)
+
+    def act_seed(attempt: int, step: int) -> int:
+        return derive_seed(config.seed, *act_namespace, epoch, task, attempt, step)
+
     parts.drain()
     parts.memory.load(copy.deepcopy(start_state))
     trial = play_trial(
         parts.env,
         parts.player,
         parts.memory,
-        seed=task_seed(config, task, parts.env.instance_count(), kind),
+        seed=seed,
         attempts=config.attempts,
         early_stop=config.stops_early,
         observe_last=config.carries_memory,
-        act_seed=lambda attempt, step: derive_seed(config.seed, *act_namespace, epoch, task, attempt, step),
+        act_seed=act_seed,
     )
+    control = None
+    if config.control and kind == "task":
+        # Common random numbers: the control's decisions draw the very seeds the memory's did.
+        control = play_trial(
+            parts.env, parts.player, NoMemory(), seed=seed, attempts=config.attempts, early_stop=True, act_seed=act_seed
+        )
     instance = dict(trial.instance)
     if parts.env.turns is not None:
         instance["budget"] = parts.env.turns * parts.moves_per_turn
@@ -107,6 +121,7 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
         "task": task,
         "seed": trial.seed,
         "first_success": trial.first_success,
+        **({"control_first_success": control.first_success} if control is not None else {}),
         "instance": instance,
         "attempts": attempts,
         "memory": parts.memory.state(),
