@@ -126,6 +126,17 @@ def test_memory_writes_reflections_and_strategies_and_learns_q(tmp_path: Path) -
     assert log.chosen == [oldest.id] and log.candidates[0]["sim"] == pytest.approx(1.0)
 
 
+def test_trajectory_items_need_no_llm_call(tmp_path: Path) -> None:
+    mem = memory(tmp_path, write="trajectory")
+    mem.observe(episode(0, "opponent plays rock", success=True))
+    (item,) = mem.ns.store.inspect("default")
+    assert item.experience.startswith("Task: opponent plays rock\nOutcome: success (score 1)\nTrajectory:\n")
+    assert "round 1 -> rock" in item.experience and "Strategy" not in item.experience
+    assert mem.llm.calls == []
+    with pytest.raises(ValueError, match="write must be one of notes, trajectory, got 'summary'"):
+        memory(tmp_path, write="summary")
+
+
 def test_q_ranking_prefers_the_useful_memory(tmp_path: Path) -> None:
     mem = memory(tmp_path, k1=5, k2=1)
     mem.ns.add_many(
