@@ -137,6 +137,19 @@ def test_trajectory_items_need_no_llm_call(tmp_path: Path) -> None:
         memory(tmp_path, write="summary")
 
 
+def test_keeping_successes_only_still_learns_q_from_failures(tmp_path: Path) -> None:
+    mem = memory(tmp_path, write="trajectory", keep="successes")
+    mem.observe(episode(0, "opponent plays rock", success=False))
+    assert mem.ns.store.inspect("default") == []  # a failure is not stored
+    mem.observe(episode(1, "opponent plays rock", success=True))
+    mem.context("opponent plays rock")
+    mem.observe(episode(2, "opponent plays rock", success=False))
+    (item,) = mem.ns.store.inspect("default")
+    assert item.episode == 1 and item.q_value == pytest.approx(-0.3)  # 0.7·0 + 0.3·(−1)
+    with pytest.raises(ValueError, match="keep must be one of all, successes"):
+        memory(tmp_path, keep="failures")
+
+
 def test_q_ranking_prefers_the_useful_memory(tmp_path: Path) -> None:
     mem = memory(tmp_path, k1=5, k2=1)
     mem.ns.add_many(

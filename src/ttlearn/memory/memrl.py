@@ -23,9 +23,11 @@ purpose: `state()` points at the namespace, and `load()` restores only the RNG a
 overwriting what other agents learnt.
 
 What an item says (`write=`): `notes` (the paper's rule above: an LLM writes the strategy or reflection, the
-trajectory follows) or `trajectory` (the trajectory and outcome only, no LLM call). Measured on Spider with the 0.5B
-coder model as writer, its notes were numbered restatements of the task that the player then imitated instead of
-answering with SQL (docs/coder-results.md); a verified trajectory is something a small model can reuse.
+trajectory follows) or `trajectory` (the trajectory and outcome only, no LLM call). Which episodes become items
+(`keep=`): `all` (the paper) or `successes` (a failed episode still updates the Q of what it retrieved, but is not
+stored). Measured on Spider with the 0.5B coder model (docs/coder-results.md), its notes were numbered restatements
+of the task that it then imitated instead of answering with SQL, and it copied the table names of its failed
+queries into later answers: a small model reuses what it is shown, so showing it only verified answers matters.
 
 Baselines as configurations of the same class: `memp` = MemRL with α = 0 (Q stays at q_init, ranking reduces to
 similarity), `rag` = similarity only (w_q = 0, no Q filter, α = 0).
@@ -55,6 +57,7 @@ Z_CLIP = 3.0
 DEFAULT_ALPHA = 0.3
 """The Q learning rate of the paper's released configs."""
 WRITE_MODES = ("notes", "trajectory")
+KEEP_MODES = ("all", "successes")
 
 
 # -- the maths --------------------------------------------------------------------------------------------------
@@ -238,6 +241,7 @@ class MemRLMemory(Memory):
         success_threshold: float = 0.0,
         join_threshold: float = 0.9,
         write: str = "notes",
+        keep: str = "all",
         max_trajectory_chars: int = 1500,
         run_id: str | None = None,
         seed: int = 0,
@@ -254,7 +258,9 @@ class MemRLMemory(Memory):
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
         if write not in WRITE_MODES:
             raise ValueError(f"write must be one of {', '.join(WRITE_MODES)}, got {write!r}")
-        self.write = write
+        if keep not in KEEP_MODES:
+            raise ValueError(f"keep must be one of {', '.join(KEEP_MODES)}, got {keep!r}")
+        self.write, self.keep = write, keep
         self.cfg = RetrievalConfig(k1, k2, delta, resolved["q_min"], w_sim, resolved["w_q"], sim_mean, sim_std, epsilon)
         self.q_init = q_init
         self.rewards = (reward_success, reward_failure)
@@ -311,10 +317,11 @@ class MemRLMemory(Memory):
         reward = self.rewards[0] if success else self.rewards[1]
         if self._retrieved:
             self.memories.reinforce(self._retrieved, reward, self.alpha)
-        self.memories.add(
-            NewItem(episode.task, self._write_experience(episode, success), self.q_init, self.run_id, episode.index),
-            self.join_threshold,
-        )
+        if success or self.keep == "all":
+            item = NewItem(
+                episode.task, self._write_experience(episode, success), self.q_init, self.run_id, episode.index
+            )
+            self.memories.add(item, self.join_threshold)
         self.memories.finish_episode(episode.index)
         self._retrieved = []
 
