@@ -48,7 +48,7 @@ def test_wrong_query_fails_and_shows_its_result(cache):
     assert "Result: 1 row\ncount(*)\n5" in result.observation.text
     assert "not the expected answer" in result.observation.text
     transcript = env.transcript()
-    assert "SELECT count(*) FROM courses" in transcript and "Not solved." in transcript
+    assert "Query 1:\n```sql\nSELECT count(*) FROM courses\n```" in transcript and "Not solved." in transcript
     assert env.oracle_action() not in transcript
 
 

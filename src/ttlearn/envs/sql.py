@@ -352,10 +352,12 @@ class SQLEnv(Env):
         return stats
 
     def transcript(self) -> str:
-        """The question, then each query tried with its result or error, then the outcome. Never the gold SQL."""
+        """The question, then each query tried (in the ```sql block the agent answers with, so that a memory that
+        shows it does not teach another format) with its result or error, then the outcome. Never the gold SQL."""
         lines = [self.task()]
         for number, attempt in enumerate(self.attempts, 1):
-            lines.append(f"Query {number}: {attempt.query or '(none found in the reply)'}")
+            shown = f"```sql\n{attempt.query}\n```" if attempt.query else "(none found in the reply)"
+            lines.append(f"Query {number}:\n{shown}")
             lines.append(attempt.feedback())
         outcome = "Correct." if self.solved else "Not solved." if self.done else "Unfinished."
         return "\n".join([*lines, outcome])
