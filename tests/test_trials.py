@@ -302,8 +302,31 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
     assert summary["control"] == {
         "tasks": 3,
         "rows": [{"k": 1, "a": 2 / 3, "b": 0.0, "only_a": 2, "only_b": 0, "p_value": 0.5}],
+        "epoch": 1,
     }
     assert "memory_gain" not in summary
     with pytest.raises(ValueError, match="what memory 'none' already does"):
         run_trials(config.model_copy(update={"memory": "none"}), tmp_path / "n")
     assert not (tmp_path / "n").exists()
+
+
+def test_the_control_pairs_each_instance_once_over_epochs(tmp_path) -> None:
+    config = TrialConfig(
+        env="sql",
+        env_options={"dataset": "mini"},
+        memory="history",
+        player="qwen-coder",
+        tasks=3,
+        attempts=1,
+        epochs=2,
+        control=True,
+    )
+    fake = GoldWithMemoryFake()
+    summary = run_trials(config, tmp_path / "e", llm_factory=lambda spec: fake)
+    records = read_tasks(tmp_path / "e")
+    assert ["control_first_success" in r for r in records] == [False] * 3 + [True] * 3  # the last epoch only
+    assert len(fake.calls) == 9  # six memory decisions, three control ones
+    # Epoch 2 sees a memory from its first task on: 3/3 vs 0/3, discordant (3, 0): p = 2 · 1/2³ = 0.25.
+    # Pooled over both epochs it would have counted 6 pairs (5 vs 0, p = 0.0625) for 3 instances.
+    assert summary["control"]["tasks"] == 3 and summary["control"]["epoch"] == 2
+    assert summary["control"]["rows"][0]["p_value"] == 0.25

@@ -61,15 +61,18 @@ class TrialConfig(PartsConfig):
     memory: str = "lamer"
     tasks: int = Field(10, ge=1)
     attempts: int = Field(3, ge=1)
+    """Attempts per task (LaMer: 3); when not given and the memory carries from task to task, the runner makes it 1
+    (MemRL's protocol) and records that."""
     early_stop: bool | None = None
     """Stop a trial at its first success; None: stop with a memory, play every attempt with memory "none"."""
     epochs: int = Field(1, ge=1)
     """MemRL's protocol: play the same task set this many times; the memory then carries over between tasks and
     epochs (runtime learning) instead of starting fresh for every task, and the summary adds last-epoch and
     cumulative success."""
-    carry_memory: bool = False
+    carry_memory: bool | None = None
     """MemRL's runtime learning within one pass: the memory carries over from task to task instead of starting
-    fresh for every task (always so with `epochs` > 1 or held-out validation)."""
+    fresh for every task (always so with `epochs` > 1 or held-out validation). None: as the memory declares
+    (`Memory.learns_across_tasks`); the runner records the resolved value."""
     control: bool = False
     """Also play every task without memory — the same instance and decision seeds, nothing in the memory slot —
     as the paired control the summary compares against (exact McNemar)."""
@@ -84,7 +87,7 @@ class TrialConfig(PartsConfig):
 
     @property
     def carries_memory(self) -> bool:
-        return self.carry_memory or self.epochs > 1 or self.validation_tasks > 0
+        return bool(self.carry_memory) or self.epochs > 1 or self.validation_tasks > 0
 
     @property
     def total(self) -> int:

@@ -27,7 +27,7 @@ from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.session import open_session, validate
-from ttlearn.rollout.trials import run_trials, validate_trials
+from ttlearn.rollout.trials import run_trials, validate_trials, with_defaults
 from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config
 
 TRIAL_MEMORIES = ("lamer",)
@@ -56,6 +56,7 @@ def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 
 
 def play_trials(config: TrialConfig, out: Path, concurrency: int = 1) -> None:
     """Run (or resume) a trial run with a progress bar, then print success@k."""
+    config = with_defaults(config)
     validate_trials(config, concurrency)
     with progress_bar(f"{config.env} · {config.memory} · {config.attempts} attempts", config.total) as update:
 
@@ -96,14 +97,17 @@ def run(
     tasks: Optional[int] = typer.Option(
         None, min=1, help="Trial mode: how many task instances, each tried --attempts times (LaMer, MemRL protocol)."
     ),
-    attempts: Optional[int] = typer.Option(None, min=1, help="Trial mode: attempts per task (default 3)."),
+    attempts: Optional[int] = typer.Option(
+        None, min=1, help="Trial mode: attempts per task (default 1 when the memory carries over, else 3)."
+    ),
     epochs: Optional[int] = typer.Option(
         None, min=1, help="Trial mode, MemRL protocol: replay the task set N times, the memory carried over."
     ),
     carry_memory: Optional[bool] = typer.Option(
         None,
-        "--carry-memory",
-        help="Trial mode, MemRL's runtime learning: the memory carries from task to task (implied by --epochs > 1).",
+        "--carry-memory/--no-carry-memory",
+        help="Trial mode, MemRL's runtime learning: the memory carries from task to task. Default: yes for memories "
+        "that learn across tasks (memrl, memp, rag, expel, cheatsheet), no for the others; implied by --epochs > 1.",
     ),
     control: Optional[bool] = typer.Option(
         None,
@@ -178,9 +182,9 @@ def run(
         **parts,
         player=f"hf:{policy}" if policy else llm,
         tasks=tasks,
-        attempts=attempts or 3,
+        **({"attempts": attempts} if attempts else {}),
         epochs=epochs or 1,
-        carry_memory=bool(carry_memory),
+        carry_memory=carry_memory,
         control=bool(control),
         validation_tasks=validation_tasks or 0,
         validation_env_options=parse_options(validation_opt, "--validation-opt"),

@@ -105,6 +105,12 @@ class Env(ABC):
         (those go to `instance_stats`). The contract test checks it."""
         return ""
 
+    def format_answer(self, actions: Sequence[str]) -> str:
+        """The agent's own actions of a finished episode written as it would write them, for memories that keep a
+        verified answer (MemRL's `write=answer`): one action per line by default; free-text environments show the
+        final answer in the format their rules ask for. Never gold data: only what the agent did."""
+        return "\n".join(actions)
+
     def instance_stats(self) -> dict[str, Any]:
         """Facts about the current instance that only reports may see: ceilings (Sokoban's optimal length,
         Minesweeper's fewest reveals), the data split, the task id."""

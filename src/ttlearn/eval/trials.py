@@ -96,8 +96,12 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     if config.memory == "none" and all(len(eps) == n for eps in attempts):
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
         summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
-    if all("control_first_success" in r for r in records):
-        summary["control"] = paired_success([(r["first_success"], r["control_first_success"]) for r in records], n)
+    controlled = [r for r in records if "control_first_success" in r]
+    if controlled:
+        # Each instance once: the control's epoch (the last one; older runs played it in every epoch), never pooled.
+        epoch = max(r["epoch"] for r in controlled)
+        pairs = [(r["first_success"], r["control_first_success"]) for r in controlled if r["epoch"] == epoch]
+        summary["control"] = {**paired_success(pairs, n), "epoch": epoch}
     elif greedy_control_applies(config) and n > 1:
         summary["memory_gain"] = memory_gain(first, n)
     return summary

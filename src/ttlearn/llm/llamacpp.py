@@ -7,7 +7,14 @@ file).
 Choices are answered by one of `CHOICE_METHODS`. Scoring evaluates the prompt once and each answer's tokens on top of
 it (answers that share a prefix share its evaluation); the answer is the argmax (temperature 0) or a softmax sample.
 Tiny models ignore instructions in free text but their likelihoods still move with the prompt, so scoring or
-constraining is the only honest way to let them play. The KV cache is reused across calls that share a prompt prefix.
+constraining is the only honest way to let them play.
+
+Exact replies whatever came before. llama.cpp evaluates a prompt in batches, and a token's cached keys and values
+depend (in the last bits) on the batch it was evaluated in, so reusing whatever prefix the cache holds made a greedy
+reply depend on the calls before it (4 of 43 Spider replies differed between two runs). The cache is therefore
+reused only in whole aligned batches — the leading `n_batch`-token blocks of the previous *prompt*, which a fresh
+evaluation of this prompt would compute identically — and the rest is evaluated from there, in the same blocks a
+fresh evaluation uses. `benchmarks/llamacpp_prefix.py` measures what this costs against unrestricted reuse.
 """
 
 from __future__ import annotations
@@ -118,6 +125,7 @@ class LlamaCpp(LLM):
         spec: str,
         *,
         n_ctx: int = 4096,
+        n_batch: int = 64,
         n_threads: int | None = None,
         choice_method: str = DEFAULT_CHOICE_METHOD,
     ) -> None:
@@ -135,6 +143,8 @@ class LlamaCpp(LLM):
             self.model = Llama(
                 model_path=str(model_path),
                 n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_ubatch=n_batch,
                 n_threads=threads,
                 n_threads_batch=threads,
                 seed=0,
@@ -144,6 +154,8 @@ class LlamaCpp(LLM):
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
+        self._exact_upto = 0
+        """Leading cache positions filled by a prompt evaluation that started at an aligned block."""
         self._lock = threading.Lock()
         """One model, one KV cache: concurrent callers (episodes in flight) take turns."""
 
@@ -174,17 +186,22 @@ class LlamaCpp(LLM):
         logits -= logits.max()
         return logits - math.log(np.exp(logits).sum())
 
-    def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
-        """Evaluate `tokens`, reusing the cached prefix; returns log P(next token | tokens)."""
+    def _reuse_exactly(self, tokens: list[int]) -> None:
+        """Keep the longest cached prefix of `tokens` made of whole `n_batch` blocks of the previous prompt (at least
+        one token is always evaluated afresh): its keys and values are those a fresh evaluation computes."""
         if len(tokens) >= self.model.n_ctx():
             raise LLMError(f"prompt of {len(tokens)} tokens exceeds the context of {self.model.n_ctx()}")
-        cached = self.model.input_ids[: self.model.n_tokens]
         common = 0
-        for a, b in zip(cached, tokens):
+        for a, b in zip(self.model.input_ids[: min(self._exact_upto, len(tokens) - 1)], tokens):
             if a != b:
                 break
             common += 1
-        self.model.n_tokens = min(common, len(tokens) - 1)
+        self.model.n_tokens = common - common % self.model.n_batch
+        self._exact_upto = len(tokens)
+
+    def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
+        """Evaluate `tokens`, reusing the exact cached prefix; returns log P(next token | tokens)."""
+        self._reuse_exactly(tokens)
         self.model.eval(tokens[self.model.n_tokens :])
         return self._last_logprobs()
 
@@ -266,6 +283,7 @@ class LlamaCpp(LLM):
         with native_stderr_silenced():
             grammar = LlamaGrammar.from_string(choice_grammar(list(forms)), verbose=False)
         longest = max(len(self._tokens(form, first=False)) for form in forms)
+        self._reuse_exactly(prompt)
         out: dict[str, Any] = self.model.create_completion(
             prompt,
             max_tokens=longest + 2,
@@ -305,6 +323,7 @@ class LlamaCpp(LLM):
         if len(prompt) + max_tokens > self.model.n_ctx():
             raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
         with self._lock:
+            self._reuse_exactly(prompt)
             out: dict[str, Any] = self.model.create_completion(
                 prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
             )

@@ -25,6 +25,11 @@ class Memory(ABC):
     keeps_files: ClassVar[bool] = False
     """True when the memory lives in files of its own under the run directory (MemRL's store): one per run, so two
     copies in flight would overwrite each other's state."""
+    learns_across_tasks: ClassVar[bool] = False
+    """True when the method learns from task to task (MemRL, MemP, RAG, ExpeL, Dynamic Cheatsheet): a trial run then
+    carries it from each task to the next, one attempt per task (MemRL's protocol), unless told not to."""
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Named settings (`-m preset=NAME`); a preset named like the environment is that family's default."""
     carries_over: ClassVar[bool] = True
     """False when `context` never depends on what was observed (`none`): its episodes are then independent and may
     be played concurrently."""

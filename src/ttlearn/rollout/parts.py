@@ -33,6 +33,12 @@ def default_player(env: str) -> str:
     return DEFAULT_PLAYERS.get(env, DEFAULT_LLM)
 
 
+def default_memory_options(env: str, memory: str) -> dict[str, Any]:
+    """A memory's settings for an environment family, when it declares a preset named like the environment
+    (MemRL's `sql`, `code`, `household`, chosen by measurement); recorded in the run's config like any option."""
+    return {"preset": env} if env in MEMORIES.get(memory).presets else {}
+
+
 def validate_parts(cfg: PartsConfig) -> Env:
     """Check the environment, memory and LLM specs of a config before any model loads; returns the environment."""
     env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})

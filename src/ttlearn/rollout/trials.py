@@ -2,9 +2,11 @@
 
     env.reset(seed) once → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → attempt N
 
-A trial stops early once an attempt succeeds. The memory is reset to its fresh state before every trial, so it only
-carries what was learnt on this instance: `lamer` reflections (or transcripts), or nothing for `none`, the plain
-baseline. With `epochs` > 1 (MemRL's protocol) the task set is replayed and the memory carries over between tasks.
+A trial stops early once an attempt succeeds. A memory that learns across tasks (MemRL, MemP, RAG, ExpeL, Dynamic
+Cheatsheet) carries over from task to task, one attempt per task by default (MemRL's runtime learning); any other is
+reset to its fresh state before every trial, so it only carries what was learnt on this instance: `lamer`
+reflections (or transcripts), or nothing for `none`, the plain baseline. With `epochs` > 1 (MemRL's protocol) the
+task set is replayed.
 Instances are drawn by task index: distinct instances of a finite task set (a seeded permutation of its split), or
 a derived seed for generated ones; so a resumed run plays exactly the instances an uninterrupted one would have.
 Independent trials (epochs = 1) may be played `concurrency` at a time; records are still written in task order.
@@ -28,7 +30,14 @@ from ttlearn.memory.base import MEMORIES
 from ttlearn.memory.none import NoMemory
 from ttlearn.rollout.inflight import play_in_order
 from ttlearn.rollout.loop import play_trial
-from ttlearn.rollout.parts import LLMPool, Parts, build_parts, resolve_moves_per_turn, validate_parts
+from ttlearn.rollout.parts import (
+    LLMPool,
+    Parts,
+    build_parts,
+    default_memory_options,
+    resolve_moves_per_turn,
+    validate_parts,
+)
 from ttlearn.runs import SUMMARY_FILE, TrialConfig, append_task, open_trial_dir, write_atomic
 from ttlearn.seeding import derive_seed
 
@@ -39,8 +48,20 @@ def _check_instances(env: Env, wanted: int, what: str) -> None:
         raise ValueError(f"{what} {wanted} exceeds the {count} instances of this {env.name} split")
 
 
+def with_defaults(config: TrialConfig) -> TrialConfig:
+    """The config with every "as the memory declares" default decided, as the run directory records it: a memory
+    that learns across tasks carries from task to task, one attempt each (MemRL's protocol); its family's preset
+    (a preset named like the environment) unless the user chose settings; else LaMer's 3 attempts at one task."""
+    memory = MEMORIES.get(config.memory)
+    carry = memory.learns_across_tasks if config.carry_memory is None else config.carry_memory
+    carried = carry or config.epochs > 1 or config.validation_tasks > 0
+    attempts = 1 if carried and "attempts" not in config.model_fields_set else config.attempts
+    options = {**default_memory_options(config.env, config.memory), **config.memory_options}
+    return config.model_copy(update={"carry_memory": carry, "attempts": attempts, "memory_options": options})
+
+
 def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
-    """Check every name and option before a model loads or a directory is written."""
+    """Check every name and option of a config `with_defaults` before a model loads or a directory is written."""
     env = validate_parts(config)
     resolve_moves_per_turn(config.moves_per_turn, env)
     _check_instances(env, config.tasks, "--tasks")
@@ -54,8 +75,8 @@ def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
         raise ValueError(f"memory {config.memory!r} keeps one store per run, so its tasks run one at a time")
     if concurrency > 1 and config.carries_memory:
         raise ValueError(
-            "with --carry-memory, --epochs > 1 or held-out validation the memory carries over from task to task, so"
-            " tasks run one at a time"
+            f"memory {config.memory!r} carries over from task to task (its default, --carry-memory, --epochs > 1 or "
+            "held-out validation), so tasks run one at a time; --no-carry-memory makes every task start afresh"
         )
     return env
 
@@ -102,8 +123,9 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
         act_seed=act_seed,
     )
     control = None
-    if config.control and kind == "task":
-        # Common random numbers: the control's decisions draw the very seeds the memory's did.
+    if config.control and kind == "task" and epoch == config.epochs:
+        # Once per instance, in the last epoch (the one the summary pairs; a pooled control would count an instance
+        # once per epoch). Common random numbers: the control's decisions draw the very seeds the memory's did.
         control = play_trial(
             parts.env, parts.player, NoMemory(), seed=seed, attempts=config.attempts, early_stop=True, act_seed=act_seed
         )
@@ -139,6 +161,7 @@ def run_trials(
 ) -> dict[str, Any]:
     """Play the tasks still missing from `out` (creating it, or resuming it with the same config) and write the
     summary. `progress(done, total, record)` is called after every finished task."""
+    config = with_defaults(config)
     validate_trials(config, concurrency)
     records = open_trial_dir(Path(out), config)
     if len(records) < config.total:
