@@ -2,7 +2,8 @@
 
 Specs: every embedded model by name (`smollm2`, `gemma270m`, `qwen-coder`, `qwen-coder-1.5b`; see
 `ttlearn.llm.models`), optionally with a choice method, e.g. `qwen-coder:grammar`; `gguf:/path/model.gguf` (any local
-file).
+file). Every spec takes `?n_ctx=N`, the context in tokens (default 4096): `gemma270m?n_ctx=8192`. A prompt over the
+context raises `ContextOverflow`, which the player counts as an invalid step.
 
 Choices are answered by one of `CHOICE_METHODS`. Scoring evaluates the prompt once and each answer's tokens on top of
 it (answers that share a prefix share its evaluation); the answer is the argmax (temperature 0) or a softmax sample.
@@ -30,6 +31,7 @@ import numpy as np
 from ttlearn.llm.base import (
     CHOICE_METHODS,
     END_PIECES,
+    ContextOverflow,
     LLM,
     LLMS,
     LLMError,
@@ -39,6 +41,7 @@ from ttlearn.llm.base import (
     choice_grammar,
     plain_answer,
     plain_prompt,
+    spec_options,
     surface_forms,
     written_choice,
 )
@@ -49,6 +52,7 @@ REBUILD_HINT = (
     'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36'
 )
 DEFAULT_CHOICE_METHOD = "forms"
+DEFAULT_N_CTX = 4096
 PRUNE_NATS = 12.0
 
 
@@ -117,7 +121,7 @@ class LlamaCpp(LLM):
         model_path: Path,
         spec: str,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
         choice_method: str = DEFAULT_CHOICE_METHOD,
     ) -> None:
@@ -177,7 +181,7 @@ class LlamaCpp(LLM):
     def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
         """Evaluate `tokens`, reusing the cached prefix; returns log P(next token | tokens)."""
         if len(tokens) >= self.model.n_ctx():
-            raise LLMError(f"prompt of {len(tokens)} tokens exceeds the context of {self.model.n_ctx()}")
+            raise ContextOverflow(self._overflow(len(tokens)), len(tokens))
         cached = self.model.input_ids[: self.model.n_tokens]
         common = 0
         for a, b in zip(cached, tokens):
@@ -280,6 +284,13 @@ class LlamaCpp(LLM):
         text = out["choices"][0]["text"]
         return Completion(written_choice(text, forms) or text, len(prompt), int(out["usage"]["completion_tokens"]))
 
+    def _overflow(self, prompt_tokens: int, new_tokens: int = 0) -> str:
+        more = f" + {new_tokens} new ones" if new_tokens else ""
+        return (
+            f"prompt of {prompt_tokens} tokens{more} exceeds the context of {self.model.n_ctx()} "
+            f"(raise it with {self.spec.partition('?')[0]}?n_ctx=N)"
+        )
+
     # ---- protocol ---------------------------------------------------------------------------------------------
     def complete(
         self,
@@ -293,6 +304,8 @@ class LlamaCpp(LLM):
     ) -> Completion:
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
+        if choices and len(prompt) >= self.model.n_ctx():
+            raise ContextOverflow(self._overflow(len(prompt)), len(prompt))
         if choices and self.choice_method == "grammar":
             with self._lock:
                 answer = self.write_choice(prompt, choices, temperature, seed)
@@ -303,7 +316,7 @@ class LlamaCpp(LLM):
                 scores = score(prompt, choices)
             return choice_completion(scores, temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.model.n_ctx():
-            raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
+            raise ContextOverflow(self._overflow(len(prompt), max_tokens), len(prompt))
         with self._lock:
             out: dict[str, Any] = self.model.create_completion(
                 prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
@@ -321,12 +334,27 @@ class LlamaCpp(LLM):
             self.model.close()
 
 
-def embedded_factory(name: str) -> Any:
-    """The spec factory of an embedded model: `name` or `name:method` with a method of `CHOICE_METHODS`."""
+SPEC_OPTIONS = {"n_ctx": int}
+"""Options every llama.cpp spec takes after `?`: `n_ctx`, the context in tokens (default 4096; a simulator that
+lists many actions may need more, at about 0.1 MB of memory per token for the 270M model)."""
 
-    def build(method: str) -> LlamaCpp:
-        spec = f"{name}:{method}" if method else name
-        return LlamaCpp(model_path(name), spec, choice_method=method or EMBEDDED[name].choice_method)
+
+def _context(options: str, scheme: str) -> int:
+    n_ctx = spec_options(options, SPEC_OPTIONS, scheme).get("n_ctx", DEFAULT_N_CTX)
+    if n_ctx < 64:
+        raise ValueError(f"{scheme} option n_ctx must be at least 64 tokens, got {n_ctx}")
+    return n_ctx
+
+
+def embedded_factory(name: str) -> Any:
+    """The spec factory of an embedded model: `name`, `name:method` with a method of `CHOICE_METHODS`, either
+    followed by `?n_ctx=N`."""
+
+    def build(arg: str) -> LlamaCpp:
+        method, _, options = arg.partition("?")
+        spec = name + (f":{method}" if method else "") + (f"?{options}" if options else "")
+        n_ctx, method = _context(options, name), method or EMBEDDED[name].choice_method  # bad input before a download
+        return LlamaCpp(model_path(name), spec, n_ctx=n_ctx, choice_method=method)
 
     return build
 
@@ -337,6 +365,7 @@ for _name in EMBEDDED:
 
 @LLMS.register("gguf")
 def _gguf(arg: str) -> LlamaCpp:
-    if not arg:
-        raise ValueError("gguf spec is gguf:/path/to/model.gguf")
-    return LlamaCpp(Path(arg).expanduser(), f"gguf:{arg}")
+    path, _, options = arg.partition("?")
+    if not path:
+        raise ValueError("gguf spec is gguf:/path/to/model.gguf[?n_ctx=N]")
+    return LlamaCpp(Path(path).expanduser(), f"gguf:{arg}", n_ctx=_context(options, "gguf"))

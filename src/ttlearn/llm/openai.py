@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import httpx2
 
-from ttlearn.llm.base import LLM, LLMS, LLMError, Message
+from ttlearn.llm.base import LLM, LLMS, LLMError, Message, spec_options
 from ttlearn.types import Completion
 
 CHOICE_FORMATS: tuple[Callable[[dict[str, Any]], dict[str, Any]] | None, ...] = (
@@ -225,17 +225,8 @@ class OpenAIChat(LLM):
 
 def parse_policy(options: str) -> RetryPolicy:
     """A `RetryPolicy` from a spec's `key=value&...` options, e.g. `timeout_s=30&max_retries=8`."""
-    known = [f.name for f in fields(RetryPolicy)]
-    values: dict[str, Any] = {}
-    for pair in filter(None, options.split("&")):
-        key, _, value = pair.partition("=")
-        if key not in known:
-            raise ValueError(f"unknown openai option {key!r}; known: {', '.join(known)}")
-        try:
-            values[key] = int(value) if key == "max_retries" else float(value)
-        except ValueError:
-            raise ValueError(f"openai option {key} needs a number, got {value!r}") from None
-    return RetryPolicy(**values)
+    known = {f.name: int if f.name == "max_retries" else float for f in fields(RetryPolicy)}
+    return RetryPolicy(**spec_options(options, known, "openai"))
 
 
 @LLMS.register("openai")

@@ -47,7 +47,11 @@ from ttlearn.runs import append_durable, read_durable
 if TYPE_CHECKING:
     from ttlearn.llm.hf import HFPolicy
 
-TRAINERS: Registry[type["Trainer"]] = Registry("trainer", "ttlearn.train")
+TRAINERS: Registry[type["Trainer"]] = Registry(
+    "trainer",
+    "ttlearn.trainers",
+    {"lamer": "ttlearn.train.lamer:LamerTrainer", "memopilot": "ttlearn.train.memopilot:MemoPilotTrainer"},
+)
 
 CONFIG_FILE, METRICS_FILE, STATE_FILE, FINAL_DIR = "config.json", "metrics.jsonl", "trainer_state.pt", "final"
 
