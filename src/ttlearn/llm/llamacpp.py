@@ -145,6 +145,8 @@ class LlamaCpp(LLM):
                 verbose=False,
             )
         self.spec, self.choice_method = spec, choice_method
+        self.n_ctx = n_ctx
+        """The context asked for: llama.cpp may pad its own, but its token buffer holds only this many."""
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
@@ -180,7 +182,7 @@ class LlamaCpp(LLM):
 
     def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
         """Evaluate `tokens`, reusing the cached prefix; returns log P(next token | tokens)."""
-        if len(tokens) >= self.model.n_ctx():
+        if len(tokens) >= self.n_ctx:
             raise ContextOverflow(self._overflow(len(tokens)), len(tokens))
         cached = self.model.input_ids[: self.model.n_tokens]
         common = 0
@@ -287,7 +289,7 @@ class LlamaCpp(LLM):
     def _overflow(self, prompt_tokens: int, new_tokens: int = 0) -> str:
         more = f" + {new_tokens} new ones" if new_tokens else ""
         return (
-            f"prompt of {prompt_tokens} tokens{more} exceeds the context of {self.model.n_ctx()} "
+            f"prompt of {prompt_tokens} tokens{more} exceeds the context of {self.n_ctx} "
             f"(raise it with {self.spec.partition('?')[0]}?n_ctx=N)"
         )
 
@@ -304,8 +306,10 @@ class LlamaCpp(LLM):
     ) -> Completion:
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
-        if choices and len(prompt) >= self.model.n_ctx():
-            raise ContextOverflow(self._overflow(len(prompt)), len(prompt))
+        if choices:  # each choice is scored on top of the prompt, ended by one more token
+            longest = max(len(self._tokens(form, first=False)) for form in surface_forms(choices)) + 1
+            if len(prompt) + longest > self.n_ctx:
+                raise ContextOverflow(self._overflow(len(prompt), longest), len(prompt))
         if choices and self.choice_method == "grammar":
             with self._lock:
                 answer = self.write_choice(prompt, choices, temperature, seed)
@@ -315,7 +319,7 @@ class LlamaCpp(LLM):
             with self._lock:
                 scores = score(prompt, choices)
             return choice_completion(scores, temperature, seed, len(prompt), start)
-        if len(prompt) + max_tokens > self.model.n_ctx():
+        if len(prompt) + max_tokens > self.n_ctx:
             raise ContextOverflow(self._overflow(len(prompt), max_tokens), len(prompt))
         with self._lock:
             out: dict[str, Any] = self.model.create_completion(
