@@ -12,7 +12,7 @@ A run directory OUT holds
 
 A new trainer is one module in this package: a `TrainConfig` subclass (every field with a `description`, which a
 generic `ttlearn train NAME --option value` turns into help) and a `Trainer` subclass registered with
-`@TRAINERS.register("name")` that loads its policy and implements one step. The loop, checkpoints, resume and the
+`@TRAINERS.register("name")` (and named in the `TRAINERS` table below) that loads its policy and implements one step. The loop, checkpoints, resume and the
 metrics log are here.
 
 Devices: `--device auto|cpu|cuda` is resolved once (`this_device`); the policy is loaded there and every tensor a
