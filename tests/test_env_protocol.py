@@ -88,6 +88,15 @@ def test_a_declared_nondeterministic_env_passes_check_env_and_says_what_it_skipp
     assert check_env(env, use_oracle=True)["success"] is True  # the oracle must still solve it
 
 
+def test_resume_and_replay_warn_that_a_nondeterministic_run_is_not_exact(rooms, capsys):
+    from ttlearn.cli.play import warn_inexact
+
+    warn_inexact("undeclared-room", "resumed")
+    assert capsys.readouterr().out == ""
+    warn_inexact("room", "replayed")
+    assert "declares deterministic = False, so a replayed run is not exact" in " ".join(capsys.readouterr().out.split())
+
+
 def test_the_same_env_undeclared_fails_check_env(rooms):
     with pytest.raises(ContractError, match="reset\\(seed\\) must be deterministic"):
         check_env(make_env("undeclared-room", seed=0))

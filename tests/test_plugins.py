@@ -132,7 +132,8 @@ class Solo(Env):
 
     def step(self, action: str) -> StepResult:
         self.moves += 1
-        return StepResult(Observation(f"move {self.moves}", ("left", "right")), float(action == "left"), self.moves == 3)
+        seen = Observation(f"move {self.moves}", ("left", "right"))
+        return StepResult(seen, float(action == "left"), self.moves == 3)
 
     def score(self) -> float:
         return 0.0

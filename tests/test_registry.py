@@ -54,7 +54,8 @@ def test_a_broken_plugin_breaks_only_its_own_name(tmp_path, monkeypatch):
     (tmp_path / "fine_plugin.py").write_text("class Fine:\n    pass\n")
     (tmp_path / "broken_plugin.py").write_text("import not_installed_anywhere\nclass Broken:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    registry = Registry("widget", "ttlearn.test-widgets", {"fine": "fine_plugin:Fine", "broken": "broken_plugin:Broken"})
+    table = {"fine": "fine_plugin:Fine", "broken": "broken_plugin:Broken"}
+    registry = Registry("widget", "ttlearn.test-widgets", table)
     assert registry.names() == ["broken", "fine"]  # listing imports nothing
     assert "fine_plugin" not in sys.modules
     assert registry.get("fine").__name__ == "Fine"

@@ -93,7 +93,8 @@ def load_plugins(specs: Iterable[str], origin: str = "--plugin") -> list[str]:
         try:
             spec = _import_plugin(spec)
         except Exception as exc:
-            raise PluginError(f"plug-in {spec!r} (from {origin}) failed to import: {type(exc).__name__}: {exc}") from exc
+            reason = f"{type(exc).__name__}: {exc}"
+            raise PluginError(f"plug-in {spec!r} (from {origin}) failed to import: {reason}") from exc
         if spec not in _loaded_plugins:
             _loaded_plugins.append(spec)
         recorded.append(spec)

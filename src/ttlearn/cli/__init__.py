@@ -19,6 +19,7 @@ def plugins(
     plugin: list[str] = typer.Option(
         [],
         "--plugin",
+        metavar="MODULE",
         help="Import a plug-in module (a module name or a .py file) that registers environments, memories, LLM back "
         "ends or players; repeatable. Also $TTLEARN_PLUGINS (comma-separated). Runs record it for resume and replay.",
     ),

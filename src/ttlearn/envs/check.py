@@ -136,6 +136,7 @@ def _check(env: Env, twin: Env, seed: int, use_oracle: bool) -> dict[str, Any]:
     count = env.instance_count()
     if count is not None:
         _require(count > 0, "instance_count() must be positive")
-        _require(not exact or twin.reset(seed + count) == first, "reset(seed) must play instance seed % instance_count()")
+        same = not exact or twin.reset(seed + count) == first
+        _require(same, "reset(seed) must play instance seed % instance_count()")
     skipped = [] if exact else list(EXACT_CHECKS)
     return {"actions": actions, "score": score, "success": success, "skipped": skipped}

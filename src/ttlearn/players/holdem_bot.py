@@ -22,5 +22,9 @@ class HoldemBotPlayer(Player):
 
 for _style in STYLES:
     PLAYERS.register(f"holdem-{_style}")(
-        type(f"HoldemBot_{_style}", (HoldemBotPlayer,), {"style": _style, "name": f"holdem-{_style}", "__module__": __name__})
+        type(
+            f"HoldemBot_{_style}",
+            (HoldemBotPlayer,),
+            {"style": _style, "name": f"holdem-{_style}", "__module__": __name__},  # ABCMeta would say "abc"
+        )
     )

@@ -12,8 +12,8 @@ A run directory OUT holds
 
 A new trainer is one module in this package: a `TrainConfig` subclass (every field with a `description`, which a
 generic `ttlearn train NAME --option value` turns into help) and a `Trainer` subclass registered with
-`@TRAINERS.register("name")` (and named in the `TRAINERS` table below) that loads its policy and implements one step. The loop, checkpoints, resume and the
-metrics log are here.
+`@TRAINERS.register("name")` (and named in the `TRAINERS` table below) that loads its policy and implements one
+step. The loop, checkpoints, resume and the metrics log are here.
 
 Devices: `--device auto|cpu|cuda` is resolved once (`this_device`); the policy is loaded there and every tensor a
 trainer makes follows `policy.device`. Checkpoints are loaded onto the CPU first (`map_location`), so a run saved on a
