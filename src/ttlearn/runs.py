@@ -29,13 +29,20 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Annotated, Any, Callable, Iterator, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
+from ttlearn.registry import load_plugins, loaded_plugins
 from ttlearn.types import Episode
+
+
+Plugins = Annotated[list[str], AfterValidator(lambda plugins: load_plugins(plugins, origin="a run config"))]
+"""A config's plug-in modules (`--plugin`, `$TTLEARN_PLUGINS`; by default those loaded in this process), imported
+again whenever the config is read, so `resume`, `replay` and the arena's workers find them. Entry-point plug-ins
+need no record: they are found wherever they are installed."""
 
 
 class PartsConfig(BaseModel):
@@ -53,6 +60,7 @@ class PartsConfig(BaseModel):
     """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
     seed: int = 0
     temperature: float = Field(0.0, ge=0.0)
+    plugins: Plugins = Field(default_factory=loaded_plugins)
 
 
 class TrialConfig(PartsConfig):

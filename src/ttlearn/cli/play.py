@@ -22,6 +22,7 @@ from ttlearn.cli.common import (
     print_summary,
     progress_bar,
 )
+from ttlearn.envs.base import ENVS
 from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
@@ -71,6 +72,15 @@ def play_trials(config: TrialConfig, out: Path, concurrency: int = 1) -> None:
             raise typer.Exit(130) from None
     console.print(format_trial_summary(summary), markup=False, highlight=False)
     console.print(f"run directory: [bold]{out}[/]")
+
+
+def warn_inexact(env: str, how: str) -> None:
+    """Say so when a run's environment declares it is not deterministic: its games cannot be reproduced exactly."""
+    if not ENVS.get(env).deterministic:
+        console.print(
+            f"[yellow]warning:[/] environment {env!r} declares deterministic = False, so a {how} run is not exact: "
+            "games may differ from an uninterrupted run, and a replay may ask questions the recording never saw"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -198,9 +208,12 @@ def resume(
 ) -> None:
     """Finish an interrupted run: no game (or trial task) is lost or played twice."""
     if is_trial_dir(run_dir):
-        play_trials(load_trial_config(run_dir), run_dir, concurrency)
+        config = load_trial_config(run_dir)
+        warn_inexact(config.env, "resumed")
+        play_trials(config, run_dir, concurrency)
         return
     run = Run.open(run_dir)
+    warn_inexact(run.config.env, "resumed")
     if run.finished:
         console.print(f"{run_dir} is already complete ({len(run.episodes)} games).")
         print_summary(summarize(run), run.path)
@@ -215,6 +228,7 @@ def replay(
 ) -> None:
     """Re-run a recorded session without calling any model, and check that every score is reproduced."""
     source = Run.open(run_dir)
+    warn_inexact(source.config.env, "replayed")
     book = ReplayBook(e for e in source.events() if e.get("type") == "call")
     target = Run.create(out or Path(f"{run_dir}-replay"), source.config)
     play_session(target, replay=book)

@@ -2,7 +2,8 @@
 
 Specs: every embedded model by name (`smollm2`, `gemma270m`, `qwen-coder`, `qwen-coder-1.5b`; see
 `ttlearn.llm.models`), optionally with a choice method, e.g. `qwen-coder:grammar`; `gguf:/path/model.gguf` (any local
-file).
+file). Every spec takes `?n_ctx=N`, the context in tokens (default 4096): `gemma270m?n_ctx=8192`. A prompt over the
+context raises `ContextOverflow`, which the player counts as an invalid step.
 
 Choices are answered by one of `CHOICE_METHODS`. Scoring evaluates the prompt once and each answer's tokens on top of
 it (answers that share a prefix share its evaluation); the answer is the argmax (temperature 0) or a softmax sample.
@@ -37,6 +38,7 @@ import numpy as np
 from ttlearn.llm.base import (
     CHOICE_METHODS,
     END_PIECES,
+    ContextOverflow,
     LLM,
     LLMS,
     LLMError,
@@ -46,6 +48,7 @@ from ttlearn.llm.base import (
     choice_grammar,
     plain_answer,
     plain_prompt,
+    spec_options,
     surface_forms,
     written_choice,
 )
@@ -56,6 +59,7 @@ REBUILD_HINT = (
     'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36'
 )
 DEFAULT_CHOICE_METHOD = "forms"
+DEFAULT_N_CTX = 4096
 PRUNE_NATS = 12.0
 
 
@@ -124,7 +128,7 @@ class LlamaCpp(LLM):
         model_path: Path,
         spec: str,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int = DEFAULT_N_CTX,
         n_batch: int = 64,
         n_threads: int | None = None,
         choice_method: str = DEFAULT_CHOICE_METHOD,
@@ -151,6 +155,8 @@ class LlamaCpp(LLM):
                 verbose=False,
             )
         self.spec, self.choice_method = spec, choice_method
+        self.n_ctx = n_ctx
+        """The context asked for: llama.cpp may pad its own, but its token buffer holds only this many."""
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
@@ -189,8 +195,8 @@ class LlamaCpp(LLM):
     def _reuse_exactly(self, tokens: list[int]) -> None:
         """Keep the longest cached prefix of `tokens` made of whole `n_batch` blocks of the previous prompt (at least
         one token is always evaluated afresh): its keys and values are those a fresh evaluation computes."""
-        if len(tokens) >= self.model.n_ctx():
-            raise LLMError(f"prompt of {len(tokens)} tokens exceeds the context of {self.model.n_ctx()}")
+        if len(tokens) >= self.n_ctx:
+            raise ContextOverflow(self._overflow(len(tokens)), len(tokens))
         common = 0
         for a, b in zip(self.model.input_ids[: min(self._exact_upto, len(tokens) - 1)], tokens):
             if a != b:
@@ -298,6 +304,13 @@ class LlamaCpp(LLM):
         text = out["choices"][0]["text"]
         return Completion(written_choice(text, forms) or text, len(prompt), int(out["usage"]["completion_tokens"]))
 
+    def _overflow(self, prompt_tokens: int, new_tokens: int = 0) -> str:
+        more = f" + {new_tokens} new ones" if new_tokens else ""
+        return (
+            f"prompt of {prompt_tokens} tokens{more} exceeds the context of {self.n_ctx} "
+            f"(raise it with {self.spec.partition('?')[0]}?n_ctx=N)"
+        )
+
     # ---- protocol ---------------------------------------------------------------------------------------------
     def complete(
         self,
@@ -311,6 +324,10 @@ class LlamaCpp(LLM):
     ) -> Completion:
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
+        if choices:  # each choice is scored on top of the prompt, ended by one more token
+            longest = max(len(self._tokens(form, first=False)) for form in surface_forms(choices)) + 1
+            if len(prompt) + longest > self.n_ctx:
+                raise ContextOverflow(self._overflow(len(prompt), longest), len(prompt))
         if choices and self.choice_method == "grammar":
             with self._lock:
                 answer = self.write_choice(prompt, choices, temperature, seed)
@@ -320,8 +337,8 @@ class LlamaCpp(LLM):
             with self._lock:
                 scores = score(prompt, choices)
             return choice_completion(scores, temperature, seed, len(prompt), start)
-        if len(prompt) + max_tokens > self.model.n_ctx():
-            raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
+        if len(prompt) + max_tokens > self.n_ctx:
+            raise ContextOverflow(self._overflow(len(prompt), max_tokens), len(prompt))
         with self._lock:
             self._reuse_exactly(prompt)
             out: dict[str, Any] = self.model.create_completion(
@@ -340,12 +357,27 @@ class LlamaCpp(LLM):
             self.model.close()
 
 
-def embedded_factory(name: str) -> Any:
-    """The spec factory of an embedded model: `name` or `name:method` with a method of `CHOICE_METHODS`."""
+SPEC_OPTIONS = {"n_ctx": int}
+"""Options every llama.cpp spec takes after `?`: `n_ctx`, the context in tokens (default 4096; a simulator that
+lists many actions may need more, at about 0.1 MB of memory per token for the 270M model)."""
 
-    def build(method: str) -> LlamaCpp:
-        spec = f"{name}:{method}" if method else name
-        return LlamaCpp(model_path(name), spec, choice_method=method or EMBEDDED[name].choice_method)
+
+def _context(options: str, scheme: str) -> int:
+    n_ctx = spec_options(options, SPEC_OPTIONS, scheme).get("n_ctx", DEFAULT_N_CTX)
+    if n_ctx < 64:
+        raise ValueError(f"{scheme} option n_ctx must be at least 64 tokens, got {n_ctx}")
+    return n_ctx
+
+
+def embedded_factory(name: str) -> Any:
+    """The spec factory of an embedded model: `name`, `name:method` with a method of `CHOICE_METHODS`, either
+    followed by `?n_ctx=N`."""
+
+    def build(arg: str) -> LlamaCpp:
+        method, _, options = arg.partition("?")
+        spec = name + (f":{method}" if method else "") + (f"?{options}" if options else "")
+        n_ctx, method = _context(options, name), method or EMBEDDED[name].choice_method  # bad input before a download
+        return LlamaCpp(model_path(name), spec, n_ctx=n_ctx, choice_method=method)
 
     return build
 
@@ -356,6 +388,7 @@ for _name in EMBEDDED:
 
 @LLMS.register("gguf")
 def _gguf(arg: str) -> LlamaCpp:
-    if not arg:
-        raise ValueError("gguf spec is gguf:/path/to/model.gguf")
-    return LlamaCpp(Path(arg).expanduser(), f"gguf:{arg}")
+    path, _, options = arg.partition("?")
+    if not path:
+        raise ValueError("gguf spec is gguf:/path/to/model.gguf[?n_ctx=N]")
+    return LlamaCpp(Path(path).expanduser(), f"gguf:{arg}", n_ctx=_context(options, "gguf"))

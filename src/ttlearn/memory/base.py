@@ -15,7 +15,23 @@ from ttlearn.llm.base import LLM
 from ttlearn.registry import Registry
 from ttlearn.types import Episode
 
-MEMORIES: Registry[type["Memory"]] = Registry("memory method", "ttlearn.memory")
+MEMORIES: Registry[type["Memory"]] = Registry(
+    "memory method",
+    "ttlearn.memories",
+    {
+        "cheatsheet": "ttlearn.memory.cheatsheet:CumulativeCheatsheet",
+        "cheatsheet-rs": "ttlearn.memory.cheatsheet:RetrievalSynthesisCheatsheet",
+        "expel": "ttlearn.memory.expel:ExpelMemory",
+        "history": "ttlearn.memory.history:HistoryMemory",
+        "lamer": "ttlearn.memory.lamer:LamerMemory",
+        "memopilot": "ttlearn.memory.memopilot:MemoPilotMemory",
+        "memp": "ttlearn.memory.memrl:MemPMemory",
+        "memrl": "ttlearn.memory.memrl:MemRLMemory",
+        "none": "ttlearn.memory.none:NoMemory",
+        "rag": "ttlearn.memory.memrl:RAGMemory",
+        "reflexion": "ttlearn.memory.reflexion:ReflexionMemory",
+    },
+)
 
 
 class Memory(ABC):

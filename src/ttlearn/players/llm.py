@@ -4,6 +4,12 @@ Where the back end can score a fixed list of choices it does, over the legal act
 are strongly biased by option order). Otherwise it generates text and the environment's `parse_action` reads it:
 with bounded retries when there are legal actions to name, once for free-text actions (code, SQL, tool calls), whose
 environment answers an unusable reply itself (`Env.invalid_step`).
+
+A real simulator may list thousands of actions, or only some of those it accepts (`Env.partial_actions`): the player
+then shows a shortlist of `max_options` (the actions most like the observation, `shortlist`), and where the
+environment's list is partial it also takes a command that is not listed (the environment's `parse_action` reads it,
+`step` judges it). A prompt that still does not fit the model's context is an invalid step with the reason as its
+reply, never the end of the run.
 """
 
 from __future__ import annotations
@@ -11,18 +17,38 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from ttlearn.envs.base import Env
-from ttlearn.llm.base import LLM, Message
+from ttlearn.envs.base import Env, words
+from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.base import Decision, Player
 from ttlearn.types import Observation
 
 
-def build_messages(rules: str, memory: str, observation: str, options: Sequence[str]) -> list[Message]:
-    """System: the rules and the memory; user: the observation and how to answer (the legal actions, if any)."""
+def shortlist(actions: Sequence[str], context: str, k: int) -> list[str]:
+    """The `k` actions most like `context`: by the share of an action's words that occur in it (a "take apple" scores
+    1.0 against "an apple is here", a "go north" 0.0). Ties keep the order of `actions`, so a shuffled list breaks
+    them at random."""
+    if len(actions) <= k:
+        return list(actions)
+    seen = set(words(context))
+
+    def likeness(action: str) -> float:
+        named = words(action)
+        return sum(w in seen for w in named) / len(named) if named else 0.0
+
+    return sorted(actions, key=lambda action: -likeness(action))[:k]
+
+
+def build_messages(
+    rules: str, memory: str, observation: str, options: Sequence[str], *, all_listed: bool = True
+) -> list[Message]:
+    """System: the rules and the memory; user: the observation and how to answer (the legal actions, if any;
+    `all_listed` False: the options are some of the commands the environment accepts)."""
     system = rules.strip()
     if memory.strip():
         system += "\n\nYour notes from earlier games:\n" + memory.strip()
-    if options:
+    if options and not all_listed:
+        answer = f"Some actions you can take: {', '.join(options)}.\nAnswer with exactly one action and nothing else."
+    elif options:
         answer = f"Legal actions: {', '.join(options)}.\nAnswer with exactly one legal action and nothing else."
     else:
         answer = "Answer in the format the rules ask for."
@@ -34,13 +60,21 @@ class LLMPlayer(Player):
 
     name = "llm"
 
-    def __init__(self, llm: LLM, *, temperature: float = 0.0, retries: int = 2) -> None:
-        self.llm, self.temperature, self.retries = llm, temperature, retries
+    def __init__(self, llm: LLM, *, temperature: float = 0.0, retries: int = 2, max_options: int = 20) -> None:
+        self.llm, self.temperature, self.retries, self.max_options = llm, temperature, retries, max_options
 
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
         options = list(obs.legal_actions)
         random.Random(seed).shuffle(options)
-        messages = build_messages(env.describe(), memory, obs.text, options)
+        options = shortlist(options, obs.text, self.max_options)
+        all_listed = len(options) == len(obs.legal_actions) and not env.partial_actions
+        messages = build_messages(env.describe(), memory, obs.text, options, all_listed=all_listed)
+        try:
+            return self._decide(env, obs, messages, options, seed)
+        except ContextOverflow as exc:
+            return Decision("", False, f"[no reply: {exc}]", {"error": str(exc)})
+
+    def _decide(self, env: Env, obs: Observation, messages: list[Message], options: list[str], seed: int) -> Decision:
         if options and self.llm.supports_choices:
             reply = self.llm.complete(
                 messages, temperature=self.temperature, seed=seed, choices=options, max_tokens=env.reply_tokens

@@ -40,7 +40,8 @@ from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.session import open_session, validate
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
+from ttlearn.registry import loaded_plugins
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Plugins, Run, RunConfig
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -96,6 +97,8 @@ class ArenaConfig(BaseModel):
     player: str = DEFAULT_LLM
     writer: str | None = None
     temperature: float = Field(0.0, ge=0.0)
+    plugins: Plugins = Field(default_factory=loaded_plugins)
+    """Plug-in modules every run imports (module names or .py files), besides entry-point plug-ins."""
 
     @field_validator("seeds")
     @classmethod
@@ -173,6 +176,7 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
                     games=config.games,
                     seed=seed,
                     temperature=config.temperature,
+                    plugins=config.plugins,
                 )
                 path = Path(out) / RUNS_DIR / c.label / opponent / f"seed{seed}"
                 items.append(PlanItem(c.label, opponent, seed, path, run_config))

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ttlearn.envs.base import Env
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.memory.base import MEMORIES
@@ -44,9 +43,10 @@ def games_are_independent(cfg: RunConfig) -> bool:
     return not MEMORIES.get(cfg.memory).carries_over and not learns
 
 
-def validate(cfg: RunConfig, concurrency: int = 1) -> Env:
+def validate(cfg: RunConfig, concurrency: int = 1) -> None:
     """Check every name and option of a config before any model loads or any directory is written."""
-    env = validate_parts(cfg)
+    with validate_parts(cfg):
+        pass
     if cfg.memory_from and not Path(cfg.memory_from).exists():
         raise FileNotFoundError(f"--memory-from {cfg.memory_from} does not exist")
     if concurrency < 1:
@@ -57,7 +57,6 @@ def validate(cfg: RunConfig, concurrency: int = 1) -> Env:
             "so they are played one at a time; --concurrency applies to memory none, to trial runs (--tasks) and to "
             "the arena"
         )
-    return env
 
 
 def play_game(parts: Parts, run_seed: int, index: int) -> tuple[Episode, dict[str, Any], list[dict[str, Any]]]:

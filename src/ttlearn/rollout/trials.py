@@ -60,13 +60,14 @@ def with_defaults(config: TrialConfig) -> TrialConfig:
     return config.model_copy(update={"carry_memory": carry, "attempts": attempts, "memory_options": options})
 
 
-def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
+def validate_trials(config: TrialConfig, concurrency: int = 1) -> None:
     """Check every name and option of a config `with_defaults` before a model loads or a directory is written."""
-    env = validate_parts(config)
-    resolve_moves_per_turn(config.moves_per_turn, env)
-    _check_instances(env, config.tasks, "--tasks")
+    with validate_parts(config) as env:
+        resolve_moves_per_turn(config.moves_per_turn, env)
+        _check_instances(env, config.tasks, "--tasks")
     if config.validation_tasks:
-        _check_instances(validate_parts(config.validation_config()), config.validation_tasks, "validation_tasks")
+        with validate_parts(config.validation_config()) as env:
+            _check_instances(env, config.validation_tasks, "validation_tasks")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if config.control and config.memory == "none":
@@ -78,7 +79,6 @@ def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
             f"memory {config.memory!r} carries over from task to task (its default, --carry-memory, --epochs > 1 or "
             "held-out validation), so tasks run one at a time; --no-carry-memory makes every task start afresh"
         )
-    return env
 
 
 def task_seed(config: TrialConfig, task: int, instance_count: int | None, kind: str = "task") -> int:
