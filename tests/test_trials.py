@@ -303,6 +303,7 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
         "tasks": 3,
         "rows": [{"k": 1, "a": 2 / 3, "b": 0.0, "only_a": 2, "only_b": 0, "p_value": 0.5}],
         "epoch": 1,
+        "invalid_rate": {"memory": 1 / 3, "control": 1.0},  # "I am not sure." holds no query: 1 of 3, 3 of 3
     }
     assert "memory_gain" not in summary
     with pytest.raises(ValueError, match="what memory 'none' already does"):

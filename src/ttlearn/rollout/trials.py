@@ -29,7 +29,7 @@ from ttlearn.llm.base import LLM, make_llm
 from ttlearn.memory.base import MEMORIES
 from ttlearn.memory.none import NoMemory
 from ttlearn.rollout.inflight import play_in_order
-from ttlearn.rollout.loop import play_trial
+from ttlearn.rollout.loop import Trial, play_trial
 from ttlearn.rollout.parts import (
     LLMPool,
     Parts,
@@ -99,6 +99,17 @@ def start_state(config: TrialConfig, records: list[dict[str, Any]], fresh: dict[
     return next((r["memory"] for r in reversed(records) if r["type"] == "task"), fresh)
 
 
+def control_record(control: Trial) -> dict[str, Any]:
+    """What a task record keeps of its control: the first success, and how many of its steps were invalid (memory
+    text that breaks the reply format shows as more invalid steps with memory than without)."""
+    steps = [s for episode in control.attempts for s in episode.steps]
+    return {
+        "control_first_success": control.first_success,
+        "control_invalid_steps": sum(not s.valid for s in steps),
+        "control_steps": len(steps),
+    }
+
+
 def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[str, Any]) -> dict[str, Any]:
     """Play the index-th job (a task, or a held-out instance, of its epoch) from `start_state`; returns its JSON
     record. `parts` must be built from the job's config (`TrialConfig.validation_config` for held-out ones)."""
@@ -143,7 +154,7 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
         "task": task,
         "seed": trial.seed,
         "first_success": trial.first_success,
-        **({"control_first_success": control.first_success} if control is not None else {}),
+        **(control_record(control) if control is not None else {}),
         "instance": instance,
         "attempts": attempts,
         "memory": parts.memory.state(),
