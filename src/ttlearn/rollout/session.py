@@ -8,7 +8,6 @@ When the games are independent (memory `none`, a player that does not learn) `co
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -23,19 +22,8 @@ from ttlearn.players.base import PLAYERS
 from ttlearn.rollout.inflight import play_in_order
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import SCRIPTED, LLMPool, Parts, build_parts, validate_parts
-from ttlearn.runs import Run, RunConfig
+from ttlearn.runs import Run, RunConfig, latest_state
 from ttlearn.types import Episode, Step
-
-
-def _latest_state(source: Path) -> dict[str, Any]:
-    """The state of a snapshot file, or of the latest snapshot of a run directory."""
-    source = Path(source)
-    if source.is_dir():
-        snaps = sorted((source / "snapshots").glob("game_*.json"))
-        if not snaps:
-            raise FileNotFoundError(f"{source} holds no memory snapshot")
-        source = snaps[-1]
-    return json.loads(source.read_text())["state"]
 
 
 def games_are_independent(cfg: RunConfig) -> bool:
@@ -131,7 +119,7 @@ def open_session(
     if run.episodes:
         state = run.snapshot(len(run.episodes))["state"]
     elif cfg.memory_from:
-        state = _latest_state(Path(cfg.memory_from))
+        state = latest_state(Path(cfg.memory_from))
     if state is not None:
         for parts in workers:
             parts.memory.load(state["memory"])
