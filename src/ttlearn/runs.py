@@ -343,7 +343,8 @@ class RunDir:
         if self.kind == "trials":
             records = read_tasks(self.path, repair=False)
             if not 1 <= index <= len(records):
-                raise ValueError(f"{self.path} has {len(records)} finished tasks; pick one between 1 and {len(records)}")
+                count = len(records)
+                raise ValueError(f"{self.path} has {count} finished tasks; pick one between 1 and {count}")
             state = {"memory": self.task_memory(records[index - 1])}
             return {"hash": canonical_hash(state), "state": state}
         return Run.open(self.path, repair=False).snapshot(index)
