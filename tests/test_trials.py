@@ -284,8 +284,9 @@ class GoldWithMemoryFake(FakeLLM):
         return Completion(f"```sql\n{self.gold[question]}\n```" if remembers else "I am not sure.")
 
 
-def test_carried_memory_with_its_paired_control(tmp_path) -> None:
-    config = TrialConfig(
+def carried_sql_config() -> TrialConfig:
+    """Three `sql` mini questions, the memory carried from one to the next, each also played without it."""
+    return TrialConfig(
         env="sql",
         env_options={"dataset": "mini"},
         memory="history",
@@ -295,6 +296,10 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
         carry_memory=True,
         control=True,
     )
+
+
+def test_carried_memory_with_its_paired_control(tmp_path) -> None:
+    config = carried_sql_config()
     fake = GoldWithMemoryFake()
     summary = run_trials(config, tmp_path / "c", llm_factory=lambda spec: fake)
     records = read_tasks(tmp_path / "c")
@@ -321,16 +326,7 @@ def test_a_trial_run_replays_from_its_recorded_calls(tmp_path) -> None:
 
     from ttlearn.cli import app
 
-    config = TrialConfig(
-        env="sql",
-        env_options={"dataset": "mini"},
-        memory="history",
-        player="qwen-coder",
-        tasks=3,
-        attempts=1,
-        carry_memory=True,
-        control=True,
-    )
+    config = carried_sql_config()
     run_trials(config, tmp_path / "c", llm_factory=lambda spec: GoldWithMemoryFake())
     replayed = CliRunner().invoke(app, ["replay", str(tmp_path / "c"), "--out", str(tmp_path / "r")])
     assert replayed.exit_code == 0 and "reproduced exactly" in replayed.output, replayed.output
