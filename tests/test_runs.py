@@ -254,3 +254,9 @@ def test_every_committed_trial_config_still_loads():
     configs = sorted(Path(__file__).parents[1].glob("**/trials.json"))
     assert len(configs) > 20
     assert all(isinstance(RunDir(c.parent).config(), TrialConfig) for c in configs)
+
+
+def test_a_memory_that_needs_trials_is_refused_in_a_session_whoever_builds_it(tmp_path):
+    """The memory declares it (`needs_trials`); the check is in the session's validation, not a name list in the CLI."""
+    with pytest.raises(ValueError, match="add --tasks K"):
+        open_session(Run.create(tmp_path / "r", scripted_config(memory="lamer")))

@@ -30,9 +30,6 @@ from ttlearn.rollout.session import open_session, validate
 from ttlearn.rollout.trials import run_trials, validate_trials
 from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config, read_tasks
 
-TRIAL_MEMORIES = ("lamer",)
-"""Memories that only make sense between attempts at the same instance."""
-
 
 def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 1) -> None:
     """Play the missing games of `run` with a progress bar, then print and store the summary."""
@@ -166,8 +163,6 @@ def run(
         given = [flag for flag, value in trial_flags.items() if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)} belong to trial mode: add --tasks K (how many task instances)")
-        if memory in TRIAL_MEMORIES:
-            raise ValueError(f"memory {memory!r} reflects between attempts at one task: add --tasks K (trial mode)")
         config = RunConfig(**parts, player=llm, games=games or 6, memory_from=str(memory_from) if memory_from else None)
         validate(config, concurrency)
         play_session(Run.create(out, config), concurrency=concurrency)

@@ -35,6 +35,8 @@ def games_are_independent(cfg: RunConfig) -> bool:
 def validate(cfg: RunConfig, concurrency: int = 1) -> Env:
     """Check every name and option of a config before any model loads or any directory is written."""
     env = validate_parts(cfg)
+    if MEMORIES.get(cfg.memory).needs_trials:
+        raise ValueError(f"memory {cfg.memory!r} reflects between attempts at one task: add --tasks K (trial mode)")
     if cfg.memory_from and not Path(cfg.memory_from).exists():
         raise FileNotFoundError(f"--memory-from {cfg.memory_from} does not exist")
     if concurrency < 1:
