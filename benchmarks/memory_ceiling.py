@@ -105,7 +105,8 @@ def main() -> None:
     print(f"\n{time.perf_counter() - start:.0f} s")
     paired = sorted(arms["repeat"])
     if not paired:
-        raise SystemExit("no instance has a solved repeat: nothing to compare (more tasks, or another database)")
+        print("no instance has a solved repeat: nothing to compare (more tasks, or another database)")
+        return
     base = sum(control[i] for i in paired)
     print(f"\n{len(paired)} instances with a solved repeat        solved   ratio to control   only arm / only ctl   p")
     print(f"no memory (control)                      {base:6d}   {1.0:16.2f}")

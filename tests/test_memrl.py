@@ -254,7 +254,7 @@ def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Pa
 
 def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
     from ttlearn.rollout.trials import run_trials
-    from ttlearn.runs import TrialConfig, read_tasks
+    from ttlearn.runs import RunDir, TrialConfig, read_tasks
 
     config = TrialConfig(
         env="rps",
@@ -270,14 +270,14 @@ def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
     run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
     records = read_tasks(tmp_path / "t")
     # each task starts empty and holds its own observed attempts only (all but the last, which is not observed)
-    counts = [len(r["memory"]["memories"]["items"]) for r in records]
+    counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in records]
     assert counts == [len(r["attempts"]) - 1 for r in records]
     assert counts[1] > 0 and counts[2] == 0  # task 3 does not see task 2's memory
 
 
 def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
     from ttlearn.rollout.session import open_session
-    from ttlearn.runs import Run, RunConfig
+    from ttlearn.runs import Run, RunConfig, RunDir
 
     def play(out: Path, games: int, memory_from: str | None = None) -> Run:
         config = RunConfig(
@@ -295,7 +295,8 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
         return run
 
     origin = play(tmp_path / "origin", games=3)
-    fork = play(tmp_path / "fork", games=1, memory_from=str(origin.snapshot_path(2)))  # what `memory fork` copies
+    RunDir(tmp_path / "copy").write_fork(origin.path, 2, origin.snapshot(2))  # what `memory fork` writes
+    fork = play(tmp_path / "fork", games=1, memory_from=str(tmp_path / "copy"))
     with MemoryStore(origin.path / "memrl.sqlite") as a, MemoryStore(fork.path / "memrl.sqlite") as b:
         assert [m.episode for m in a.inspect("default")] == [3, 2, 1]
         assert [m.episode for m in b.inspect("default")] == [1, 2, 1]  # origin's games 1-2, then its own game 1
@@ -384,7 +385,7 @@ def test_learning_memories_carry_from_task_to_task_by_default() -> None:
 
 def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None:
     from ttlearn.rollout.trials import run_trials
-    from ttlearn.runs import TrialConfig, load_trial_config, read_tasks
+    from ttlearn.runs import RunDir, TrialConfig, load_trial_config, read_tasks
 
     config = TrialConfig(
         env="rps",
@@ -395,7 +396,7 @@ def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None
         tasks=3,
     )
     run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
-    counts = [len(r["memory"]["memories"]["items"]) for r in read_tasks(tmp_path / "t")]
+    counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in read_tasks(tmp_path / "t")]
     assert counts == [1, 2, 3]  # one attempt per task, every task's episode kept and carried on
     saved = load_trial_config(tmp_path / "t")
     assert (saved.carry_memory, saved.attempts) == (True, 1)  # the resolved defaults are what the run records

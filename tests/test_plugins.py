@@ -15,6 +15,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
+from ttlearn.runs import RunDir
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +95,11 @@ def test_the_plugin_runs_resumes_replays_and_plays_an_arena(site, tmp_path):
     cut_after_first_game(tmp_path / "killed")
     assert "resuming" in ttlearn("resume", str(tmp_path / "killed"), path=site)
     assert scores(tmp_path / "killed") == scores(tmp_path / "whole") and len(scores(tmp_path / "whole")) == 3
-    snapshot = json.loads((tmp_path / "killed" / "snapshots" / "game_0003.json").read_text())
-    assert len(snapshot["state"]["memory"]["scores"]) == 3  # the plug-in memory carried over through the resume
+    run_dir = RunDir(tmp_path / "killed")
+    (last,) = [r for r in map(json.loads, run_dir.events.read_text().splitlines()) if r.get("game") == 3 and
+               r.get("type") == "game"]
+    state = run_dir.snapshot(last["memory_hash"])
+    assert len(state["memory"]["scores"]) == 3  # the plug-in memory carried over through the resume
     assert "scores reproduced exactly" in ttlearn("replay", str(tmp_path / "whole"), path=site)
 
     arena = {"env": "counter", "memories": ["none", "tally"], "seeds": 2, "games": 2, "player": "first"}

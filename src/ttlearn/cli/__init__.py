@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ttlearn.cli import arena, data, memory, play, serve, show, train
+from ttlearn.cli import arena, data, memory, play, results, serve, show, train
 from ttlearn.cli.common import console, friendly
 
 app = typer.Typer(
@@ -34,6 +34,7 @@ app.callback()(friendly(plugins))
 play.register(app)
 app.command()(friendly(show.show))
 app.command()(friendly(serve.serve))
+app.command()(friendly(results.results))
 arena.register(app)
 app.add_typer(memory.memory_app, name="memory")
 app.add_typer(train.train_app, name="train")

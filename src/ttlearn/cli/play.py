@@ -29,10 +29,7 @@ from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.session import open_session, validate
 from ttlearn.rollout.trials import run_trials, validate_trials, with_defaults
-from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config
-
-TRIAL_MEMORIES = ("lamer",)
-"""Memories that only make sense between attempts at the same instance."""
+from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config, read_tasks
 
 
 def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 1) -> None:
@@ -55,7 +52,7 @@ def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 
     print_summary(summary, run.path)
 
 
-def play_trials(config: TrialConfig, out: Path, concurrency: int = 1) -> None:
+def play_trials(config: TrialConfig, out: Path, concurrency: int = 1, replay: ReplayBook | None = None) -> None:
     """Run (or resume) a trial run with a progress bar, then print success@k."""
     config = with_defaults(config)
     validate_trials(config, concurrency)
@@ -66,7 +63,7 @@ def play_trials(config: TrialConfig, out: Path, concurrency: int = 1) -> None:
             update(completed=done, last=f"task {done}: {'solved at ' + str(solved) if solved else 'unsolved'}")
 
         try:
-            summary = run_trials(config, out, progress=advance, concurrency=concurrency)
+            summary = run_trials(config, out, progress=advance, concurrency=concurrency, replay=replay)
         except KeyboardInterrupt:
             console.print(f"[yellow]interrupted; continue with:[/] ttlearn resume {out}")
             raise typer.Exit(130) from None
@@ -180,8 +177,6 @@ def run(
         given = [flag for flag, value in trial_flags.items() if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)} belong to trial mode: add --tasks K (how many task instances)")
-        if memory in TRIAL_MEMORIES:
-            raise ValueError(f"memory {memory!r} reflects between attempts at one task: add --tasks K (trial mode)")
         config = RunConfig(**parts, player=llm, games=games or 6, memory_from=str(memory_from) if memory_from else None)
         validate(config, concurrency)
         play_session(Run.create(out, config), concurrency=concurrency)
@@ -226,13 +221,30 @@ def replay(
     run_dir: Path = typer.Argument(..., help="A finished run to replay from its recorded LLM calls."),
     out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
 ) -> None:
-    """Re-run a recorded session without calling any model, and check that every score is reproduced."""
-    source = Run.open(run_dir)
-    warn_inexact(source.config.env, "replayed")
-    book = ReplayBook(e for e in source.events() if e.get("type") == "call")
-    target = Run.create(out or Path(f"{run_dir}-replay"), source.config)
-    play_session(target, replay=book)
-    same = [a.score for a in source.episodes] == [b.score for b in target.episodes]
+    """Re-run a recorded session or trial run without calling any model, and check that every score is reproduced."""
+    out = out or Path(f"{run_dir}-replay")
+    if is_trial_dir(run_dir):
+        config, recorded = load_trial_config(run_dir), read_tasks(run_dir, repair=False)
+        warn_inexact(config.env, "replayed")
+        if len(recorded) < config.total:
+            raise ValueError(f"{run_dir} is unfinished ({len(recorded)} of {config.total} tasks); resume it first")
+        book = ReplayBook(c for r in recorded for c in r["calls"] if c.get("type") == "call")
+        play_trials(config, out, replay=book)
+        same = _trial_scores(recorded) == _trial_scores(read_tasks(out))
+    else:
+        source = Run.open(run_dir)
+        warn_inexact(source.config.env, "replayed")
+        book = ReplayBook(e for e in source.events() if e.get("type") == "call")
+        target = Run.create(out, source.config)
+        play_session(target, replay=book)
+        same = [a.score for a in source.episodes] == [b.score for b in target.episodes]
     console.print("[green]scores reproduced exactly[/]" if same else "[red]scores differ from the recording[/]")
     if not same:
         raise typer.Exit(1)
+
+
+def _trial_scores(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What a trial replay must reproduce: each task's first success (and its control's) and attempt scores."""
+    return [
+        (r["first_success"], r.get("control_first_success"), [a["score"] for a in r["attempts"]]) for r in records
+    ]

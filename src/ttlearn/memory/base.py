@@ -49,6 +49,9 @@ class Memory(ABC):
     carries_over: ClassVar[bool] = True
     """False when `context` never depends on what was observed (`none`): its episodes are then independent and may
     be played concurrently."""
+    needs_trials: ClassVar[bool] = False
+    """True when the memory only makes sense between attempts at the same instance (LaMer's reflections): it then
+    runs in trial runs only, never in a session of different games."""
 
     def __init__(self, llm: LLM | None = None) -> None:
         self.llm = llm

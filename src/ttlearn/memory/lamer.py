@@ -55,6 +55,7 @@ def extract_reflection(text: str, max_chars: int) -> str:
 class LamerMemory(Memory):
     name = "lamer"
     needs_llm = True
+    needs_trials = True
 
     def __init__(
         self,

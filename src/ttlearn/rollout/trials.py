@@ -15,7 +15,6 @@ Independent trials (epochs = 1) may be played `concurrency` at a time; records a
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +25,7 @@ import numpy as np
 from ttlearn.envs.base import Env
 from ttlearn.eval.trials import summarize_trials
 from ttlearn.llm.base import LLM, make_llm
+from ttlearn.llm.cache import ReplayBook
 from ttlearn.memory.base import MEMORIES
 from ttlearn.memory.none import NoMemory
 from ttlearn.rollout.inflight import play_in_order
@@ -38,7 +38,7 @@ from ttlearn.rollout.parts import (
     resolve_moves_per_turn,
     validate_parts,
 )
-from ttlearn.runs import SUMMARY_FILE, TrialConfig, append_task, open_trial_dir, write_atomic
+from ttlearn.runs import RunDir, TrialConfig, append_task, open_trial_dir, write_trial_summary
 from ttlearn.seeding import derive_seed
 
 
@@ -91,12 +91,13 @@ def task_seed(config: TrialConfig, task: int, instance_count: int | None, kind: 
     return int(order[(task - 1) % instance_count])
 
 
-def start_state(config: TrialConfig, records: list[dict[str, Any]], fresh: dict[str, Any]) -> dict[str, Any]:
+def start_state(
+    config: TrialConfig, records: list[dict[str, Any]], fresh: dict[str, Any], run_dir: RunDir
+) -> dict[str, Any]:
     """The memory a job starts from: fresh for independent trials, else the memory after the last played task
     (held-out instances never carry their writes on)."""
-    if not config.carries_memory:
-        return fresh
-    return next((r["memory"] for r in reversed(records) if r["type"] == "task"), fresh)
+    last = next((r for r in reversed(records) if r["type"] == "task"), None)
+    return run_dir.task_memory(last) if config.carries_memory and last is not None else fresh
 
 
 def control_record(control: Trial) -> dict[str, Any]:
@@ -169,14 +170,17 @@ def run_trials(
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
     llm_factory: Callable[[str], LLM] = make_llm,
     concurrency: int = 1,
+    replay: ReplayBook | None = None,
 ) -> dict[str, Any]:
     """Play the tasks still missing from `out` (creating it, or resuming it with the same config) and write the
-    summary. `progress(done, total, record)` is called after every finished task."""
+    summary. `progress(done, total, record)` is called after every finished task; `replay`: answer every LLM call
+    from a recording instead of a model."""
     config = with_defaults(config)
     validate_trials(config, concurrency)
     records = open_trial_dir(Path(out), config)
+    run_dir = RunDir(out)  # one reader and writer of its snapshots
     if len(records) < config.total:
-        pool = LLMPool(llm_factory)
+        pool = LLMPool(llm_factory, replay)
         built: list[Parts] = []  # every Parts made, so that whatever happens their environments are closed
 
         def build(parts_config: TrialConfig) -> Parts:
@@ -191,11 +195,10 @@ def run_trials(
             def play(parts: Parts, index: int) -> dict[str, Any]:
                 if config.position(index)[0] == "validation" and held_out is not None:
                     parts = held_out
-                return run_task(parts, config, index, start_state(config, records, fresh))
+                return run_task(parts, config, index, start_state(config, records, fresh, run_dir))
 
             def finish(record: dict[str, Any]) -> None:
-                append_task(Path(out), record)
-                records.append(record)
+                records.append(append_task(run_dir, record))
                 if progress is not None:
                     progress(len(records), config.total, record)
 
@@ -205,5 +208,5 @@ def run_trials(
                 parts.env.close()
             pool.close()
     summary = summarize_trials(records, config)
-    write_atomic(Path(out) / SUMMARY_FILE, json.dumps(summary, indent=2))
+    write_trial_summary(Path(out), summary)
     return summary
