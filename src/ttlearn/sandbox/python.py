@@ -87,7 +87,7 @@ def _check(result, what):
     if result != 0:
         raise OSError(ctypes.get_errno(), what)
 
-def _isolate(uid, disk, status):
+def _isolate(uid, disk, status, files):
     with open("main.py", "rb") as source:
         program = source.read()
     folder = os.getcwd().encode()
@@ -112,6 +112,10 @@ def _isolate(uid, disk, status):
     with open("main.py", "wb") as copy:
         copy.write(program)
     os.chown("main.py", uid, uid)
+    for name, path in files.items():  # read-only bind mounts: MS_BIND, then MS_BIND | MS_REMOUNT | MS_RDONLY
+        open(name, "wb").close()
+        _check(libc.mount(path.encode(), name.encode(), None, 0x1000, None), f"bind {path}")
+        _check(libc.mount(None, name.encode(), None, 0x1000 | 0x20 | 0x1, None), f"read-only {path}")
 
 def _landlock():
     abi = libc.syscall(444, None, 0, 1)
@@ -157,7 +161,7 @@ if REPORT[0] != REPORT[1]:
     os.dup2(*REPORT)
     os.close(REPORT[0])
 if UID is not None and ISOLATE:
-    _isolate(UID, DISK, STATUS)
+    _isolate(UID, DISK, STATUS, FILES)
 for _name, _value in LIMITS:
     resource.setrlimit(getattr(resource, _name), (_value, _value))
 if UID is not None:
@@ -169,7 +173,7 @@ if sys.platform == "linux":
     _landlock()
     if SECCOMP:
         _seccomp(*SECCOMP)
-del _check, _isolate, _landlock, _seccomp, _name, _value, REPORT, LIMITS, UID, ISOLATE, DISK, STATUS, SECCOMP, libc
+del _check, _isolate, _landlock, _seccomp, _name, _value, REPORT, LIMITS, UID, ISOLATE, DISK, STATUS, SECCOMP, FILES, libc
 sys.argv = ["main.py"]
 with open("main.py", encoding="utf-8") as _source:
     _code = compile(_source.read(), "main.py", "exec")
@@ -339,10 +343,13 @@ def _kill_uid(uid: int) -> None:
         warnings.warn(f"sandbox uid {uid} still runs processes {survivors} after 10 rounds of SIGKILL", stacklevel=2)
 
 
-def run_python(program: str, limits: Limits = Limits(), stdin: bytes = b"") -> SandboxResult:
+def run_python(
+    program: str, limits: Limits = Limits(), stdin: bytes = b"", files: dict[str, str] | None = None
+) -> SandboxResult:
     """Run `program` as `main.py` in a fresh sandbox directory, `stdin` on its standard input (data it needs travels
-    there or inside the program, as literals); see the module docstring for what it can and cannot do. Output is
-    decoded as UTF-8 with replacement characters."""
+    there or inside the program, as literals). Each of `files` (name: path of a file readable by all) appears in its
+    directory under that name: a read-only bind mount with namespaces, else a symbolic link. See the module docstring
+    for what it can and cannot do. Output is decoded as UTF-8 with replacement characters."""
     uid = SANDBOX_UIDS[secrets.randbelow(len(SANDBOX_UIDS))] if os.geteuid() == 0 else None
     isolate = namespaces_available()
     interpreter = _interpreter()
@@ -352,8 +359,11 @@ def run_python(program: str, limits: Limits = Limits(), stdin: bytes = b"") -> S
     try:
         Path(folder, "main.py").write_text(program, encoding="utf-8")
         Path(folder, "stdin").write_bytes(stdin)
-        if uid is not None and not isolate:  # the program works in this very directory
-            for path in (folder, Path(folder, "main.py")):
+        files = {name: os.path.abspath(path) for name, path in (files or {}).items()}
+        if not isolate:  # the program works in this very directory
+            for name, path in files.items():
+                os.symlink(path, Path(folder, name))
+            for path in (folder, Path(folder, "main.py")) if uid is not None else ():
                 os.chown(path, uid, uid)
         report_read, report_write = os.pipe()
         status_read, status_write = os.pipe()
@@ -365,6 +375,7 @@ def run_python(program: str, limits: Limits = Limits(), stdin: bytes = b"") -> S
             "DISK": limits.disk_bytes,
             "STATUS": status_write,
             "SECCOMP": seccomp,
+            "FILES": files,
         }
         bootstrap = "".join(f"{name} = {value!r}\n" for name, value in config.items()) + _BOOTSTRAP
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8"}
