@@ -158,3 +158,18 @@ def test_train_commands_come_from_the_trainer_registry(tmp_path):
     bad = invoke("train", "lamer", "--algo", "magic", "--out", str(tmp_path / "t"))
     assert bad.exit_code == 2 and "algo" in bad.output and "Traceback" not in bad.output
     assert not (tmp_path / "t").exists()  # refused before a directory was written
+
+
+def test_show_prints_model_text_literally():
+    from ttlearn.cli.common import console, print_call
+
+    hostile = "[/] [link=https://evil.example]click[/link] [bold red]x"
+    call = {
+        "role": "act [/]",
+        "messages": [{"role": "user", "content": hostile}],
+        "completion": {"latency_s": 0.5, "text": hostile},
+    }
+    with console.capture() as captured:
+        print_call(call, prompts=True)
+    text = captured.get()
+    assert f"user: {hostile}" in text and f"reply: {hostile!r}" in text and "act [/]" in text

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ttlearn.llm.base import LLMError
 from ttlearn.registry import UnknownNameError
@@ -116,12 +117,13 @@ def print_summary(summary: dict[str, Any], path: Path) -> None:
 
 
 def print_call(call: dict[str, Any], prompts: bool) -> None:
-    """One recorded LLM call: its role and latency, the prompt messages when asked, and the reply."""
-    console.rule(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s")
+    """One recorded LLM call: its role and latency, the prompt messages when asked, and the reply. Everything read
+    from the record is printed literally (`Text`, never markup): a model's `[/]` or `[link=...]` is just text."""
+    console.rule(Text(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s"))
     if prompts:
         for message in call["messages"]:
-            console.print(f"[bold]{message['role']}:[/] {message['content']}", markup=False, highlight=False)
-    console.print(f"[bold]reply:[/] {call['completion']['text']!r}", highlight=False)
+            console.print(Text.assemble((f"{message['role']}:", "bold"), f" {message['content']}"), highlight=False)
+    console.print(Text.assemble(("reply:", "bold"), f" {call['completion']['text']!r}"), highlight=False)
 
 
 def format_trial_summary(summary: dict[str, Any]) -> str:
