@@ -207,7 +207,8 @@ def test_an_object_that_is_not_plain_data_is_reported_and_never_compared(env):
         "def has_close_elements(numbers, threshold):\n    return Odd()\n"
     )
     result = env.step(code)
-    assert result.reward == 0.0 and "raised TypeError: it returned a Odd object, not plain data" in result.observation.text
+    assert result.reward == 0.0
+    assert "raised TypeError: it returned a Odd object, not plain data" in result.observation.text
 
 
 FORGED = "{'verdict': {'kind': 'passed'}}\\n"

@@ -174,7 +174,7 @@ class Call:
 _PY_CALL = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]*\(")
 _JSON_TYPES = (str, bool, type(None))
 MAX_INT_BITS = 13_000
-"""Integers up to ~3,900 digits: Python refuses to print an int past 4,300 digits, so a canonical text could not hold it."""
+"""Integers up to ~3,900 digits: Python refuses to print one past 4,300, so no canonical text could hold it."""
 PARSE_ERRORS = (SyntaxError, ValueError, TypeError, RecursionError, MemoryError)
 """What Python's parsers raise on hostile text (deep nesting, huge literals, long chains of unary minus)."""
 
@@ -236,7 +236,8 @@ def _python_call(text: str, start: int, paren: int) -> Call:
     try:
         node = ast.parse(source, mode="eval").body
     except PARSE_ERRORS as error:
-        raise MalformedCall(f"{shown!r} is not valid call syntax ({getattr(error, 'msg', type(error).__name__)})") from None
+        reason = getattr(error, "msg", type(error).__name__)
+        raise MalformedCall(f"{shown!r} is not valid call syntax ({reason})") from None
     if not isinstance(node, ast.Call) or any(k.arg is None for k in node.keywords):
         raise MalformedCall(f"{shown!r} is not a single call with named or positional arguments")
     try:

@@ -1,30 +1,38 @@
-"""Run untrusted Python (model-written code) in a child process: its failure, loop or mischief costs only itself.
+"""Run untrusted code (model-written Python; the SQL sandbox's child too) in a child process: its failure, loop or
+mischief costs only itself.
 
 What a sandboxed program gets, on Linux:
-- its own fresh temporary directory as working directory, HOME and TMPDIR, deleted afterwards; a minimal environment
-  (no variables of ours); the standard library only (`python -I -S -u`: no site-packages, which also starts it in ~10 ms
-  instead of ~60 ms); stdin closed;
-- resource limits, set by its first statements before any of its code runs: CPU seconds, address space, file size,
-  open files, processes, no core dumps;
+- its own fresh directory as working directory, HOME and TMPDIR, deleted afterwards (by `remove_tree`, which never
+  recurses: a 1,100-level tree goes too); a minimal environment (no variables of ours, no secrets on any command
+  line: the bootstrap holds only limits and numbers); the standard library only (`python -I -S -u`); the bytes it was
+  given on stdin;
+- resource limits, set before any of its code runs: CPU seconds, address space, file size, open files, processes, no
+  core dumps;
 - a wall-time limit; when it ends or times out, its whole process group (it runs in a new session) is killed;
-- output capped: stdout and stderr together, plus the private report stream on file descriptor 3, each read up to a
-  byte budget and the rest discarded.
+- output capped: stdout and stderr together, plus the report stream on file descriptor 3, each read up to a byte
+  budget and the rest discarded.
 
 What stops it from harming anything outside its directory (each part measured by `tests/test_sandbox.py`):
-- **As root**, it runs under a fresh unprivileged uid and gid (random, above 10^9, no supplementary groups) that owns
-  only the sandbox directory: file permissions then protect every other file, it cannot signal our processes, and
-  `RLIMIT_NPROC` binds (it does not bind root), so a fork bomb stops at `max_processes`. After the run, any process
-  still running under that uid (one that left the process group with `setsid`) is killed. That uid must be able to
-  run the interpreter: `sys.executable` if a probe run as such a uid succeeds, else the system `python3` (a pyenv
-  Python under a private /root fails the probe); with neither, `run_python` refuses with a clear error.
-- **As an ordinary user** it runs as you. `RLIMIT_NPROC` then counts all your processes, so it usually cannot start
-  any at all.
-- **Landlock** (Linux ≥ 5.13; applied when the kernel has it, root or not): it may write, create and delete only
-  inside its directory (reading stays allowed everywhere); from ABI 4 (Linux 6.7) it cannot open or accept TCP
-  connections, from ABI 6 (Linux 6.12) it cannot signal processes outside its sandbox.
-Without root and without Landlock, nothing but convention (its cwd and HOME) keeps it away from your files: `isolation`
-says which case applies. It can always read what all users may read, use the CPU and memory its limits allow, and
-forge its own report stream (a verdict channel, not a security boundary).
+- **As root, with namespaces** (`namespaces_available()`: the kernel lets us `unshare`): fresh mount, network, PID,
+  IPC and UTS namespaces. It is PID 1 of its own PID namespace with its own /proc, so it sees no other process (not
+  ours, not their command lines), and when it ends the kernel kills everything it started. Its network namespace has
+  only a loopback that is down. Its directory is a tmpfs of `disk_bytes` (default 64 MiB) mounted over an empty
+  root-only directory: what it writes never reaches the disk and vanishes with it.
+- **As root**, it then runs under a fresh unprivileged uid and gid (random, above 10^9, no supplementary groups) that
+  owns only its directory: file permissions protect every other file, it cannot signal our processes, and
+  `RLIMIT_NPROC` binds, so a fork bomb stops at `max_processes`. After the run any process still running under that
+  uid is killed. That uid must be able to run the interpreter: `sys.executable` if a probe run as such a uid
+  succeeds, else the system `python3`; with neither, `run_python` refuses with a clear error.
+- **As an ordinary user** it runs as you, without namespaces; `RLIMIT_NPROC` then counts all your processes.
+- **Landlock** (Linux ≥ 5.13): it may write, create and delete only inside its directory; from ABI 4 no TCP, from
+  ABI 6 no signals outside its sandbox.
+- **seccomp** (x86_64, root or not; `SECCOMP_SYSCALLS`): no `socket` at all (TCP, UDP, unix, raw, netlink; a
+  `socketpair` stays), no extended attributes, no new namespaces (`unshare`, `setns`, `clone` with namespace flags),
+  no mounts, ptrace, `process_vm_*`, keyrings, BPF, io_uring, perf events or module loading.
+Without root and without Landlock, nothing but convention (its cwd and HOME) keeps it away from your files:
+`isolation` says which case applies. It can always read what all users may read and use the CPU and memory its limits
+allow. Its report stream is its own to write: a verdict that must not be forged comes from a process it cannot reach
+(see `ttlearn.envs._code_harness`).
 """
 
 from __future__ import annotations
@@ -173,7 +181,8 @@ if sys.platform == "linux":
     _landlock()
     if SECCOMP:
         _seccomp(*SECCOMP)
-del _check, _isolate, _landlock, _seccomp, _name, _value, REPORT, LIMITS, UID, ISOLATE, DISK, STATUS, SECCOMP, FILES, libc
+del _check, _isolate, _landlock, _seccomp, _name, _value, libc
+del REPORT, LIMITS, UID, ISOLATE, DISK, STATUS, SECCOMP, FILES
 sys.argv = ["main.py"]
 with open("main.py", encoding="utf-8") as _source:
     _code = compile(_source.read(), "main.py", "exec")
@@ -193,7 +202,7 @@ class Limits:
     max_processes: int = 8
     output_bytes: int = 64 * 2**10
     disk_bytes: int = 64 * 2**20
-    """What its directory may hold in all (a tmpfs of this size, as root with namespaces; `file_bytes` caps one file)."""
+    """What its directory may hold in all (a tmpfs this size, as root with namespaces; `file_bytes` caps one file)."""
 
     def rlimits(self) -> list[tuple[str, int]]:
         cpu = self.cpu_s if self.cpu_s is not None else max(1, math.ceil(self.wall_s))
