@@ -6,6 +6,8 @@ Every refusal is also checked to have written nothing: the namespaces' exports a
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 
 from ttlearn.serve.app import create_app  # noqa: E402
 from ttlearn.serve.auth import AdminKey, read_admin_key  # noqa: E402
+from ttlearn.serve.bodies import MAX_ERRORS, error_detail  # noqa: E402
 from ttlearn.serve.limits import RateLimiter, take_token  # noqa: E402
 
 ADMIN = "admin-key-for-tests-0123456789"
@@ -177,6 +180,75 @@ def test_bad_input_is_refused_and_writes_nothing(service: Service) -> None:
     assert service.create("c", embedder="nope").status_code == 422
     assert service.call("GET", "/v1/namespaces/A..B/inspect", a).status_code == 422
     assert [n["name"] for n in service.call("GET", "/v1/namespaces", ADMIN).json()] == ["a", "b"]
+
+
+HOSTILE_NUMBERS_AND_TEXT = [
+    ("memories", '{"intent": "x", "experience": "y", "q": 1e400}', "out of range"),
+    ("memories", '{"intent": "x", "experience": "y", "q": NaN}', "NaN is not JSON"),
+    ("memories", '{"intent": "x", "experience": "y", "q": -Infinity}', "-Infinity is not JSON"),
+    ("memories", '{"intent": "x", "experience": "y", "episode": 9223372036854775808}', "64 bits"),
+    ("memories", '{"intent": "x", "experience": "y", "episode": -9223372036854775809}', "64 bits"),
+    ("memories", '{"intent": "x", "experience": "y", "episode": 1' + "0" * 5000 + "}", "64 bits"),
+    ("memories", '{"intent": "x\\ud800", "experience": "y"}', "lone surrogate"),
+    ("memories", '{"intent": "x", "experience": "\\udfff y"}', "lone surrogate"),
+    ("memories", '{"intent": "x", "experience": "y", "q": 1e13}', "less than or equal"),
+    ("retrieve", '{"query": "x", "seed": 1e400}', "out of range"),
+    ("retrieve", '{"query": "x", "sim_std": 1e-300}', "greater than or equal"),
+    ("feedback", '{"ids": [1], "reward": 1e308}', "less than or equal"),
+    ("feedback", '{"ids": [99999999999999999999], "reward": 1}', "64 bits"),
+    ("import", None, "less than or equal"),
+]
+
+
+def test_numbers_and_text_that_json_or_sqlite_cannot_hold_get_422(service: Service) -> None:
+    """1e400, NaN, integers past 64 bits and lone surrogates once answered 500; every one is the caller's 422."""
+    a = service.keys["a"]
+    kept = service.add("a", "opponent always plays rock", "play paper")
+    before = service.export("a")
+    huge_q = json.dumps({**before, "items": [{**before["items"][0], "q_value": 1e300}]})
+    for endpoint, body, reason in HOSTILE_NUMBERS_AND_TEXT:
+        body = huge_q if body is None else body.replace('"ids": [1]', f'"ids": [{kept}]')
+        headers = {"content-type": "application/json"}
+        response = service.call("POST", f"/v1/namespaces/a/{endpoint}", a, headers=headers, content=body.encode())
+        assert response.status_code == 422, (body[:80], response.text)
+        assert reason in response.text, (body[:80], response.text)
+    # the largest values allowed keep every answer finite JSON: scores, Q and statistics
+    extreme = {"query": "opponent always plays rock", "w_sim": 1e12, "w_q": -1e12, "sim_std": 1e-6, "q_min": None}
+    assert service.call("POST", "/v1/namespaces/a/retrieve", a, json=extreme).status_code == 200
+    assert service.export("a") == before
+    for q in (1e12, -1e12):
+        service.add("a", "opponent always plays rock", "play paper", q=q, join_threshold=2)
+    stats = service.call("GET", "/v1/namespaces/a/inspect", a).json()["q"]
+    assert stats["max"] == 1e12 and stats["min"] == -1e12
+
+
+def test_a_snapshot_broken_30000_times_is_refused_fast_and_briefly(service: Service) -> None:
+    """30k empty items once took 11.5 s and answered 24.8 MB: now the first error stops validation, the answer
+    lists at most MAX_ERRORS problems and echoes no input."""
+    a = service.keys["a"]
+    before = service.export("a")
+    broken = {**before, "items": [{}] * 30_000}
+    start = time.perf_counter()
+    response = service.call("POST", "/v1/namespaces/a/import", a, json=broken)
+    took = time.perf_counter() - start
+    assert response.status_code == 422 and len(response.content) < 5_000, len(response.content)
+    assert took < 2.0, took
+    detail = response.json()["detail"]
+    assert len(detail) <= MAX_ERRORS + 1 and all("input" not in error for error in detail)
+    assert detail[0]["loc"][:3] == ["body", "items", "0"]
+    many = service.call("POST", "/v1/namespaces/a/feedback", a, json={"ids": ["x"] * 500, "reward": 1})
+    assert many.status_code == 422 and len(many.json()["detail"]) <= MAX_ERRORS + 1
+    query_errors = service.call("GET", "/v1/namespaces/a/inspect?limit=abc", a)
+    assert query_errors.status_code == 422 and "input" not in query_errors.json()["detail"][0]
+    assert service.export("a") == before
+
+
+def test_error_detail_caps_and_strips_inputs() -> None:
+    errors = [{"type": "missing", "loc": ("body", "items", i), "msg": "Field required", "input": 0} for i in range(45)]
+    detail = error_detail(errors, 45)
+    assert len(detail) == MAX_ERRORS + 1 and detail[-1]["msg"] == f"and {45 - MAX_ERRORS} more errors"
+    assert detail[0] == {"type": "missing", "loc": ["body", "items", "0"], "msg": "Field required"}
+    assert error_detail(errors[:3], 3) == detail[:3]
 
 
 def test_bodies_over_the_limit_get_413_before_being_read(service: Service) -> None:

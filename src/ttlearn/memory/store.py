@@ -169,7 +169,9 @@ class RetrievalRecord:
 
 
 SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
-_Finite = Annotated[float, Field(allow_inf_nan=False)]
+MAX_MAGNITUDE = 1e12
+"""The largest |value| of a snapshot's numbers: Q statistics over them cannot overflow (time stamps are ~2e9)."""
+_Finite = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
 
 
 class _Strict(BaseModel):
@@ -202,8 +204,9 @@ class NamespaceSnapshot(_Strict):
     format: Literal["ttlearn-memrl-namespace/1"]
     embedder: str
     dim: int = Field(gt=0)
-    intents: list[IntentRecord]
-    items: list[ItemRecord]
+    intents: Annotated[list[IntentRecord], Field(fail_fast=True)]
+    items: Annotated[list[ItemRecord], Field(fail_fast=True)]
+    """fail_fast: a broken snapshot is refused at its first bad record, not after listing every one."""
 
 
 class MemoryStore:

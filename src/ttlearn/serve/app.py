@@ -25,6 +25,7 @@ import numpy as np
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,6 +34,7 @@ from ttlearn.memory.embed import Embedder, make_embedder
 from ttlearn.memory.memrl import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.store import (
     DEFAULT_JOIN_THRESHOLD,
+    MAX_MAGNITUDE,
     EmbedderMismatchError,
     MemoryItem,
     MemoryStore,
@@ -42,10 +44,14 @@ from ttlearn.memory.store import (
 )
 from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
+from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
 from ttlearn.serve.limits import BodyLimit, RateLimiter
 
 _RETRIEVAL = RetrievalConfig()
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+Value = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
+"""A number without bounds of its own: bounded all the same, so no score, Q or statistic overflows into a non-JSON
+inf (a field's own ge/le would replace these, so bounded fields use Finite and state both ends)."""
 NamespaceName = Annotated[str, PathParam(pattern=NAME_PATTERN, description="The namespace (its key opens it).")]
 
 
@@ -76,11 +82,14 @@ class NamespaceInfo(BaseModel):
 class MemoryIn(_Request):
     intent: str = Field(min_length=1, max_length=20_000, description="The situation it is about: its retrieval key.")
     experience: str = Field(min_length=1, max_length=500_000, description="What to show an agent in that situation.")
-    q: Finite = Field(0.0, description="Its starting Q-value (MemRL: 0).")
+    q: Value = Field(0.0, description="Its starting Q-value (MemRL: 0).")
     run_id: str | None = Field(None, max_length=200)
     episode: int | None = None
     join_threshold: Finite = Field(
-        DEFAULT_JOIN_THRESHOLD, gt=0, description="Join an intent key at least this similar (> 1: never join)."
+        DEFAULT_JOIN_THRESHOLD,
+        gt=0,
+        le=MAX_MAGNITUDE,
+        description="Join an intent key at least this similar (> 1: never join).",
     )
 
 
@@ -94,12 +103,12 @@ class RetrieveIn(_Request):
     query: str = Field(min_length=1, max_length=20_000, description="The agent's current situation.")
     k: int = Field(_RETRIEVAL.k2, ge=1, le=100, description="How many items to return (MemRL's k2).")
     k1: int | None = Field(None, ge=1, le=1000, description="Intent keys recalled in phase A (default max(5, k)).")
-    delta: Finite = Field(_RETRIEVAL.delta, description="Phase A keeps keys with similarity ≥ delta.")
-    q_min: Finite | None = Field(_RETRIEVAL.q_min, description="Phase B drops items with Q < q_min (null: none).")
-    w_sim: Finite = _RETRIEVAL.w_sim
-    w_q: Finite = _RETRIEVAL.w_q
-    sim_mean: Finite = _RETRIEVAL.sim_mean
-    sim_std: Finite = Field(_RETRIEVAL.sim_std, gt=0)
+    delta: Value = Field(_RETRIEVAL.delta, description="Phase A keeps keys with similarity ≥ delta.")
+    q_min: Value | None = Field(_RETRIEVAL.q_min, description="Phase B drops items with Q < q_min (null: none).")
+    w_sim: Value = _RETRIEVAL.w_sim
+    w_q: Value = _RETRIEVAL.w_q
+    sim_mean: Value = _RETRIEVAL.sim_mean
+    sim_std: Finite = Field(_RETRIEVAL.sim_std, ge=1e-6, le=MAX_MAGNITUDE)
     epsilon: Finite = Field(_RETRIEVAL.epsilon, ge=0, le=1, description="Probability of a random pick (exploration).")
     seed: int | None = Field(None, ge=0, lt=2**63, description="Makes exploration reproducible.")
 
@@ -121,8 +130,10 @@ class Retrieved(BaseModel):
 
 
 class FeedbackIn(_Request):
-    ids: list[int] = Field(min_length=1, max_length=1000, description="The items retrieved for the finished task.")
-    reward: Finite = Field(description="The task's reward r (MemRL: +1 success, -1 failure).")
+    ids: list[int] = Field(
+        min_length=1, max_length=1000, fail_fast=True, description="The items retrieved for the finished task."
+    )
+    reward: Value = Field(description="The task's reward r (MemRL: +1 success, -1 failure).")
     alpha: Finite = Field(DEFAULT_ALPHA, ge=0, le=1, description="Q ← (1 − α)·Q + α·r (MemRL's γ = 0).")
 
 
@@ -382,6 +393,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.router.route_class = ThreadedBodyRoute
+    app.add_exception_handler(RequestValidationError, short_validation_error)
     app.add_middleware(BodyLimit, max_bytes=max_body)
 
     @app.get("/v1/health", tags=["service"])
