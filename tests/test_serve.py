@@ -15,7 +15,8 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from ttlearn.serve.app import create_app  # noqa: E402
+from ttlearn.memory.store import MemoryStore, export_size  # noqa: E402
+from ttlearn.serve.app import create_app, within_budget  # noqa: E402
 from ttlearn.serve.auth import AdminKey, read_admin_key  # noqa: E402
 from ttlearn.serve.bodies import MAX_ERRORS, error_detail  # noqa: E402
 from ttlearn.serve.limits import RateLimiter, take_token  # noqa: E402
@@ -249,6 +250,48 @@ def test_error_detail_caps_and_strips_inputs() -> None:
     assert len(detail) == MAX_ERRORS + 1 and detail[-1]["msg"] == f"and {45 - MAX_ERRORS} more errors"
     assert detail[0] == {"type": "missing", "loc": ["body", "items", "0"], "msg": "Field required"}
     assert error_detail(errors[:3], 3) == detail[:3]
+
+
+def test_a_namespace_quota_refuses_writes_and_imports_with_507(tmp_path: Path) -> None:
+    s = Service(tmp_path, quota=7_000)  # an item: 500 + 256 + 11 + (4·⌈4·256/3⌉ = 1368) + 96 = 2231 bytes
+    try:
+        a, b = s.keys["a"], s.keys["b"]
+        for i in range(3):
+            s.add("a", f"situation {i}", "x" * 500, join_threshold=2)
+        before = s.export("a")
+        full = s.call("POST", "/v1/namespaces/a/memories", a, json={"intent": "situation 3", "experience": "x" * 500})
+        assert full.status_code == 507 and "quota of 7000" in full.json()["detail"]
+        assert s.export("a") == before
+        big = {**before, "items": [{**before["items"][0], "experience": "y" * 5_000}]}
+        assert s.call("POST", "/v1/namespaces/b/import", b, json=big).status_code == 507
+        assert s.export("b")["items"] == []
+        assert s.call("POST", "/v1/namespaces/b/import", b, json=before).status_code == 200  # it fits
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_export_size_counts_texts_vectors_and_records(tmp_path: Path) -> None:
+    # 10 + 2·256 item bytes; 5 + 1·(4·⌈4·3/3⌉ + 96) = 5 + 112 intent bytes
+    assert export_size(10, 2, 5, 1, dim=3) == 10 + 512 + 5 + 112
+    s = Service(tmp_path)
+    try:
+        for i in range(20):
+            s.add("a", f"situation {i} é", f"experience {i} ü " * (i + 1), run_id="run-1", episode=i, join_threshold=2)
+        exported = len(json.dumps(s.export("a"), ensure_ascii=False).encode())
+        with MemoryStore(tmp_path / "service.sqlite") as store:
+            assert exported <= store.usage("a") <= 1.25 * exported
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_inspect_replies_are_capped(service: Service) -> None:
+    a = service.keys["a"]
+    for i in range(3):
+        service.add("a", f"situation {i}", str(i) * 400_000, join_threshold=2)
+    assert service.call("GET", "/v1/namespaces/a/inspect?limit=101", a).status_code == 422
+    newest = service.call("GET", "/v1/namespaces/a/inspect", a, params={"limit": 3}).json()["newest"]
+    assert [m["experience"][0] for m in newest] == ["2", "1"]  # a third would pass 1 M characters
+    assert within_budget([5, 5, 5], 10) == 2 and within_budget([20, 1], 10) == 1 and within_budget([], 10) == 0
 
 
 def test_bodies_over_the_limit_get_413_before_being_read(service: Service) -> None:

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
+from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_QUOTA, DEFAULT_RATE
 
 
 def serve(
@@ -20,6 +20,9 @@ def serve(
     max_body: int = typer.Option(DEFAULT_MAX_BODY, min=1, help="Largest request body in bytes; larger ones get 413."),
     rate: float = typer.Option(DEFAULT_RATE, min=0, help="Requests per second per key (token bucket; 0 = no limit)."),
     burst: float = typer.Option(DEFAULT_BURST, min=1, help="Requests a key may send at once before the rate applies."),
+    quota: int = typer.Option(
+        DEFAULT_QUOTA, min=0, help="Bytes a namespace may hold (about its export's size); fuller ones get 507. 0: none."
+    ),
 ) -> None:
     """Serve a MemRL store over HTTP to deployed agents: a key per namespace, API docs at /docs (needs the `serve`
     extra). Stops cleanly on Ctrl-C or SIGTERM."""
@@ -28,6 +31,5 @@ def serve(
         from ttlearn.serve.auth import read_admin_key
     except ImportError as exc:
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
-    run_server(
-        store, host=host, port=port, admin_key=read_admin_key(admin_key_file), max_body=max_body, rate=rate, burst=burst
-    )
+    admin_key = read_admin_key(admin_key_file)
+    run_server(store, host=host, port=port, admin_key=admin_key, max_body=max_body, rate=rate, burst=burst, quota=quota)

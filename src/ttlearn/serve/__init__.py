@@ -9,3 +9,5 @@ DEFAULT_RATE = 50.0
 """Requests per second per key."""
 DEFAULT_BURST = 100.0
 """Requests a key may send at once before the rate applies."""
+DEFAULT_QUOTA = 100_000_000
+"""Bytes a namespace may hold, counted as about the size of its export (its texts, vectors and records)."""

@@ -41,8 +41,9 @@ from ttlearn.memory.store import (
     Namespace,
     NamespaceSnapshot,
     NewItem,
+    export_size,
 )
-from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
+from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_QUOTA, DEFAULT_RATE
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
 from ttlearn.serve.limits import BodyLimit, RateLimiter
@@ -162,7 +163,21 @@ class Inspection(BaseModel):
     visited_items: int
     visits: int
     q: QStats | None
-    newest: list[MemoryItem]
+    newest: list[MemoryItem] = Field(description="The newest items: `limit` of them, fewer past 1 M characters.")
+
+
+INSPECT_TEXT = 1_000_000
+"""Characters of experience text an inspection shows at most (past its first item): its reply stays small."""
+
+
+def within_budget(sizes: list[int], budget: int) -> int:
+    """How many of `sizes`, taken in order, fit in `budget` together; always at least one when there is one."""
+    total = 0
+    for count, size in enumerate(sizes):
+        total += size
+        if total > budget and count > 0:
+            return count
+    return len(sizes)
 
 
 class Imported(BaseModel):
@@ -187,8 +202,9 @@ def _refusals() -> Iterator[None]:
 class MemoryService:
     """The store, the keys and the limits of one server process."""
 
-    def __init__(self, store_path: str | Path, admin_key: str, *, rate: float, burst: float) -> None:
+    def __init__(self, store_path: str | Path, admin_key: str, *, rate: float, burst: float, quota: int) -> None:
         self.store = MemoryStore(store_path)
+        self.quota = quota
         self.keys = KeyRing(store_path)
         self.admin = AdminKey(admin_key)
         self.limiter = RateLimiter(rate, burst)
@@ -263,7 +279,10 @@ class MemoryService:
             ns = self._open(name)
         vector = self._embed(ns, body.intent)
         item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector)
+        text = len(body.experience.encode()) + len((body.run_id or "").encode())
+        growth = export_size(text, 1, len(body.intent.encode()), 1, len(vector))
         with self._store_lock:
+            self._within_quota(name, self.store.usage(name) + growth)
             added = ns.add(item, join_threshold=body.join_threshold)
         return MemoryAdded(id=added.item_id, intent_id=added.intent_id, joined=added.joined)
 
@@ -308,13 +327,25 @@ class MemoryService:
         with self._store_lock, _refusals():
             stats = self.store.stats(name)
             newest = self.store.inspect(name, limit=limit)
-        return Inspection(**stats, newest=newest)
+        return Inspection(**stats, newest=newest[: within_budget([len(m.experience) for m in newest], INSPECT_TEXT)])
 
     def export(self, name: str) -> dict[str, Any]:
         with self._store_lock, _refusals():
             return self.store.export_namespace(name)
 
+    def _within_quota(self, name: str, size: int) -> None:
+        """Refuse (507) a write that would make the namespace's export larger than the quota (0: no quota)."""
+        if 0 < self.quota < size:
+            raise HTTPException(
+                status.HTTP_507_INSUFFICIENT_STORAGE,
+                f"namespace {name!r} would hold about {size} bytes, over its quota of {self.quota} (ttlearn serve "
+                "--quota); export it and import what it should keep, or write to another namespace",
+            )
+
     def restore(self, name: str, snapshot: NamespaceSnapshot) -> Imported:
+        items = sum(len(m.experience.encode()) + len((m.run_id or "").encode()) for m in snapshot.items)
+        intents = sum(len(i.text.encode()) for i in snapshot.intents)
+        self._within_quota(name, export_size(items, len(snapshot.items), intents, len(snapshot.intents), snapshot.dim))
         with self._store_lock, _refusals():
             self.store.import_namespace(name, snapshot)
         return Imported(items=len(snapshot.items), intents=len(snapshot.intents))
@@ -376,9 +407,10 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     rate: float = DEFAULT_RATE,
     burst: float = DEFAULT_BURST,
+    quota: int = DEFAULT_QUOTA,
 ) -> FastAPI:
     """The service over the store file `store` (created if missing)."""
-    service = MemoryService(store, admin_key, rate=rate, burst=burst)
+    service = MemoryService(store, admin_key, rate=rate, burst=burst, quota=quota)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -423,7 +455,8 @@ def create_app(
 
     @app.post("/v1/namespaces/{ns}/memories", status_code=status.HTTP_201_CREATED, tags=["memories"])
     def add_memory(ns: NamespaceName, body: MemoryIn, service: Owner) -> MemoryAdded:
-        """Write one experience under its intent (it joins an existing intent key when similar enough)."""
+        """Write one experience under its intent (it joins an existing intent key when similar enough); 507 when the
+        namespace is full (its quota)."""
         return service.add(ns, body)
 
     @app.post("/v1/namespaces/{ns}/retrieve", tags=["memories"])
@@ -438,8 +471,8 @@ def create_app(
         return service.feedback(ns, body)
 
     @app.get("/v1/namespaces/{ns}/inspect", tags=["memories"])
-    def inspect(ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=1000)] = 10) -> Inspection:
-        """Counts, Q statistics and the newest `limit` items."""
+    def inspect(ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=100)] = 10) -> Inspection:
+        """Counts, Q statistics and the newest `limit` items (at most 100, and fewer past 1 M characters of text)."""
         return service.inspect(ns, limit)
 
     @app.get("/v1/namespaces/{ns}/export", tags=["memories"])
@@ -449,7 +482,8 @@ def create_app(
 
     @app.post("/v1/namespaces/{ns}/import", tags=["memories"])
     def restore(ns: NamespaceName, body: NamespaceSnapshot, service: Owner) -> Imported:
-        """Replace the namespace's memories by a snapshot from export (same embedder), in one transaction."""
+        """Replace the namespace's memories by a snapshot from export (same embedder), in one transaction; 507 when
+        it is over the namespace quota."""
         return service.restore(ns, body)
 
     return app
@@ -461,9 +495,7 @@ def serve(
     host: str,
     port: int,
     admin_key: str,
-    max_body: int = DEFAULT_MAX_BODY,
-    rate: float = DEFAULT_RATE,
-    burst: float = DEFAULT_BURST,
+    **limits: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
 
@@ -472,7 +504,7 @@ def serve(
     """
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
-    app = create_app(store, admin_key=admin_key, max_body=max_body, rate=rate, burst=burst)
+    app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=30)).run()
 
 
