@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from ttlearn.serve.auth import AdminKey, read_admin_key  # noqa: E402
 from ttlearn.serve.bodies import MAX_ERRORS, error_detail  # noqa: E402
 from ttlearn.serve.limits import RateLimiter, take_token  # noqa: E402
 
-ADMIN = "admin-key-for-tests-0123456789"
+ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -32,7 +33,7 @@ class Service:
     """A TestClient on a fresh store with namespaces a and b (hash embedder) and their keys."""
 
     def __init__(self, tmp_path: Path, **limits) -> None:
-        self.http = TestClient(create_app(tmp_path / "service.sqlite", admin_key=ADMIN, **{"rate": 0, **limits}))
+        self.http = TestClient(create_app(tmp_path / "service.sqlite", admin_key=ADMIN, **{"rate": 0, "auth_rate": 0, **limits}))
         self.http.__enter__()
         self.keys = {ns: self.create(ns).json()["key"] for ns in ("a", "b")}
 
@@ -347,6 +348,37 @@ def test_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
         s.http.__exit__(None, None, None)
 
 
+def test_failed_authentication_is_rate_limited_per_address(tmp_path: Path) -> None:
+    """500 wrong admin keys in a burst: the first 10 (the burst) get 401, the rest 429 without the key being looked
+    at, so a guesser gains nothing; another address and the right key from elsewhere are unaffected."""
+    s = Service(tmp_path, auth_rate=1.0, auth_burst=10)
+    try:
+        start = time.perf_counter()
+        codes = [s.call("GET", "/v1/namespaces", f"wrong-admin-key-{i}").status_code for i in range(500)]
+        elapsed = time.perf_counter() - start
+        assert codes.count(401) <= 10 + math.ceil(elapsed) and codes.count(429) >= 500 - 10 - math.ceil(elapsed)
+        assert set(codes) == {401, 429}
+        refused = s.call("GET", "/v1/namespaces", ADMIN)  # the right key too: nothing is checked while blocked
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert s.call("GET", "/v1/namespaces/a/inspect", "0123abcd.forged").status_code == 429
+        with TestClient(s.http.app, client=("10.0.0.2", 50000)) as other:
+            assert other.get("/v1/namespaces", headers=bearer(ADMIN)).status_code == 200
+            assert other.get("/v1/namespaces/a/inspect", headers=bearer(s.keys["a"])).status_code == 200
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_the_failure_limiter_looks_without_taking_and_forgets_full_buckets() -> None:
+    now = [0.0]
+    limiter = RateLimiter(rate=1.0, burst=1.0, clock=lambda: now[0], max_keys=2)
+    assert limiter.wait_s("x", take=False) == 0.0 and limiter.wait_s("x", take=False) == 0.0  # looking is free
+    assert limiter.wait_s("x") == 0.0 and limiter.wait_s("x", take=False) == pytest.approx(1.0)
+    limiter.wait_s("y")
+    now[0] = 5.0  # both refilled: past max_keys they are forgotten
+    limiter.wait_s("z")
+    assert set(limiter._buckets) == {"z"}
+
+
 def test_token_bucket_matches_hand_computed_values() -> None:
     assert take_token(0.5, 1.0, rate=2.0, burst=3.0) == (pytest.approx(1.5), 0.0)  # 0.5 + 2·1 = 2.5 → take one
     assert take_token(2.9, 10.0, rate=1.0, burst=3.0) == (pytest.approx(2.0), 0.0)  # capped at the burst
@@ -364,10 +396,12 @@ def test_token_bucket_matches_hand_computed_values() -> None:
 def test_admin_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TTLEARN_ADMIN_KEY", ADMIN)
     assert read_admin_key(None) == ADMIN
-    (tmp_path / "admin").write_text("from-a-file-0123456789\nignored\n")
-    assert read_admin_key(tmp_path / "admin") == "from-a-file-0123456789"
-    monkeypatch.setenv("TTLEARN_ADMIN_KEY", "short")
-    with pytest.raises(ValueError, match="at least 16 characters"):
+    (tmp_path / "admin").write_text("from-a-file-0123456789abcdefghijkl\nignored\n")
+    assert read_admin_key(tmp_path / "admin") == "from-a-file-0123456789abcdefghijkl"
+    monkeypatch.setenv("TTLEARN_ADMIN_KEY", "sixteen-chars-16" * 2)  # 32 characters pass, 31 do not
+    assert read_admin_key(None) == "sixteen-chars-16" * 2
+    monkeypatch.setenv("TTLEARN_ADMIN_KEY", ("sixteen-chars-16" * 2)[:31])
+    with pytest.raises(ValueError, match="at least 32 characters"):
         read_admin_key(None)
     with pytest.raises(FileNotFoundError):
         read_admin_key(tmp_path / "missing")

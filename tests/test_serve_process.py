@@ -25,7 +25,7 @@ from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.types import Episode, Step  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-ADMIN = "admin-key-for-tests-0123456789"
+ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
 ENV = {**os.environ, "PYTHONPATH": SRC, "TTLEARN_ADMIN_KEY": ADMIN, "OMP_NUM_THREADS": "1"}
 
 # A client process: N operations in turn write / retrieve / feedback; every acknowledged write is appended (and

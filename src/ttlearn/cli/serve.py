@@ -7,7 +7,14 @@ from typing import Optional
 
 import typer
 
-from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_QUOTA, DEFAULT_RATE
+from ttlearn.serve import (
+    DEFAULT_AUTH_BURST,
+    DEFAULT_AUTH_RATE,
+    DEFAULT_BURST,
+    DEFAULT_MAX_BODY,
+    DEFAULT_QUOTA,
+    DEFAULT_RATE,
+)
 
 
 def serve(
@@ -20,6 +27,10 @@ def serve(
     max_body: int = typer.Option(DEFAULT_MAX_BODY, min=1, help="Largest request body in bytes; larger ones get 413."),
     rate: float = typer.Option(DEFAULT_RATE, min=0, help="Requests per second per key (token bucket; 0 = no limit)."),
     burst: float = typer.Option(DEFAULT_BURST, min=1, help="Requests a key may send at once before the rate applies."),
+    auth_rate: float = typer.Option(
+        DEFAULT_AUTH_RATE, min=0, help="Failed authentications per second per client address; then 429 (0 = no limit)."
+    ),
+    auth_burst: float = typer.Option(DEFAULT_AUTH_BURST, min=1, help="Failed authentications an address may make at once."),
     quota: int = typer.Option(
         DEFAULT_QUOTA, min=0, help="Bytes a namespace may hold (about its export's size); fuller ones get 507. 0: none."
     ),
@@ -32,4 +43,5 @@ def serve(
     except ImportError as exc:
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
     admin_key = read_admin_key(admin_key_file)
-    run_server(store, host=host, port=port, admin_key=admin_key, max_body=max_body, rate=rate, burst=burst, quota=quota)
+    limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota, auth_rate=auth_rate, auth_burst=auth_burst)
+    run_server(store, host=host, port=port, admin_key=admin_key, **limits)

@@ -43,7 +43,14 @@ from ttlearn.memory.store import (
     NewItem,
     export_size,
 )
-from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_QUOTA, DEFAULT_RATE
+from ttlearn.serve import (
+    DEFAULT_AUTH_BURST,
+    DEFAULT_AUTH_RATE,
+    DEFAULT_BURST,
+    DEFAULT_MAX_BODY,
+    DEFAULT_QUOTA,
+    DEFAULT_RATE,
+)
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
 from ttlearn.serve.limits import BodyLimit, RateLimiter
@@ -202,12 +209,15 @@ def _refusals() -> Iterator[None]:
 class MemoryService:
     """The store, the keys and the limits of one server process."""
 
-    def __init__(self, store_path: str | Path, admin_key: str, *, rate: float, burst: float, quota: int) -> None:
+    def __init__(
+        self, store_path: str | Path, admin_key: str, *, rate: float, burst: float, quota: int, auth: RateLimiter
+    ) -> None:
         self.store = MemoryStore(store_path)
         self.quota = quota
         self.keys = KeyRing(store_path)
         self.admin = AdminKey(admin_key)
         self.limiter = RateLimiter(rate, burst)
+        self.failures = auth
         self._store_lock = threading.Lock()
         self._embed_lock = threading.Lock()
         self._embedders: dict[str, Embedder] = {}
@@ -361,24 +371,47 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+def _too_many(wait: float, detail: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"{detail}; retry in {wait:.2f} s",
+        headers={"Retry-After": str(max(1, math.ceil(wait)))},
+    )
+
+
 def _spend(service: MemoryService, key_id: str) -> None:
     wait = service.limiter.wait_s(key_id)
     if wait > 0:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"over this key's limit of {service.limiter.rate:g} requests/s; retry in {wait:.2f} s",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
-        )
+        raise _too_many(wait, f"over this key's limit of {service.limiter.rate:g} requests/s")
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _not_guessing(service: MemoryService, request: Request) -> None:
+    """429, before any key is looked at, while the caller's address has no failed-authentication token left:
+    keys cannot be guessed faster than the failure rate (tokens are spent by `_failed`)."""
+    wait = service.failures.wait_s(_address(request), take=False)
+    if wait > 0:
+        raise _too_many(wait, f"too many failed authentications from {_address(request)}")
+
+
+def _failed(service: MemoryService, request: Request, detail: str) -> HTTPException:
+    """A 401 for a wrong key, spending one of the address's failed-authentication tokens."""
+    service.failures.wait_s(_address(request))
+    return _unauthorized(detail)
 
 
 def admin_service(request: Request, credentials: Credentials) -> MemoryService:
     service: MemoryService = request.app.state.service
     if credentials is None:
         raise _unauthorized("no key: send the header 'Authorization: Bearer <admin key>'")
+    _not_guessing(service, request)
     if not service.admin.matches(credentials.credentials):
         if service.keys.owner(credentials.credentials) is not None:
             raise HTTPException(status.HTTP_403_FORBIDDEN, "a namespace key cannot manage namespaces")
-        raise _unauthorized("unknown key")
+        raise _failed(service, request, "unknown key")
     _spend(service, "admin")
     return service
 
@@ -387,9 +420,10 @@ def namespace_service(ns: NamespaceName, request: Request, credentials: Credenti
     service: MemoryService = request.app.state.service
     if credentials is None:
         raise _unauthorized("no key: send the header 'Authorization: Bearer <namespace key>'")
+    _not_guessing(service, request)
     owner = service.keys.owner(credentials.credentials)
     if owner is None:
-        raise _unauthorized("unknown or revoked key")
+        raise _failed(service, request, "unknown or revoked key")
     if owner.namespace != ns:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"this key does not open namespace {ns!r}")
     _spend(service, owner.key_id)
@@ -408,9 +442,12 @@ def create_app(
     rate: float = DEFAULT_RATE,
     burst: float = DEFAULT_BURST,
     quota: int = DEFAULT_QUOTA,
+    auth_rate: float = DEFAULT_AUTH_RATE,
+    auth_burst: float = DEFAULT_AUTH_BURST,
 ) -> FastAPI:
     """The service over the store file `store` (created if missing)."""
-    service = MemoryService(store, admin_key, rate=rate, burst=burst, quota=quota)
+    failures = RateLimiter(auth_rate, auth_burst)
+    service = MemoryService(store, admin_key, rate=rate, burst=burst, quota=quota, auth=failures)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -504,7 +541,7 @@ def serve(
     """
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
-    app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota
+    app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_rate, auth_burst
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=30)).run()
 
 
