@@ -11,9 +11,11 @@ from ttlearn.serve import (
     DEFAULT_AUTH_BURST,
     DEFAULT_AUTH_RATE,
     DEFAULT_BURST,
+    DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
+    DEFAULT_READ_TIMEOUT_S,
 )
 
 
@@ -30,7 +32,15 @@ def serve(
     auth_rate: float = typer.Option(
         DEFAULT_AUTH_RATE, min=0, help="Failed authentications per second per client address; then 429 (0 = no limit)."
     ),
-    auth_burst: float = typer.Option(DEFAULT_AUTH_BURST, min=1, help="Failed authentications an address may make at once."),
+    auth_burst: float = typer.Option(
+        DEFAULT_AUTH_BURST, min=1, help="Failed authentications an address may make at once."
+    ),
+    read_timeout: float = typer.Option(
+        DEFAULT_READ_TIMEOUT_S, min=0.1, help="Seconds a request may take to arrive (head and body); then closed."
+    ),
+    connections_per_client: int = typer.Option(
+        DEFAULT_CONNECTIONS_PER_CLIENT, min=0, help="Connections one client address may hold at once (0 = no cap)."
+    ),
     quota: int = typer.Option(
         DEFAULT_QUOTA, min=0, help="Bytes a namespace may hold (about its export's size); fuller ones get 507. 0: none."
     ),
@@ -44,4 +54,5 @@ def serve(
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
     admin_key = read_admin_key(admin_key_file)
     limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota, auth_rate=auth_rate, auth_burst=auth_burst)
-    run_server(store, host=host, port=port, admin_key=admin_key, **limits)
+    guards = dict(read_timeout_s=read_timeout, per_client=connections_per_client)
+    run_server(store, host=host, port=port, admin_key=admin_key, **guards, **limits)

@@ -47,12 +47,15 @@ from ttlearn.serve import (
     DEFAULT_AUTH_BURST,
     DEFAULT_AUTH_RATE,
     DEFAULT_BURST,
+    DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
+    DEFAULT_READ_TIMEOUT_S,
 )
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
+from ttlearn.serve.connections import guarded_h11
 from ttlearn.serve.limits import BodyLimit, RateLimiter
 
 _RETRIEVAL = RetrievalConfig()
@@ -532,9 +535,12 @@ def serve(
     host: str,
     port: int,
     admin_key: str,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    per_client: int = DEFAULT_CONNECTIONS_PER_CLIENT,
     **limits: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
+    Connections are guarded by `guarded_h11(read_timeout_s, per_client)`; `limits` go to `create_app`.
 
     uvicorn hands a signal it stopped on back to the handler it found, so a clean exit there makes a requested stop
     end with status 0 (call from the main thread).
@@ -542,7 +548,8 @@ def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
     app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_rate, auth_burst
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=30)).run()
+    http = guarded_h11(read_timeout_s, per_client)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=http, timeout_graceful_shutdown=30)).run()
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:
