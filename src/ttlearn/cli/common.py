@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from rich.text import Text
 
 from ttlearn.llm.base import LLMError
 from ttlearn.registry import UnknownNameError
+from ttlearn.runs import MEMORY_KEY_ENV
 
 console = Console()
 USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError)
@@ -48,6 +50,14 @@ def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
         if not sep or not key:
             raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
         options[key.replace("-", "_")] = yaml.safe_load(value)
+    return options
+
+
+def keep_key_out(options: dict[str, Any]) -> dict[str, Any]:
+    """`-m key=KEY` is a credential: it becomes this process's TTLEARN_MEMORY_KEY and leaves the options, which a
+    run records in its directory."""
+    if "key" in options:
+        os.environ[MEMORY_KEY_ENV] = str(options.pop("key"))
     return options
 
 

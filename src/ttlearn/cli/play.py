@@ -18,6 +18,7 @@ from ttlearn.cli.common import (
     console,
     format_trial_summary,
     friendly,
+    keep_key_out,
     parse_options,
     print_summary,
     progress_bar,
@@ -28,9 +29,10 @@ from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.session import open_session, validate
 from ttlearn.rollout.trials import run_trials, validate_trials
-from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config
+from ttlearn.runs import Run, RunConfig, TrialConfig, check_trusted, is_trial_dir, load_trial_config
 
 TRIAL_MEMORIES = ("lamer",)
+TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
 """Memories that only make sense between attempts at the same instance."""
 
 
@@ -147,7 +149,7 @@ def run(
         env=env,
         env_options=env_options,
         memory=memory,
-        memory_options=parse_options(memory_opt, "--memory-opt"),
+        memory_options=keep_key_out(parse_options(memory_opt, "--memory-opt")),
         writer=writer,
         seed=seed,
         temperature=temperature,
@@ -191,12 +193,20 @@ def run(
 def resume(
     run_dir: Path = typer.Argument(..., help="A run directory left by an interrupted `ttlearn run`."),
     concurrency: int = typer.Option(1, min=1, help="Episodes in flight, as for `run`."),
+    memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="Only key=KEY: the memory service's key."),
+    trust_url: list[str] = typer.Option([], help=TRUST_HELP),
 ) -> None:
-    """Finish an interrupted run: no game (or trial task) is lost or played twice."""
+    """Finish an interrupted run: no game (or trial task) is lost or played twice. Credentials go only to URLs
+    named again with --trust-url: the run directory may have been written by anyone."""
+    if keep_key_out(parse_options(memory_opt, "--memory-opt")):
+        raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
     if is_trial_dir(run_dir):
-        play_trials(load_trial_config(run_dir), run_dir, concurrency)
+        config = load_trial_config(run_dir)
+        check_trusted(config, trust_url, run_dir)
+        play_trials(config, run_dir, concurrency)
         return
     run = Run.open(run_dir)
+    check_trusted(run.config, trust_url, run_dir)
     if run.finished:
         console.print(f"{run_dir} is already complete ({len(run.episodes)} games).")
         print_summary(summarize(run), run.path)
@@ -208,9 +218,11 @@ def resume(
 def replay(
     run_dir: Path = typer.Argument(..., help="A finished run to replay from its recorded LLM calls."),
     out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
+    trust_url: list[str] = typer.Option([], help=TRUST_HELP),
 ) -> None:
     """Re-run a recorded session without calling any model, and check that every score is reproduced."""
     source = Run.open(run_dir)
+    check_trusted(source.config, trust_url, run_dir)
     book = ReplayBook(e for e in source.events() if e.get("type") == "call")
     target = Run.create(out or Path(f"{run_dir}-replay"), source.config)
     play_session(target, replay=book)

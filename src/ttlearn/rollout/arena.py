@@ -40,7 +40,7 @@ from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.session import open_session, validate
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, check_trusted, credential_urls
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -254,6 +254,7 @@ def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[
     start = time.perf_counter()
     with _locked(run_dir / ".lock"):
         run = Run.open(run_dir) if (run_dir / "config.json").exists() else Run.create(run_dir, config)
+        check_trusted(run.config, credential_urls(config), run_dir)  # credentials go where the command says only
         already = len(run.episodes)
         if not run.finished:
             session = open_session(run, pool=pool)
