@@ -194,6 +194,7 @@ HOSTILE_NUMBERS_AND_TEXT = [
     ("memories", '{"intent": "x\\ud800", "experience": "y"}', "lone surrogate"),
     ("memories", '{"intent": "x", "experience": "\\udfff y"}', "lone surrogate"),
     ("memories", '{"intent": "x", "experience": "y", "q": 1e13}', "less than or equal"),
+    ("memories", '{"intent": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests too deeply"),
     ("retrieve", '{"query": "x", "seed": 1e400}', "out of range"),
     ("retrieve", '{"query": "x", "sim_std": 1e-300}', "greater than or equal"),
     ("feedback", '{"ids": [1], "reward": 1e308}', "less than or equal"),
