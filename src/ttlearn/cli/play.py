@@ -18,6 +18,7 @@ from ttlearn.cli.common import (
     console,
     format_trial_summary,
     friendly,
+    keep_key_out,
     parse_options,
     print_summary,
     progress_bar,
@@ -29,7 +30,9 @@ from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.session import open_session, validate
 from ttlearn.rollout.trials import run_trials, validate_trials, with_defaults
-from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config, read_tasks
+from ttlearn.runs import Run, RunConfig, TrialConfig, check_trusted, is_trial_dir, load_trial_config, read_tasks
+
+TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
 
 
 def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 1) -> None:
@@ -158,7 +161,7 @@ def run(
         env=env,
         env_options=env_options,
         memory=memory,
-        memory_options=parse_options(memory_opt, "--memory-opt"),
+        memory_options=keep_key_out(parse_options(memory_opt, "--memory-opt")),
         writer=writer,
         seed=seed,
         temperature=temperature,
@@ -200,15 +203,22 @@ def run(
 def resume(
     run_dir: Path = typer.Argument(..., help="A run directory left by an interrupted `ttlearn run`."),
     concurrency: int = typer.Option(1, min=1, help="Episodes in flight, as for `run`."),
+    memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="Only key=KEY: the memory service's key."),
+    trust_url: list[str] = typer.Option([], help=TRUST_HELP),
 ) -> None:
-    """Finish an interrupted run: no game (or trial task) is lost or played twice."""
+    """Finish an interrupted run: no game (or trial task) is lost or played twice. Credentials go only to URLs
+    named again with --trust-url: the run directory may have been written by anyone."""
+    if keep_key_out(parse_options(memory_opt, "--memory-opt")):
+        raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
     if is_trial_dir(run_dir):
         config = load_trial_config(run_dir)
         warn_inexact(config.env, "resumed")
+        check_trusted(config, trust_url, run_dir)
         play_trials(config, run_dir, concurrency)
         return
     run = Run.open(run_dir)
     warn_inexact(run.config.env, "resumed")
+    check_trusted(run.config, trust_url, run_dir)
     if run.finished:
         console.print(f"{run_dir} is already complete ({len(run.episodes)} games).")
         print_summary(summarize(run), run.path)
@@ -220,12 +230,14 @@ def resume(
 def replay(
     run_dir: Path = typer.Argument(..., help="A finished run to replay from its recorded LLM calls."),
     out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
+    trust_url: list[str] = typer.Option([], help=TRUST_HELP),
 ) -> None:
     """Re-run a recorded session or trial run without calling any model, and check that every score is reproduced."""
     out = out or Path(f"{run_dir}-replay")
     if is_trial_dir(run_dir):
         config, recorded = load_trial_config(run_dir), read_tasks(run_dir, repair=False)
         warn_inexact(config.env, "replayed")
+        check_trusted(config, trust_url, run_dir)
         if len(recorded) < config.total:
             raise ValueError(f"{run_dir} is unfinished ({len(recorded)} of {config.total} tasks); resume it first")
         book = ReplayBook(c for r in recorded for c in r["calls"] if c.get("type") == "call")
@@ -234,6 +246,7 @@ def replay(
     else:
         source = Run.open(run_dir)
         warn_inexact(source.config.env, "replayed")
+        check_trusted(source.config, trust_url, run_dir)
         book = ReplayBook(e for e in source.events() if e.get("type") == "call")
         target = Run.create(out, source.config)
         play_session(target, replay=book)

@@ -41,7 +41,17 @@ from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.session import open_session, validate
 from ttlearn.registry import loaded_plugins
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Plugins, Run, RunConfig, RunDir
+from ttlearn.runs import (
+    ARENA_FILE,
+    NO_OPPONENT,
+    RUNS_DIR,
+    Plugins,
+    Run,
+    RunConfig,
+    RunDir,
+    check_trusted,
+    credential_urls,
+)
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -258,6 +268,7 @@ def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[
     start = time.perf_counter()
     with _locked(run_dir.lock):
         run = Run.open(run_dir.path) if run_dir.session_config.exists() else Run.create(run_dir.path, config)
+        check_trusted(run.config, credential_urls(config), run_dir.path)  # credentials go where the command says only
         already = len(run.episodes)
         if not run.finished:
             session = open_session(run, pool=pool)
