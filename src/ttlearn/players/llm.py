@@ -41,10 +41,12 @@ def shortlist(actions: Sequence[str], context: str, k: int) -> list[str]:
 def build_messages(
     rules: str, memory: str, observation: str, options: Sequence[str], *, all_listed: bool = True
 ) -> list[Message]:
-    """System: the rules and the memory; user: the observation and how to answer (the legal actions, if any;
-    `all_listed` False: the options are some of the commands the environment accepts)."""
+    """System: the rules and the memory's notes; then the memory's exchanges, if it gives them (`MemoryText`), as
+    earlier user/assistant turns; user: the observation and how to answer (the legal actions, if any; `all_listed`
+    False: the options are some of the commands the environment accepts)."""
     system = rules.strip()
-    if memory.strip():
+    exchanges = getattr(memory, "exchanges", ())
+    if memory.strip() and not exchanges:
         system += "\n\nYour notes from earlier games:\n" + memory.strip()
     if options and not all_listed:
         answer = f"Some actions you can take: {', '.join(options)}.\nAnswer with exactly one action and nothing else."
@@ -52,7 +54,14 @@ def build_messages(
         answer = f"Legal actions: {', '.join(options)}.\nAnswer with exactly one legal action and nothing else."
     else:
         answer = "Answer in the format the rules ask for."
-    return [{"role": "system", "content": system}, {"role": "user", "content": f"{observation.strip()}\n\n{answer}"}]
+    earlier: list[Message] = []
+    for task, reply in exchanges:
+        earlier += [{"role": "user", "content": task}, {"role": "assistant", "content": reply}]
+    return [
+        {"role": "system", "content": system},
+        *earlier,
+        {"role": "user", "content": f"{observation.strip()}\n\n{answer}"},
+    ]
 
 
 class LLMPlayer(Player):
