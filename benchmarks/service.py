@@ -30,7 +30,7 @@ import httpx2
 import numpy as np
 
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.memrl import RetrievalConfig, two_phase_retrieve
+from ttlearn.memory.retrieval import RetrievalConfig, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore, NewItem
 from ttlearn.serve.auth import KeyRing
 

@@ -228,6 +228,8 @@ def test_two_agents_share_one_learning_memory(server: Server, monkeypatch: pytes
     third = make_memory("memrl", writer, **{k: v for k, v in options.items() if k != "key"})
     third.load(state)  # restores the RNG and pending retrievals; the shared memories stay as they are
     assert third.context(task).count("Task: ") == 2
+    with pytest.raises(AttributeError, match="lives in a memory service"):
+        third.ns  # noqa: B018 - the local namespace a memory on a service does not have
 
     with pytest.raises(ValueError, match="never overwrites"):
         third.load({"memories": {}, "log_ids": [], "retrieved": [], "rng": state["rng"]})

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ttlearn.memory.memrl import RetrievalConfig
+from ttlearn.memory.backends import MemoryBackend
+from ttlearn.memory.retrieval import RetrievalConfig
 from ttlearn.memory.store import Candidate, NewItem
 
 try:
@@ -126,7 +127,7 @@ class MemoryClient:
         return self._call("POST", f"/v1/namespaces/{namespace}/import", snapshot)
 
 
-class RemoteMemories:
+class RemoteMemories(MemoryBackend):
     """The MemRL memories in a namespace of a memory service (what `MemRLMemory` uses with `url=`)."""
 
     def __init__(self, url: str, key: str | None, namespace: str, embedder: str) -> None:

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn import __version__
 from ttlearn.memory.embed import Embedder, make_embedder
-from ttlearn.memory.memrl import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
+from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.store import (
     DEFAULT_JOIN_THRESHOLD,
     MAX_MAGNITUDE,
