@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from ttlearn.envs.base import make_env
-from ttlearn.train.lamer import GAMMA_TRAJ, LamerTrainConfig, LamerTrainer, refuse_stateless_gigpo
+from ttlearn.train import lamer
+from ttlearn.train.lamer import LamerTrainConfig, LamerTrainer
 
 
 def test_gamma_traj_is_the_released_value_per_environment(tmp_path) -> None:
     # traj_gamma of the authors' scripts (examples/sokoban|minesweeper/lamer_*_qwen3_4b.sh): 0.9 and 0.6
-    assert GAMMA_TRAJ == {"sokoban": 0.9, "minesweeper": 0.6}
+    assert lamer.GAMMA_TRAJ == {"sokoban": 0.9, "minesweeper": 0.6}
     assert LamerTrainConfig(out=tmp_path, env="sokoban").discount_across() == 0.9
     assert LamerTrainConfig(out=tmp_path, env="minesweeper").discount_across() == 0.6
     assert LamerTrainConfig(out=tmp_path, env="minesweeper", gamma_traj=0.95).discount_across() == 0.95
@@ -27,8 +28,8 @@ def test_gigpo_is_refused_where_the_environment_names_no_state(tmp_path) -> None
     config = LamerTrainConfig(out=tmp_path, env="rps", gamma_traj=0.6)
     with pytest.raises(ValueError, match="no state_key"):
         LamerTrainer(config, policy=object())  # refused before any model is touched
-    refuse_stateless_gigpo(config.model_copy(update={"advantage": "grpo"}), make_env("rps"))
-    refuse_stateless_gigpo(config.model_copy(update={"algo": "grpo"}), make_env("rps"))
+    lamer.refuse_stateless_gigpo(config.model_copy(update={"advantage": "grpo"}), make_env("rps"))
+    lamer.refuse_stateless_gigpo(config.model_copy(update={"algo": "grpo"}), make_env("rps"))
     with pytest.raises(ValueError, match="no state_key"):
-        refuse_stateless_gigpo(config.model_copy(update={"algo": "gigpo"}), make_env("rps"))
-    refuse_stateless_gigpo(LamerTrainConfig(out=tmp_path, env="minesweeper"), make_env("minesweeper"))
+        lamer.refuse_stateless_gigpo(config.model_copy(update={"algo": "gigpo"}), make_env("rps"))
+    lamer.refuse_stateless_gigpo(LamerTrainConfig(out=tmp_path, env="minesweeper"), make_env("minesweeper"))

@@ -12,7 +12,8 @@ from ttlearn.envs.base import make_env
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
 from ttlearn.eval.trials import compare_trials, summarize_trials
 from ttlearn.memory.base import make_memory
-from ttlearn.memory.lamer import extract_reflection, seen_token_span
+from ttlearn.memory import lamer as lamer_memory
+from ttlearn.memory.lamer import extract_reflection
 from ttlearn.players.basic import RandomPlayer
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.players.turn import TurnPlayer
@@ -136,14 +137,14 @@ def test_seen_token_span_keeps_only_what_the_next_attempt_reads() -> None:
     tokens = ["Sure", ". <refl", "ection>", " Go", " left", " first", ".</reflection>"]
     prefixes = ["".join(tokens[: k + 1]) for k in range(len(tokens))]
     # uncut ("Go left first." fits 400 chars): tokens 3..6, the closing tag too (stopping kept it short)
-    assert seen_token_span(prefixes, 400) == (3, 7)
+    assert lamer_memory.seen_token_span(prefixes, 400) == (3, 7)
     # cut at 8 chars: shown "Go left" (the word boundary before "first"), reached after token 4 → tokens 3..4
     assert extract_reflection(prefixes[-1], 8) == "Go left"
-    assert seen_token_span(prefixes, 8) == (3, 5)
+    assert lamer_memory.seen_token_span(prefixes, 8) == (3, 5)
     # no tags: the whole reply is the reflection; an empty body is not kept, so nothing is trained
-    assert seen_token_span(["Go", " up"], 400) == (0, 2)
-    assert seen_token_span(["<reflection>", "</reflection>"], 400) == (0, 0)
-    assert seen_token_span([], 400) == (0, 0)
+    assert lamer_memory.seen_token_span(["Go", " up"], 400) == (0, 2)
+    assert lamer_memory.seen_token_span(["<reflection>", "</reflection>"], 400) == (0, 0)
+    assert lamer_memory.seen_token_span([], 400) == (0, 0)
 
 
 @pytest.mark.parametrize(
