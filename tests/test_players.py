@@ -113,8 +113,8 @@ def test_free_text_policy_unreadable_reply_is_an_invalid_step_with_the_penalty()
 
 def test_sokoban_free_text_turn_is_one_reply_of_up_to_three_moves():
     env = make_env("sokoban")
-    player, moves = make_player("x", lambda spec: ScoringFake(lambda p: "<action>up, left</action>"), 0.7, env,
-                                free_text_tokens=32)
+    llm = ScoringFake(lambda prompt: "<action>up, left</action>")
+    player, moves = make_player("x", lambda spec: llm, 0.7, env, free_text_tokens=32)
     assert isinstance(player, LLMPlayer) and moves == 3  # no composed turn of scored single moves
     assert player.act(env, env.reset(3), "", seed=1).action == "up, left"
 

@@ -123,8 +123,9 @@ def test_only_the_reflection_tokens_the_next_attempt_sees_are_trained(tokenizer)
     # cut at 20 characters: "Reveal the corner" is all the next attempt reads, so the rest is not trained
     cut = seen_reflection(policy, TextRecord(("reflect", 1, 0), sample), max_chars=20)
     assert tokenizer.decode(cut.sample.completion_ids).strip() == "Reveal the corner"
-    assert seen_reflection(policy, TextRecord(("reflect", 1, 0), dataclasses.replace(sample, completion_ids=tuple(
-        tokenizer.encode("<reflection></reflection>", add_special_tokens=False)))), 400) is None
+    empty = tuple(tokenizer.encode("<reflection></reflection>", add_special_tokens=False))
+    empty_sample = dataclasses.replace(sample, completion_ids=empty, logprobs=(0.0,) * len(empty))
+    assert seen_reflection(policy, TextRecord(("reflect", 1, 0), empty_sample), 400) is None  # nothing shown
 
 
 @pytest.mark.parametrize("actions", ["text", "choices"])
