@@ -105,12 +105,12 @@ def bench(n: int, queries: int, vectors: np.ndarray) -> dict[str, float]:
             ids = [m.id for m in store.inspect("bench", limit=10_000)]
             updates, start = 0, time.perf_counter()
             for lo in range(0, len(ids), 100):
-                ns.update_q(ids[lo : lo + 100], 1.0, lambda q: q_update(q, 1.0, 0.3, 0.0, 0.0))
+                ns.update_q(ids[lo : lo + 100], 1.0, lambda q: q_update(q, 1.0, 0.3))
                 updates += len(ids[lo : lo + 100])
             update_s = time.perf_counter() - start
             episodes, start = 0, time.perf_counter()
             for lo in range(0, 900, 3):  # the memory's real pattern: one transaction per episode, k2 = 3 items
-                ns.update_q(ids[lo : lo + 3], -1.0, lambda q: q_update(q, -1.0, 0.3, 0.0, 0.0))
+                ns.update_q(ids[lo : lo + 3], -1.0, lambda q: q_update(q, -1.0, 0.3))
                 episodes += 1
             episode_s = time.perf_counter() - start
 

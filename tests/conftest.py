@@ -32,3 +32,16 @@ def bfcl_data():
     from ttlearn.data.bfcl import prepare_bfcl
 
     return prepare_bfcl()
+
+
+@pytest.fixture(scope="session")
+def spider_data():
+    """Spider-dev on SQLite for the `sql` environment, built once per machine (`ttlearn data prepare sql`; instant
+    when present)."""
+    from ttlearn.data.prepare import load_question_set, prepare_sql, spider_dir
+
+    try:
+        load_question_set(spider_dir())
+    except (FileNotFoundError, ValueError):
+        prepare_sql()
+    return spider_dir()

@@ -158,3 +158,21 @@ def test_train_commands_come_from_the_trainer_registry(tmp_path):
     bad = invoke("train", "lamer", "--algo", "magic", "--out", str(tmp_path / "t"))
     assert bad.exit_code == 2 and "algo" in bad.output and "Traceback" not in bad.output
     assert not (tmp_path / "t").exists()  # refused before a directory was written
+
+
+def test_fork_and_diff_work_on_trial_runs(tmp_path):
+    from ttlearn.runs import RunDir, read_tasks
+
+    out = tmp_path / "t"
+    args = ["run", "minesweeper", "--memory", "history", "--tasks", "3", "--attempts", "1", "--carry-memory"]
+    assert invoke(*args, "--llm", "scripted:random", "--out", str(out)).exit_code == 0
+    diff = invoke("memory", "diff", str(out), "--from", "1", "--to", "3")
+    assert diff.exit_code == 0 and "after task 3" in diff.output and "\n+" in diff.output
+    assert invoke("memory", "fork", str(out), "--game", "2", "--out", str(tmp_path / "f")).exit_code == 0
+    after_two = RunDir(out).task_memory(read_tasks(out)[1])
+    assert RunDir(tmp_path / "f").latest_state() == {"memory": after_two}
+    # a session started from the fork starts from task 2's memory
+    session = ["run", "minesweeper", "--memory", "history", "--games", "1", "--llm", "scripted:random"]
+    assert invoke(*session, "--memory-from", str(tmp_path / "f"), "--out", str(tmp_path / "s")).exit_code == 0
+    assert Run.open(tmp_path / "s").snapshot(1)["state"]["memory"]["logs"][0] == after_two["logs"][-1]
+    assert "between 1 and 3" in invoke("memory", "diff", str(out), "--from", "1", "--to", "4").output

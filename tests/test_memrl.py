@@ -36,14 +36,24 @@ def test_phase_a_keeps_top_k1_above_delta_best_first() -> None:
 
 
 def test_phase_b_ranks_by_hand_computed_scores() -> None:
-    # kept Q = [0, 1, 0.5]: mean 0.5, std sqrt(1/6) → z_Q = [-1.2247, 1.2247, 0]; z_sim = [1.5, 0.5, 2.0]
+    # z_Q over ALL phase-A candidates, before the q_min filter (the released code's order): Q = [0, 1, −1, 0.5],
+    # mean 0.125, population std √0.546875 = 0.739510 → z_Q = [−0.169031, 1.183216, −1.521278, 0.507093];
+    # z_sim = [1.5, 0.5, 1.0, 2.0]; candidate 2 (Q −1 < −0.5) is then dropped.
     cands = [(0.8, 0.0), (0.6, 1.0), (0.7, -1.0), (0.9, 0.5)]
     out = phase_b(cands, q_min=-0.5, w_sim=0.5, w_q=0.5, sim_mean=0.5, sim_std=0.2, k2=2, epsilon=0.0, rng=None)
     assert out.chosen == [3, 1] and not out.explored
     assert out.scores[2] is None
-    assert out.scores[0] == pytest.approx(0.5 * (1.5 - 1.224745), abs=1e-6)
-    assert out.scores[1] == pytest.approx(0.5 * (0.5 + 1.224745), abs=1e-6)
-    assert out.scores[3] == pytest.approx(1.0)
+    assert out.scores[0] == pytest.approx(0.5 * (1.5 - 0.169031), abs=1e-6)
+    assert out.scores[1] == pytest.approx(0.5 * (0.5 + 1.183216), abs=1e-6)
+    assert out.scores[3] == pytest.approx(0.5 * (2.0 + 0.507093), abs=1e-6)
+
+
+def test_z_q_is_taken_before_the_q_min_filter() -> None:
+    # Two candidates: Q = 0.2 (kept) and −5 (dropped). Over all candidates: mean −2.4, std 2.6 → z_Q(0.2) = 1.0;
+    # over the kept one alone std would be 0 and z_Q 0. Score = 0.5·(0.5 − 0.5)/0.1 + 0.5·1.0 = 0.5.
+    out = phase_b([(0.5, 0.2), (0.9, -5.0)], q_min=-1, w_sim=0.5, w_q=0.5, sim_mean=0.5, sim_std=0.1, k2=1,
+                  epsilon=0.0, rng=None)
+    assert out.chosen == [0] and out.scores == [pytest.approx(0.5), None]
 
 
 def test_phase_b_clips_z_q_at_three() -> None:
@@ -117,7 +127,7 @@ def test_memory_writes_reflections_and_strategies_and_learns_q(tmp_path: Path) -
     assert mem.llm.calls[-1]["temperature"] == 0.0 and mem.llm.calls[-1]["seed"] == 0
 
     shown = mem.context(task)
-    assert shown.startswith("Relevant past experiences:\n[1] Task: " + task)
+    assert shown.startswith("Task: " + task)  # one item is shown as it is, several numbered
     mem.observe(episode(1, task, success=True))
     newest, oldest = mem.ns.store.inspect("default")
     assert (oldest.q_value, oldest.visits, oldest.last_reward) == (pytest.approx(0.3), 1, 1.0)  # 0.7·0 + 0.3·1
@@ -133,7 +143,7 @@ def test_trajectory_items_need_no_llm_call(tmp_path: Path) -> None:
     assert item.experience.startswith("Task: opponent plays rock\nOutcome: success (score 1)\nTrajectory:\n")
     assert "round 1 -> rock" in item.experience and "Strategy" not in item.experience
     assert mem.llm.calls == []
-    with pytest.raises(ValueError, match="write must be one of notes, trajectory, got 'summary'"):
+    with pytest.raises(ValueError, match="write must be one of notes, trajectory, answer, got 'summary'"):
         memory(tmp_path, write="summary")
 
 
@@ -244,7 +254,7 @@ def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Pa
 
 def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
     from ttlearn.rollout.trials import run_trials
-    from ttlearn.runs import TrialConfig, read_tasks
+    from ttlearn.runs import RunDir, TrialConfig, read_tasks
 
     config = TrialConfig(
         env="rps",
@@ -255,18 +265,19 @@ def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
         writer="smollm2",  # validated by name, built by the fake factory below
         tasks=3,
         attempts=2,
+        carry_memory=False,  # the opt-out: memrl carries from task to task by default
     )
     run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
     records = read_tasks(tmp_path / "t")
     # each task starts empty and holds its own observed attempts only (all but the last, which is not observed)
-    counts = [len(r["memory"]["memories"]["items"]) for r in records]
+    counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in records]
     assert counts == [len(r["attempts"]) - 1 for r in records]
     assert counts[1] > 0 and counts[2] == 0  # task 3 does not see task 2's memory
 
 
 def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
     from ttlearn.rollout.session import open_session
-    from ttlearn.runs import Run, RunConfig
+    from ttlearn.runs import Run, RunConfig, RunDir
 
     def play(out: Path, games: int, memory_from: str | None = None) -> Run:
         config = RunConfig(
@@ -284,8 +295,108 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
         return run
 
     origin = play(tmp_path / "origin", games=3)
-    fork = play(tmp_path / "fork", games=1, memory_from=str(origin.snapshot_path(2)))  # what `memory fork` copies
+    RunDir(tmp_path / "copy").write_fork(origin.path, 2, origin.snapshot(2))  # what `memory fork` writes
+    fork = play(tmp_path / "fork", games=1, memory_from=str(tmp_path / "copy"))
     with MemoryStore(origin.path / "memrl.sqlite") as a, MemoryStore(fork.path / "memrl.sqlite") as b:
         assert [m.episode for m in a.inspect("default")] == [3, 2, 1]
         assert [m.episode for m in b.inspect("default")] == [1, 2, 1]  # origin's games 1-2, then its own game 1
         assert {m.run_id for m in b.inspect("default")} == {"origin", "fork"}
+
+
+# -- issue 20: MemRL as its paper configures it --------------------------------------------------------------------
+
+
+def test_presets_hold_the_released_configurations(tmp_path: Path) -> None:
+    from ttlearn.memory.memrl import PRESETS
+
+    # configs/rl_bcb_config.yaml, rl_llb_config.yaml, rl_hle_config.yaml of the official repository
+    bcb = {"k1": 5, "k2": 5, "delta": 0.5, "epsilon": 0.1, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
+           "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.31, "sim_std": 0.10, "join_threshold": 0.9}
+    llb = {"k1": 10, "k2": 5, "delta": 0.5, "epsilon": 0.01, "q_min": -0.8, "q_init": 0.5, "reward_failure": 0.0,
+           "sim_mean": 0.39, "sim_std": 0.14, "join_threshold": 0.99, "batch": 5}
+    hle = {"k1": 5, "k2": 3, "delta": 0.25, "epsilon": 0.0, "q_min": -10.0, "sim_mean": 0.186, "sim_std": 0.094,
+           "batch": 32}
+    alfworld = {"k1": 5, "k2": 3, "delta": 0.62, "epsilon": 0.0, "q_min": -10.0}
+    for name, values in {"bcb": bcb, "llb": llb, "hle": hle, "alfworld": alfworld}.items():
+        assert {k: PRESETS[name][k] for k in values} == values, name
+    mem = memory(tmp_path, preset="llb", epsilon=None, delta=None)
+    assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.q_min, mem.cfg.sim_mean, mem.batch) == (10, 5, -0.8, 0.39, 5)
+    assert (mem.q_init, mem.rewards) == (0.5, (1.0, 0.0))
+    assert memory(tmp_path, preset="hle", k2=2).cfg.k2 == 2  # an option given beside a preset wins
+    with pytest.raises(ValueError, match="unknown memrl preset 'nope'; choose one of: alfworld, bcb"):
+        memory(tmp_path, preset="nope")
+    with pytest.raises(ValueError, match="fixes alpha"):
+        memory(tmp_path, name="memp", preset="bcb", alpha=0.3)
+    assert memory(tmp_path, name="memp", preset="bcb").alpha == 0.0  # a baseline's pin beats the preset
+
+
+def test_defaults_are_the_bcb_release_with_the_embedders_own_statistics(tmp_path: Path) -> None:
+    from ttlearn.memory.embed import SIMILARITY_STATS
+
+    mem = memory(tmp_path, epsilon=None, delta=None)
+    assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.delta, mem.cfg.q_min, mem.cfg.epsilon) == (5, 5, 0.5, -0.8, 0.1)
+    assert (mem.cfg.sim_mean, mem.cfg.sim_std) == SIMILARITY_STATS["hash"]
+
+
+def test_answer_items_show_the_task_and_the_verified_answer_only(tmp_path: Path) -> None:
+    mem = memory(tmp_path, write="answer", keep="successes")
+    done = Episode(0, 0, "How many singers?", (Step("schema…", "SELECT count(*) FROM singer", 1.0),), 1.0, True,
+                   {"answer": "```sql\nSELECT count(*) FROM singer\n```", "transcript": "long transcript"})
+    mem.observe(done)
+    (item,) = mem.ns.store.inspect("default")
+    assert item.experience == "Task: How many singers?\nVerified answer:\n```sql\nSELECT count(*) FROM singer\n```"
+    assert mem.llm.calls == []
+
+
+def test_mini_batches_retrieve_from_the_frozen_memory_and_update_together(tmp_path: Path) -> None:
+    mem = memory(tmp_path, write="trajectory", batch=2)
+    task = "opponent plays rock"
+    mem.observe(episode(0, task, success=True))
+    assert len(mem.ns) == 0 and mem.context(task) == ""  # task 2 still sees the memory of the batch's start
+    mem.observe(episode(1, task, success=False))
+    assert [m.episode for m in mem.ns.store.inspect("default")] == [1, 0]  # both written when the batch filled
+    assert mem.context(task)
+    state = json.loads(json.dumps(mem.state()))
+    mem.observe(episode(2, task, success=False))  # pending: its Q update waits for the batch
+    assert {m.q_value for m in mem.ns.store.inspect("default")} == {0.0}
+    clone = memory(tmp_path / "clone", write="trajectory", batch=2)
+    clone.load(state)
+    clone.observe(episode(2, task, success=False))
+    assert clone.state()["pending"] == mem.state()["pending"]
+    with pytest.raises(ValueError, match="batch must be at least 1"):
+        memory(tmp_path, batch=0)
+
+
+def test_learning_memories_carry_from_task_to_task_by_default() -> None:
+    from ttlearn.rollout.trials import with_defaults
+    from ttlearn.runs import TrialConfig
+
+    base = {"env": "rps", "player": "scripted:random", "tasks": 2}
+    for name in ("memrl", "memp", "rag", "expel", "cheatsheet"):
+        config = with_defaults(TrialConfig(**base, memory=name))
+        assert (config.carry_memory, config.attempts) == (True, 1), name
+    lamer = with_defaults(TrialConfig(**base, memory="lamer"))
+    assert (lamer.carry_memory, lamer.attempts) == (False, 3)
+    opted_out = with_defaults(TrialConfig(**base, memory="memrl", carry_memory=False))
+    assert (opted_out.carry_memory, opted_out.attempts) == (False, 3)
+    sql = with_defaults(TrialConfig(**{**base, "env": "sql"}, memory="memrl", memory_options={"k2": 2}))
+    assert sql.memory_options == {"preset": "sql", "k2": 2}  # the family's preset, the user's option over it
+
+
+def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None:
+    from ttlearn.rollout.trials import run_trials
+    from ttlearn.runs import RunDir, TrialConfig, load_trial_config, read_tasks
+
+    config = TrialConfig(
+        env="rps",
+        env_options={"opponent": "constant", "rounds": 2},
+        memory="memrl",
+        memory_options={"embedder": "hash", "epsilon": 0.0, "write": "trajectory"},
+        player="scripted:random",
+        tasks=3,
+    )
+    run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
+    counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in read_tasks(tmp_path / "t")]
+    assert counts == [1, 2, 3]  # one attempt per task, every task's episode kept and carried on
+    saved = load_trial_config(tmp_path / "t")
+    assert (saved.carry_memory, saved.attempts) == (True, 1)  # the resolved defaults are what the run records

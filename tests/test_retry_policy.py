@@ -6,7 +6,15 @@ import email.utils
 
 import pytest
 
-from ttlearn.llm.openai import RetryPolicy, backoff_delay, is_transient, parse_policy, retry_after_s, retry_wait_s
+from ttlearn.llm.openai import (
+    RetryPolicy,
+    backoff_delay,
+    is_context_overflow,
+    is_transient,
+    parse_policy,
+    retry_after_s,
+    retry_wait_s,
+)
 
 
 def test_which_statuses_are_retried():
@@ -68,3 +76,12 @@ def test_spec_options_make_the_policy():
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
         parse_policy(options)
+
+
+def test_a_refusal_for_a_prompt_over_the_context_is_told_apart():
+    vllm = "This model's maximum context length is 4096 tokens. However, you requested 16709 tokens"
+    assert is_context_overflow(400, vllm)
+    assert is_context_overflow(400, '{"error": {"code": "context_length_exceeded"}}')
+    assert is_context_overflow(400, "the request exceeds the available context size, try increasing it")
+    assert not is_context_overflow(400, "unknown field: response_format")
+    assert not is_context_overflow(500, vllm)  # a server error is retried, whatever it says

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ttlearn.rollout.session import open_session
-from ttlearn.runs import Run, RunConfig
+from ttlearn.runs import Run, RunConfig, SnapshotStore, canonical_hash
 
 
 def scripted_config(**overrides) -> RunConfig:
@@ -37,11 +37,52 @@ def play(path: Path, config: RunConfig) -> Run:
 def test_run_directory_holds_config_events_snapshots(tmp_path):
     run = play(tmp_path / "r", scripted_config())
     assert json.loads((run.path / "config.json").read_text())["env"] == "rps"
-    assert sorted(p.name for p in (run.path / "snapshots").iterdir()) == [f"game_{i:04d}.json" for i in range(1, 5)]
+    assert sorted(p.name for p in run.path.iterdir()) == ["config.json", "events.jsonl", "snapshots.jsonl"]
     kinds = [e["type"] for e in run.events()]
     assert kinds.count("game") == 4 and kinds.count("step") == 40
     snap = run.snapshot(4)
-    assert len(snap["state"]["memory"]["logs"]) == 2 and snap["hash"]
+    assert len(snap["state"]["memory"]["logs"]) == 2 and snap["hash"] == canonical_hash(snap["state"])
+    games = [e for e in run.events() if e["type"] == "game"]
+    assert [g["memory_hash"] for g in games] == [run.snapshot(g)["hash"] for g in (1, 2, 3, 4)]
+    assert Run.open(run.path).snapshot(3) == run.snapshot(3)
+
+
+def memrl_like_state(tasks: int) -> dict:
+    """A carried memory after `tasks` tasks: one new item per task (a 1.5 kB text), and every task updates the Q of
+    the three items it retrieved, as MemRL's does."""
+    items = [{"id": i, "text": f"{i} " + "x" * 1500, "q": 0.0} for i in range(tasks)]
+    for t in range(tasks):
+        for i in (t * 7 % tasks, t * 13 % tasks, t * 29 % tasks):
+            items[i]["q"] += 0.1
+    return {"memories": {"items": items}, "retrieved": [1, 2], "rng": {"state": tasks}}
+
+
+def test_snapshots_are_stored_once_by_content_and_grow_linearly(tmp_path):
+    store = SnapshotStore(tmp_path / "snapshots.jsonl")
+    sizes, keys = [0], []
+    for tasks in range(1, 201):
+        keys.append(store.put(memrl_like_state(tasks)))
+        sizes.append(store.path.stat().st_size)
+    first, second = sizes[100] - sizes[0], sizes[200] - sizes[100]
+    assert second < 1.3 * first  # quadratic growth would make the second hundred tasks cost 3x the first
+    whole = sum(len(json.dumps(memrl_like_state(t))) for t in range(1, 201))
+    assert sizes[-1] < whole / 10  # what embedding every state in every record cost
+    assert store.put(memrl_like_state(200)) == keys[-1] and store.path.stat().st_size == sizes[-1]  # stored once
+    reread = SnapshotStore(store.path)
+    assert [reread.get(keys[t - 1]) for t in (1, 77, 200)] == [memrl_like_state(t) for t in (1, 77, 200)]
+
+
+def test_a_torn_snapshot_write_is_dropped_before_the_next_one(tmp_path):
+    store = SnapshotStore(tmp_path / "snapshots.jsonl")
+    kept = store.put(memrl_like_state(3))
+    with open(store.path, "a") as fh:
+        fh.write('{"hash": "abc", "val')  # a write cut by a kill
+    store = SnapshotStore(store.path)
+    later = store.put(memrl_like_state(4))
+    reread = SnapshotStore(store.path)
+    assert reread.get(kept) == memrl_like_state(3) and reread.get(later) == memrl_like_state(4)
+    with pytest.raises(ValueError, match="reserve"):
+        store.put({"notes": {"$chunks": []}})
 
 
 def test_torn_tail_is_dropped_and_the_game_replayed(tmp_path):
@@ -156,3 +197,66 @@ def test_kill_9_mid_flight_with_concurrency_resumes_exactly_as_a_sequential_run(
 def test_concurrency_is_refused_where_games_depend_on_each_other(tmp_path):
     with pytest.raises(ValueError, match="depend on each other"):
         open_session(Run.create(tmp_path / "r", scripted_config()), concurrency=2)
+
+
+LEGACY = Path(__file__).parent / "data" / "legacy"
+"""Run directories written before snapshots were stored by content (by ttlearn at commit 677f6c8): a session with
+snapshots/game_NNNN.json, a fork of its game 2, and a carried trial run whose records embed their memory."""
+
+
+def test_an_old_session_still_reads_replays_and_resumes(tmp_path):
+    import shutil
+
+    from ttlearn.runs import latest_state
+
+    old = Run.open(LEGACY / "session", repair=False)
+    files = [json.loads((LEGACY / "session" / "snapshots" / f"game_{g:04d}.json").read_text()) for g in (1, 2, 3)]
+    assert [old.snapshot(g)["state"] for g in (1, 2, 3)] == [f["state"] for f in files]
+    fork_file = LEGACY / "fork" / "snapshots" / "game_0002.json"
+    assert latest_state(LEGACY / "fork") == files[1]["state"] == latest_state(fork_file)
+    replay = cli("replay", str(LEGACY / "session"), "--out", str(tmp_path / "replayed"))
+    assert replay.wait(timeout=120) == 0 and "reproduced exactly" in replay.stdout.read()
+    copy = tmp_path / "extended"
+    shutil.copytree(LEGACY / "session", copy)
+    config = json.loads((copy / "config.json").read_text())
+    (copy / "config.json").write_text(json.dumps({**config, "games": 4}))
+    run = Run.open(copy)
+    open_session(run).play()
+    reread = Run.open(copy)
+    assert reread.snapshot(2)["state"] == files[1]["state"] and len(reread.snapshot(4)["state"]["memory"]["logs"]) == 2
+    assert (copy / "snapshots.jsonl").exists()  # game 4 went into the content store, games 1-3 stay in their files
+
+
+def test_an_old_trial_run_still_reads_and_resumes_where_it_stopped(tmp_path):
+    import shutil
+
+    from ttlearn.rollout.trials import run_trials
+    from ttlearn.runs import RunDir, load_trial_config, read_tasks
+
+    old = read_tasks(LEGACY / "trials", repair=False)
+    assert [RunDir(LEGACY / "trials").task_memory(r) for r in old] == [r["memory"] for r in old]
+    assert RunDir(LEGACY / "trials").memory_after(3)["state"] == {"memory": old[2]["memory"]}
+    copy = tmp_path / "t"
+    shutil.copytree(LEGACY / "trials", copy)
+    (copy / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old[:2]))  # stopped after task 2
+    run_trials(load_trial_config(copy), copy)
+    resumed = read_tasks(copy)
+    def played(record: dict) -> list:
+        return [(a["steps"], a["score"], a["info"]["context"]) for a in record["attempts"]]
+
+    assert played(resumed[2]) == played(old[2])  # task 3 started from task 2's embedded memory
+    assert RunDir(copy).task_memory(resumed[2]) == old[2]["memory"] and "memory" not in resumed[2]
+
+
+def test_every_committed_trial_config_still_loads():
+    from ttlearn.runs import RunDir, TrialConfig
+
+    configs = sorted(Path(__file__).parents[1].glob("**/trials.json"))
+    assert len(configs) > 20
+    assert all(isinstance(RunDir(c.parent).config(), TrialConfig) for c in configs)
+
+
+def test_a_memory_that_needs_trials_is_refused_in_a_session_whoever_builds_it(tmp_path):
+    """The memory declares it (`needs_trials`); the check is in the session's validation, not a name list in the CLI."""
+    with pytest.raises(ValueError, match="add --tasks K"):
+        open_session(Run.create(tmp_path / "r", scripted_config(memory="lamer")))

@@ -67,10 +67,11 @@ def test_write_retrieve_feedback_and_inspect(service: Service) -> None:
     first = service.add("a", "opponent always plays rock", "play paper")
     service.add("a", "how to bake bread", "knead for ten minutes")
     found = service.call("POST", "/v1/namespaces/a/retrieve", a, json={"query": "opponent always plays rock"}).json()
-    # one candidate passes δ = 0.4: z_sim = (1 − 0.5) / 0.15 = 3.333, z_Q = 0 (one Q) → score = 0.5 · 3.333
+    # one candidate passes δ = 0.5 (the released BigCodeBench settings): z_sim = (1 − 0.31) / 0.10 = 6.9, z_Q = 0
+    # (one Q) → score = 0.5 · 6.9
     assert [item["id"] for item in found["items"]] == [first] and found["candidates"] == 1
     assert found["items"][0]["similarity"] == pytest.approx(1.0, abs=1e-6)
-    assert found["items"][0]["score"] == pytest.approx(5 / 3, abs=1e-5)
+    assert found["items"][0]["score"] == pytest.approx(3.45, abs=1e-5)
     assert found["items"][0]["experience"] == "play paper"
 
     q1 = service.call("POST", "/v1/namespaces/a/feedback", a, json={"ids": [first], "reward": 1.0}).json()

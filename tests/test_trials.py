@@ -19,7 +19,7 @@ from ttlearn.players.llm import LLMPlayer
 from ttlearn.players.turn import TurnPlayer
 from ttlearn.rollout.loop import play_trial
 from ttlearn.rollout.trials import run_trials, validate_trials
-from ttlearn.runs import TASKS_FILE, TrialConfig, read_tasks
+from ttlearn.runs import RunDir, TrialConfig, read_tasks
 from ttlearn.types import Completion, Episode, Step
 
 REFLECTION = "Push the left box first, then go around."
@@ -41,6 +41,11 @@ class ChoosingFake(FakeLLM):
 
 def act_seed(attempt: int, step: int) -> int:
     return 100 * attempt + step
+
+
+def memories(out) -> list[dict]:
+    """The task records of a run with each one's memory state (stored by hash) filled in."""
+    return [{**r, "memory": RunDir(out).task_memory(r)} for r in read_tasks(out)]
 
 
 def test_restart_replays_the_same_instance_in_every_attempt() -> None:
@@ -83,8 +88,7 @@ def _lamer_run(tmp_path, mode: str) -> tuple[list[dict], FakeLLM]:
         attempts=2,
     )  # served by the fake
     run_trials(config, tmp_path / mode, llm_factory=lambda spec: fake)
-    records = [json.loads(line) for line in (tmp_path / mode / TASKS_FILE).read_text().splitlines()]
-    return records, fake
+    return memories(tmp_path / mode), fake
 
 
 def test_reflection_mode_shows_the_reflection_to_attempt_two(tmp_path) -> None:
@@ -214,14 +218,15 @@ def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
     config = TrialConfig(env="minesweeper", memory="none", player="scripted:random", tasks=3, attempts=2)
     out = tmp_path / "run"
     full = run_trials(config, out)
-    lines = (out / TASKS_FILE).read_text().splitlines(keepends=True)
-    (out / TASKS_FILE).write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write
-    torn = (out / TASKS_FILE).read_bytes()
-    assert len(read_tasks(out, repair=False)) == 2 and (out / TASKS_FILE).read_bytes() == torn  # readers never cut
+    tasks = RunDir(out).tasks
+    lines = tasks.read_text().splitlines(keepends=True)
+    tasks.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write
+    torn = tasks.read_bytes()
+    assert len(read_tasks(out, repair=False)) == 2 and tasks.read_bytes() == torn  # readers never cut
     played: list[int] = []
     resumed = run_trials(config, out, progress=lambda done, total, record: played.append(record["task"]))
     assert played == [3]
-    again = (out / TASKS_FILE).read_text().splitlines()
+    again = tasks.read_text().splitlines()
     assert len(again) == 3 and json.loads(again[2])["attempts"] == json.loads(lines[2])["attempts"]
     assert resumed["success_at_k"] == full["success_at_k"]
     with pytest.raises(FileExistsError, match="different trial run"):
@@ -241,7 +246,7 @@ def test_epochs_carry_the_memory_and_report_memrl_protocol_metrics(tmp_path):
         env="minesweeper", memory="history", player="scripted:random", tasks=2, attempts=1, epochs=3, seed=4
     )
     summary = run_trials(config, tmp_path / "epochs")
-    records = read_tasks(tmp_path / "epochs")
+    records = memories(tmp_path / "epochs")
     assert [(r["epoch"], r["task"]) for r in records] == [(e, t) for e in (1, 2, 3) for t in (1, 2)]
     assert [r["seed"] for r in records[:2]] == [r["seed"] for r in records[2:4]]  # the same task set every epoch
     assert len(records[-1]["memory"]["logs"]) == 2 and records[-1]["memory"] != records[0]["memory"]  # carried over
@@ -267,7 +272,7 @@ def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_p
         seed=4,
     )
     summary = run_trials(config, tmp_path / "v")
-    records = read_tasks(tmp_path / "v")
+    records = memories(tmp_path / "v")
     assert [(r["type"], r["epoch"], r["task"]) for r in records] == [
         (kind, e, t) for e in (1, 2) for kind in ("task", "validation") for t in (1, 2)
     ]
@@ -312,8 +317,9 @@ class GoldWithMemoryFake(FakeLLM):
         return Completion(f"```sql\n{self.gold[question]}\n```" if remembers else "I am not sure.")
 
 
-def test_carried_memory_with_its_paired_control(tmp_path) -> None:
-    config = TrialConfig(
+def carried_sql_config() -> TrialConfig:
+    """Three `sql` mini questions, the memory carried from one to the next, each also played without it."""
+    return TrialConfig(
         env="sql",
         env_options={"dataset": "mini"},
         memory="history",
@@ -323,6 +329,10 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
         carry_memory=True,
         control=True,
     )
+
+
+def test_carried_memory_with_its_paired_control(tmp_path) -> None:
+    config = carried_sql_config()
     fake = GoldWithMemoryFake()
     summary = run_trials(config, tmp_path / "c", llm_factory=lambda spec: fake)
     records = read_tasks(tmp_path / "c")
@@ -335,8 +345,52 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
     assert summary["control"] == {
         "tasks": 3,
         "rows": [{"k": 1, "a": 2 / 3, "b": 0.0, "only_a": 2, "only_b": 0, "p_value": 0.5}],
+        "epoch": 1,
+        "invalid_rate": {"memory": 1 / 3, "control": 1.0},  # "I am not sure." holds no query: 1 of 3, 3 of 3
     }
     assert "memory_gain" not in summary
     with pytest.raises(ValueError, match="what memory 'none' already does"):
         run_trials(config.model_copy(update={"memory": "none"}), tmp_path / "n")
     assert not (tmp_path / "n").exists()
+
+
+def test_the_control_pairs_each_instance_once_over_epochs(tmp_path) -> None:
+    config = TrialConfig(
+        env="sql",
+        env_options={"dataset": "mini"},
+        memory="history",
+        player="qwen-coder",
+        tasks=3,
+        attempts=1,
+        epochs=2,
+        control=True,
+    )
+    fake = GoldWithMemoryFake()
+    summary = run_trials(config, tmp_path / "e", llm_factory=lambda spec: fake)
+    records = read_tasks(tmp_path / "e")
+    assert ["control_first_success" in r for r in records] == [False] * 3 + [True] * 3  # the last epoch only
+    assert len(fake.calls) == 9  # six memory decisions, three control ones
+    # Epoch 2 sees a memory from its first task on: 3/3 vs 0/3, discordant (3, 0): p = 2 · 1/2³ = 0.25.
+    # Pooled over both epochs it would have counted 6 pairs (5 vs 0, p = 0.0625) for 3 instances.
+    assert summary["control"]["tasks"] == 3 and summary["control"]["epoch"] == 2
+    assert summary["control"]["rows"][0]["p_value"] == 0.25
+
+
+def test_a_trial_run_replays_from_its_recorded_calls(tmp_path) -> None:
+    """`ttlearn replay` on a trial run: no model, every call answered from the records, the same outcomes; a changed
+    recording is caught."""
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+
+    config = carried_sql_config()
+    run_trials(config, tmp_path / "c", llm_factory=lambda spec: GoldWithMemoryFake())
+    replayed = CliRunner().invoke(app, ["replay", str(tmp_path / "c"), "--out", str(tmp_path / "r")])
+    assert replayed.exit_code == 0 and "reproduced exactly" in replayed.output, replayed.output
+    assert [r["first_success"] for r in read_tasks(tmp_path / "r")] == [None, 1, 1]
+    tasks = RunDir(tmp_path / "c").tasks
+    records = read_tasks(tmp_path / "c")
+    records[2]["calls"][0]["completion"]["text"] = "I am not sure."  # the memory arm now fails the last task
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in records))
+    changed = CliRunner().invoke(app, ["replay", str(tmp_path / "c"), "--out", str(tmp_path / "r2")])
+    assert changed.exit_code == 1 and "differ" in changed.output

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from ttlearn.cli import arena, data, memory, play, serve, show, train
+from ttlearn.cli import arena, data, memory, play, results, serve, show, train
 from ttlearn.cli.common import console, friendly
 
 app = typer.Typer(
@@ -13,9 +13,28 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def plugins(
+    plugin: list[str] = typer.Option(
+        [],
+        "--plugin",
+        metavar="MODULE",
+        help="Import a plug-in module (a module name or a .py file) that registers environments, memories, LLM back "
+        "ends or players; repeatable. Also $TTLEARN_PLUGINS (comma-separated). Runs record it for resume and replay.",
+    ),
+) -> None:
+    """Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory."""
+    from ttlearn.registry import load_plugins
+
+    load_plugins(plugin)
+
+
+app.callback()(friendly(plugins))
 play.register(app)
 app.command()(friendly(show.show))
 app.command()(friendly(serve.serve))
+app.command()(friendly(results.results))
 arena.register(app)
 app.add_typer(memory.memory_app, name="memory")
 app.add_typer(train.train_app, name="train")
@@ -31,14 +50,20 @@ def list_parts() -> None:
     from ttlearn.players.base import PLAYERS
     from ttlearn.rollout.parts import default_player
 
+    from ttlearn.train.base import TRAINERS
+
     envs = ", ".join(f"{name} ({default_player(name)})" for name in ENVS.names())
     console.print(f"[bold]environments[/] (default player): {envs}")
     for title, registry in (
         ("memories", MEMORIES),
         ("llms", LLMS),
         ("scripted players", PLAYERS),
+        ("trainers", TRAINERS),
     ):
         console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
+    for registry in (ENVS, MEMORIES, LLMS, PLAYERS, TRAINERS):
+        for reason in registry.broken().values():
+            console.print(f"[yellow]unavailable:[/] {reason}", markup=True, highlight=False)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`

@@ -146,8 +146,13 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
             f"memory, exact McNemar p = {g['p_value']:.3g}"
         )
     if summary.get("control"):
-        lines.append("vs the same player without memory on the same tasks and seeds (--control):")
-        lines.append(format_paired_rows(summary["control"]["rows"], "memory", "control"))
+        control = summary["control"]
+        epoch = f", epoch {control['epoch']}" if summary.get("protocol") else ""
+        lines.append(f"vs the same player without memory on the same tasks and seeds (--control{epoch}):")
+        lines.append(format_paired_rows(control["rows"], "memory", "control"))
+        if control.get("invalid_rate"):
+            rates = control["invalid_rate"]
+            lines.append(f"invalid replies: with memory {rates['memory']:.1%} · control {rates['control']:.1%}")
     if summary.get("protocol"):
         p = summary["protocol"]
         rates = " ".join(f"{r:.2f}" for r in p["epoch_success"])

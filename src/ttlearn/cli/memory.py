@@ -11,7 +11,11 @@ import typer
 from rich.table import Table
 
 from ttlearn.cli.common import console, friendly
-from ttlearn.runs import Run
+from ttlearn.runs import RunDir
+
+
+def _unit(run_dir: Path) -> str:
+    return "task" if RunDir(run_dir).kind == "trials" else "game"
 
 memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)
 
@@ -19,29 +23,29 @@ memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of
 @memory_app.command("fork")
 @friendly
 def memory_fork(
-    run_dir: Path = typer.Argument(..., help="The run whose memory to fork."),
-    game: int = typer.Option(..., help="Fork the memory as it was after this game."),
+    run_dir: Path = typer.Argument(..., help="The run whose memory to fork (a session or a trial run)."),
+    game: int = typer.Option(..., help="Fork the memory as it was after this game (trial runs: this task)."),
     out: Path = typer.Option(..., help="Folder for the fork; pass it to `ttlearn run --memory-from`."),
 ) -> None:
-    """Copy the memory after game N into a new folder, to continue from it with `run --memory-from` (new seed)."""
-    snapshot = Run.open(run_dir, repair=False).snapshot(game)
-    (out / "snapshots").mkdir(parents=True, exist_ok=False)
-    (out / "snapshots" / f"game_{game:04d}.json").write_text(json.dumps(snapshot, ensure_ascii=False))
-    (out / "fork.json").write_text(json.dumps({"source": str(run_dir), "game": game, "hash": snapshot["hash"]}))
-    console.print(f"forked memory of {run_dir} after game {game} (hash {snapshot['hash'][:12]}) → {out}")
+    """Copy the memory after game (or task) N into a new folder, to continue from it with `run --memory-from`."""
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; fork into a new folder")
+    snapshot = RunDir(run_dir).memory_after(game)
+    RunDir(out).write_fork(run_dir, game, snapshot)
+    console.print(f"forked memory of {run_dir} after {_unit(run_dir)} {game} (hash {snapshot['hash'][:12]}) → {out}")
 
 
 @memory_app.command("diff")
 @friendly
 def memory_diff(
-    run_dir: Path = typer.Argument(..., help="A run directory."),
-    a: int = typer.Option(..., "--from", help="Earlier game."),
-    b: int = typer.Option(..., "--to", help="Later game."),
+    run_dir: Path = typer.Argument(..., help="A run directory (a session or a trial run)."),
+    a: int = typer.Option(..., "--from", help="Earlier game (trial runs: task)."),
+    b: int = typer.Option(..., "--to", help="Later game (trial runs: task)."),
 ) -> None:
-    """Show what changed in the memory between two games (a unified diff of the snapshots)."""
-    run = Run.open(run_dir, repair=False)
-    before, after = (json.dumps(run.snapshot(g)["state"], indent=1, sort_keys=True).splitlines() for g in (a, b))
-    lines = list(difflib.unified_diff(before, after, f"after game {a}", f"after game {b}", lineterm=""))
+    """Show what changed in the memory between two games or tasks (a unified diff of the snapshots)."""
+    run, unit = RunDir(run_dir), _unit(run_dir)
+    before, after = (json.dumps(run.memory_after(g)["state"], indent=1, sort_keys=True).splitlines() for g in (a, b))
+    lines = list(difflib.unified_diff(before, after, f"after {unit} {a}", f"after {unit} {b}", lineterm=""))
     console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
 
 
@@ -49,8 +53,8 @@ def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
     """The MemRL store of a run, its namespace and the run id the session gave it."""
     from ttlearn.memory.store import MemoryStore
 
-    run = Run.open(run_dir, repair=False)
-    options = run.config.memory_options
+    run = RunDir(run_dir)
+    options = run.config().memory_options
     path = Path(options.get("store") or run.path / "memrl.sqlite")
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} has no MemRL store ({path}); was it run with --memory memrl/memp/rag?")

@@ -22,16 +22,14 @@ from ttlearn.cli.common import (
     print_summary,
     progress_bar,
 )
+from ttlearn.envs.base import ENVS
 from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.session import open_session, validate
-from ttlearn.rollout.trials import run_trials, validate_trials
-from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config
-
-TRIAL_MEMORIES = ("lamer",)
-"""Memories that only make sense between attempts at the same instance."""
+from ttlearn.rollout.trials import run_trials, validate_trials, with_defaults
+from ttlearn.runs import Run, RunConfig, TrialConfig, is_trial_dir, load_trial_config, read_tasks
 
 
 def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 1) -> None:
@@ -54,8 +52,9 @@ def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 
     print_summary(summary, run.path)
 
 
-def play_trials(config: TrialConfig, out: Path, concurrency: int = 1) -> None:
+def play_trials(config: TrialConfig, out: Path, concurrency: int = 1, replay: ReplayBook | None = None) -> None:
     """Run (or resume) a trial run with a progress bar, then print success@k."""
+    config = with_defaults(config)
     validate_trials(config, concurrency)
     with progress_bar(f"{config.env} · {config.memory} · {config.attempts} attempts", config.total) as update:
 
@@ -64,12 +63,21 @@ def play_trials(config: TrialConfig, out: Path, concurrency: int = 1) -> None:
             update(completed=done, last=f"task {done}: {'solved at ' + str(solved) if solved else 'unsolved'}")
 
         try:
-            summary = run_trials(config, out, progress=advance, concurrency=concurrency)
+            summary = run_trials(config, out, progress=advance, concurrency=concurrency, replay=replay)
         except KeyboardInterrupt:
             console.print(f"[yellow]interrupted; continue with:[/] ttlearn resume {out}")
             raise typer.Exit(130) from None
     console.print(format_trial_summary(summary), markup=False, highlight=False)
     console.print(f"run directory: [bold]{out}[/]")
+
+
+def warn_inexact(env: str, how: str) -> None:
+    """Say so when a run's environment declares it is not deterministic: its games cannot be reproduced exactly."""
+    if not ENVS.get(env).deterministic:
+        console.print(
+            f"[yellow]warning:[/] environment {env!r} declares deterministic = False, so a {how} run is not exact: "
+            "games may differ from an uninterrupted run, and a replay may ask questions the recording never saw"
+        )
 
 
 def register(app: typer.Typer) -> None:
@@ -96,14 +104,17 @@ def run(
     tasks: Optional[int] = typer.Option(
         None, min=1, help="Trial mode: how many task instances, each tried --attempts times (LaMer, MemRL protocol)."
     ),
-    attempts: Optional[int] = typer.Option(None, min=1, help="Trial mode: attempts per task (default 3)."),
+    attempts: Optional[int] = typer.Option(
+        None, min=1, help="Trial mode: attempts per task (default 1 when the memory carries over, else 3)."
+    ),
     epochs: Optional[int] = typer.Option(
         None, min=1, help="Trial mode, MemRL protocol: replay the task set N times, the memory carried over."
     ),
     carry_memory: Optional[bool] = typer.Option(
         None,
-        "--carry-memory",
-        help="Trial mode, MemRL's runtime learning: the memory carries from task to task (implied by --epochs > 1).",
+        "--carry-memory/--no-carry-memory",
+        help="Trial mode, MemRL's runtime learning: the memory carries from task to task. Default: yes for memories "
+        "that learn across tasks (memrl, memp, rag, expel, cheatsheet), no for the others; implied by --epochs > 1.",
     ),
     control: Optional[bool] = typer.Option(
         None,
@@ -177,8 +188,6 @@ def run(
         given = [flag for flag, value in trial_flags.items() if value is not None]
         if given:
             raise ValueError(f"{', '.join(given)} belong to trial mode: add --tasks K (how many task instances)")
-        if memory in TRIAL_MEMORIES:
-            raise ValueError(f"memory {memory!r} reflects between attempts at one task: add --tasks K (trial mode)")
         config = RunConfig(**parts, player=llm, games=games or 6, memory_from=str(memory_from) if memory_from else None)
         validate(config, concurrency)
         play_session(Run.create(out, config), concurrency=concurrency)
@@ -189,9 +198,9 @@ def run(
         **parts,
         player=f"hf:{policy}" if policy else llm,
         tasks=tasks,
-        attempts=attempts or 3,
+        **({"attempts": attempts} if attempts else {}),
         epochs=epochs or 1,
-        carry_memory=bool(carry_memory),
+        carry_memory=carry_memory,
         control=bool(control),
         validation_tasks=validation_tasks or 0,
         validation_env_options=parse_options(validation_opt, "--validation-opt"),
@@ -205,9 +214,12 @@ def resume(
 ) -> None:
     """Finish an interrupted run: no game (or trial task) is lost or played twice."""
     if is_trial_dir(run_dir):
-        play_trials(load_trial_config(run_dir), run_dir, concurrency)
+        config = load_trial_config(run_dir)
+        warn_inexact(config.env, "resumed")
+        play_trials(config, run_dir, concurrency)
         return
     run = Run.open(run_dir)
+    warn_inexact(run.config.env, "resumed")
     if run.finished:
         console.print(f"{run_dir} is already complete ({len(run.episodes)} games).")
         print_summary(summarize(run), run.path)
@@ -220,12 +232,30 @@ def replay(
     run_dir: Path = typer.Argument(..., help="A finished run to replay from its recorded LLM calls."),
     out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
 ) -> None:
-    """Re-run a recorded session without calling any model, and check that every score is reproduced."""
-    source = Run.open(run_dir)
-    book = ReplayBook(e for e in source.events() if e.get("type") == "call")
-    target = Run.create(out or Path(f"{run_dir}-replay"), source.config)
-    play_session(target, replay=book)
-    same = [a.score for a in source.episodes] == [b.score for b in target.episodes]
+    """Re-run a recorded session or trial run without calling any model, and check that every score is reproduced."""
+    out = out or Path(f"{run_dir}-replay")
+    if is_trial_dir(run_dir):
+        config, recorded = load_trial_config(run_dir), read_tasks(run_dir, repair=False)
+        warn_inexact(config.env, "replayed")
+        if len(recorded) < config.total:
+            raise ValueError(f"{run_dir} is unfinished ({len(recorded)} of {config.total} tasks); resume it first")
+        book = ReplayBook(c for r in recorded for c in r["calls"] if c.get("type") == "call")
+        play_trials(config, out, replay=book)
+        same = _trial_scores(recorded) == _trial_scores(read_tasks(out))
+    else:
+        source = Run.open(run_dir)
+        warn_inexact(source.config.env, "replayed")
+        book = ReplayBook(e for e in source.events() if e.get("type") == "call")
+        target = Run.create(out, source.config)
+        play_session(target, replay=book)
+        same = [a.score for a in source.episodes] == [b.score for b in target.episodes]
     console.print("[green]scores reproduced exactly[/]" if same else "[red]scores differ from the recording[/]")
     if not same:
         raise typer.Exit(1)
+
+
+def _trial_scores(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What a trial replay must reproduce: each task's first success (and its control's) and attempt scores."""
+    return [
+        (r["first_success"], r.get("control_first_success"), [a["score"] for a in r["attempts"]]) for r in records
+    ]

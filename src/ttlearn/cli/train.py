@@ -14,6 +14,7 @@ import typer
 from pydantic.fields import FieldInfo
 
 from ttlearn.cli.common import console, friendly, parse_options, progress_bar
+from ttlearn.registry import PluginError
 from ttlearn.train.base import TRAINERS, TrainConfig
 
 train_app = typer.Typer(
@@ -103,4 +104,7 @@ def _command(name: str) -> Callable[..., None]:
 
 
 for _name in TRAINERS.names():
-    train_app.command(_name)(_command(_name))
+    try:
+        train_app.command(_name)(_command(_name))
+    except PluginError:  # a broken plug-in loses its command only; `ttlearn list` says why
+        continue

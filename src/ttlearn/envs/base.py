@@ -3,11 +3,20 @@
 An `Env` is one *sequence* of episodes against fixed conditions (for RPS: one opponent; for `code`: one split of
 HumanEval). `reset(seed)` starts a new episode instance, `restart()` replays the same instance from its initial state
 (multi-attempt trials), `step(action)` advances it. Everything is deterministic given the constructor options and
-the seed.
+the seed, unless the class declares `deterministic = False` (a real simulator; `check_env` then checks the rest).
 
 Required: `describe, reset, restart, step, legal_actions, score`. Everything below the line "optional capabilities"
 has a working default; an environment overrides what it has. These are all the play loop, the trial runner, the
 scripted players and the reports may rely on — nothing is looked up by name elsewhere.
+
+Rules the runners rely on:
+- The constructor takes every option as a keyword, and always `seed=` (the run's seed; the runners pass it, so
+  accept it even if instances are seeded by `reset`). `make_env` records the options it was built with, and the
+  default `config()` returns them, so a twin or a resumed run rebuilds the same environment.
+- Building an environment and `instance_count()` are cheap (milliseconds): validation builds one before any model
+  loads, and `check_env` builds a twin. Start a simulator's process lazily, on the first `reset`.
+- `close()` releases what the environment started; whoever builds one (the runners, validation, `check_env`)
+  calls it.
 """
 
 from __future__ import annotations
@@ -20,13 +29,31 @@ from typing import Any, ClassVar
 from ttlearn.registry import Registry
 from ttlearn.types import Observation, StepResult
 
-ENVS: Registry[type["Env"]] = Registry("environment", "ttlearn.envs")
+ENVS: Registry[type["Env"]] = Registry(
+    "environment",
+    "ttlearn.envs",
+    {
+        "code": "ttlearn.envs.code:CodeEnv",
+        "holdem": "ttlearn.envs.holdem:HoldemEnv",
+        "household": "ttlearn.envs.household:Household",
+        "minesweeper": "ttlearn.envs.minesweeper:Minesweeper",
+        "rps": "ttlearn.envs.rps:RPSEnv",
+        "sokoban": "ttlearn.envs.sokoban:Sokoban",
+        "sql": "ttlearn.envs.sql:SQLEnv",
+        "tools": "ttlearn.envs.tools:Tools",
+    },
+)
 
 _WORD = re.compile(r"[a-z0-9]+")
 
 
+def words(text: str) -> list[str]:
+    """The lower-case words of `text`, punctuation dropped: how replies and actions are compared."""
+    return _WORD.findall(text.lower())
+
+
 def _normalise(text: str) -> str:
-    return " ".join(_WORD.findall(text.lower()))
+    return " ".join(words(text))
 
 
 def match_legal_action(text: str, legal_actions: Sequence[str]) -> str | None:
@@ -56,6 +83,8 @@ def match_legal_action(text: str, legal_actions: Sequence[str]) -> str | None:
 
 class Env(ABC):
     name: ClassVar[str]
+    _made_with: dict[str, Any]
+    """The options `make_env` built this environment with (unset when the class was called directly)."""
 
     actions_per_turn: int = 1
     """How many moves one `step` may carry (Sokoban: up to 3, comma-separated). A choice-scoring player composes a
@@ -64,6 +93,14 @@ class Env(ABC):
     """The most steps one attempt can take, where the environment has a fixed budget (puzzles); None otherwise."""
     reply_tokens: int = 16
     """How long a reply may be: a word for games, a whole function for `code`. The LLM player's `max_tokens`."""
+    deterministic: ClassVar[bool] = True
+    """False for a simulator that may differ between two processes given the same options, seed and moves (a room's
+    contents listed in another order, a sensor's reading): `check_env` then skips the checks that need equality and
+    says so, and `resume` / `replay` warn that such a run is not reproduced exactly."""
+    partial_actions: ClassVar[bool] = False
+    """True when `legal_actions()` is a hint — some of the commands `step` accepts, possibly thousands — rather than
+    all of them. `step` must then answer any command (one it cannot apply as the simulator would: "nothing
+    happens"), and the default `parse_action` passes a reply that names no listed action on as a command."""
 
     @abstractmethod
     def describe(self) -> str:
@@ -105,6 +142,12 @@ class Env(ABC):
         (those go to `instance_stats`). The contract test checks it."""
         return ""
 
+    def format_answer(self, actions: Sequence[str]) -> str:
+        """The agent's own actions of a finished episode written as it would write them, for memories that keep a
+        verified answer (MemRL's `write=answer`): one action per line by default; free-text environments show the
+        final answer in the format their rules ask for. Never gold data: only what the agent did."""
+        return "\n".join(actions)
+
     def instance_stats(self) -> dict[str, Any]:
         """Facts about the current instance that only reports may see: ceilings (Sokoban's optimal length,
         Minesweeper's fewest reveals), the data split, the task id."""
@@ -117,9 +160,13 @@ class Env(ABC):
         return None
 
     def parse_action(self, text: str, legal_actions: Sequence[str]) -> str | None:
-        """The action a free-text reply means, or None when it means none. The default matches a legal action;
-        environments with free-text or multi-move actions document their own rule here."""
-        return match_legal_action(text, legal_actions)
+        """The action a free-text reply means, or None when it means none. The default matches a legal action, and
+        where the list is `partial_actions` takes the reply's first line as the command; environments with free-text
+        or multi-move actions document their own rule here."""
+        action = match_legal_action(text, legal_actions)
+        if action is None and self.partial_actions:
+            action = next((line.strip() for line in text.splitlines() if line.strip()), None)
+        return action
 
     def invalid_step(self, reply: str) -> StepResult | None:
         """What a reply that names no action does. None (the default): the player falls back to a random legal
@@ -142,13 +189,17 @@ class Env(ABC):
         return type(self).oracle_action is not Env.oracle_action
 
     def config(self) -> dict[str, Any]:
-        """The constructor options, so a run can rebuild the same environment."""
-        return {}
+        """The constructor options, so a run can rebuild the same environment: by default those `make_env` built it
+        with (an environment built by calling its class directly has none recorded and overrides this)."""
+        return dict(getattr(self, "_made_with", {}))
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the environment started (a JVM, a worker process); the runners call it when done."""
 
 
 def make_env(name: str, **options: Any) -> Env:
-    """Build a registered environment, refusing unknown options with the list of accepted ones."""
-    return ENVS.build(name, **options)
+    """Build a registered environment, refusing unknown options with the list of accepted ones; the options are
+    recorded for the default `config()`."""
+    env = ENVS.build(name, **options)
+    env._made_with = dict(options)
+    return env

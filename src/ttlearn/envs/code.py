@@ -338,6 +338,10 @@ class CodeEnv(Env):
         }
         return Observation(text, (), data)
 
+    def format_answer(self, actions: Sequence[str]) -> str:
+        """The last submission, in the ```python block the agent answers with."""
+        return f"```python\n{actions[-1].strip()}\n```" if actions else ""
+
     def transcript(self) -> str:
         """The problem, then each submission with its feedback (never the reference solution or unseen tests)."""
         parts = [f"Task:\n{self.problem.prompt.strip()}"]

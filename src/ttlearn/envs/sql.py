@@ -92,6 +92,14 @@ def held_out_databases(questions_per_db: Mapping[str, int], share: float = TEST_
     return frozenset(chosen)
 
 
+def answer_key(question: Question) -> str:
+    """A short hash of the question's gold query, whitespace and case folded: questions that share it are
+    paraphrases of one another (Spider repeats most of its questions in other words). For reports and benchmarks
+    only, like every instance fact: it names the answer's identity, never the answer."""
+    folded = re.sub(r"\s+", " ", question.gold.strip().rstrip(";").lower())
+    return f"{question.db}:{hashlib.sha256(folded.encode()).hexdigest()[:12]}"
+
+
 def _name(identifier: str) -> str:
     return identifier if _PLAIN_NAME.fullmatch(identifier) else '"' + identifier.replace('"', '""') + '"'
 
@@ -326,6 +334,10 @@ class SQLEnv(Env):
             self._gold_rows_by_id[question.id] = tuple(tuple(row) for row in gold["rows"])
         return self._gold_rows_by_id[question.id]
 
+    def format_answer(self, actions: Sequence[str]) -> str:
+        """The last query sent, in the ```sql block the agent answers with."""
+        return f"```sql\n{actions[-1]}\n```" if actions else ""
+
     def oracle_action(self, seed: int = 0) -> str:
         """The gold SQL of the current question."""
         return self._current.gold
@@ -346,7 +358,7 @@ class SQLEnv(Env):
     def instance_stats(self) -> dict[str, Any]:
         question = self._current
         stats = {"db": question.db, "question_id": question.id, "split": self.split_of(question)}
-        stats |= {"gold_rows": question.gold_rows, "ordered": question.ordered}
+        stats |= {"gold_rows": question.gold_rows, "ordered": question.ordered, "answer_key": answer_key(question)}
         if question.hardness:
             stats["hardness"] = question.hardness
         return stats

@@ -96,8 +96,19 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     if config.memory == "none" and all(len(eps) == n for eps in attempts):
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
         summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
-    if all("control_first_success" in r for r in records):
-        summary["control"] = paired_success([(r["first_success"], r["control_first_success"]) for r in records], n)
+    controlled = [r for r in records if "control_first_success" in r]
+    if controlled:
+        # Each instance once: the control's epoch (the last one; older runs played it in every epoch), never pooled.
+        epoch = max(r["epoch"] for r in controlled)
+        paired = [r for r in controlled if r["epoch"] == epoch]
+        pairs = [(r["first_success"], r["control_first_success"]) for r in paired]
+        summary["control"] = {**paired_success(pairs, n), "epoch": epoch}
+        if all("control_steps" in r for r in paired):
+            steps = [s for r in paired for a in r["attempts"] for s in a["steps"]]
+            summary["control"]["invalid_rate"] = {
+                "memory": sum(not s["valid"] for s in steps) / len(steps),
+                "control": sum(r["control_invalid_steps"] for r in paired) / sum(r["control_steps"] for r in paired),
+            }
     elif greedy_control_applies(config) and n > 1:
         summary["memory_gain"] = memory_gain(first, n)
     return summary

@@ -10,7 +10,7 @@ import json
 import re
 import time
 from abc import ABC, abstractmethod
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -23,11 +23,33 @@ DEFAULT_LLM = "gemma270m"
 """The default player and writer, chosen by measurement: of the embedded models it is the one whose choices follow an
 explicit memory note (benchmarks/note_following.py; table in the README)."""
 
-LLMS: Registry[Callable[[str], "LLM"]] = Registry("LLM back end", "ttlearn.llm")
+LLMS: Registry[Callable[[str], "LLM"]] = Registry(
+    "LLM back end",
+    "ttlearn.llms",
+    {
+        **{
+            name: "ttlearn.llm.llamacpp:embedded_factory"
+            for name in ("gemma270m", "qwen-coder", "qwen-coder-1.5b", "smollm2")
+        },
+        "gguf": "ttlearn.llm.llamacpp:_gguf",
+        "hf": "ttlearn.llm.hf:_hf",
+        "openai": "ttlearn.llm.openai:_openai",
+    },
+)
+"""Back ends by spec scheme. The embedded models' factories are made by `embedded_factory`, one per model."""
 
 
 class LLMError(RuntimeError):
     """The back end could not answer (dead server, missing model, crashed runtime); the message says what to do."""
+
+
+class ContextOverflow(LLMError):
+    """The prompt does not fit the model's context. Not a failure of the run: the player counts the step invalid
+    with this reason (a real simulator's busy room can list thousands of actions), and the episode goes on."""
+
+    def __init__(self, message: str, prompt_tokens: int = 0) -> None:
+        super().__init__(message)
+        self.prompt_tokens = prompt_tokens
 
 
 class LLM(ABC):
@@ -52,9 +74,32 @@ class LLM(ABC):
         """Release processes, sockets or model memory."""
 
 
+def split_spec(spec: str) -> tuple[str, str]:
+    """`scheme:argument` → (scheme, argument); `scheme?options` → (scheme, "?options"), so every back end may take
+    `?key=value&…` options after its argument, or straight after its name (`gemma270m?n_ctx=8192`)."""
+    scheme = re.match(r"[^:?]*", spec).group()  # type: ignore[union-attr] - matches the empty string at least
+    rest = spec[len(scheme) :]
+    return scheme, rest[1:] if rest.startswith(":") else rest
+
+
 def make_llm(spec: str) -> LLM:
-    scheme, _, arg = spec.partition(":")
+    scheme, arg = split_spec(spec)
     return LLMS.get(scheme)(arg)
+
+
+def spec_options(text: str, known: dict[str, Callable[[str], Any]], scheme: str) -> dict[str, Any]:
+    """A spec's `key=value&…` options, each converted by its `known` type; an unknown key or a bad value is an
+    error that lists the known ones."""
+    values: dict[str, Any] = {}
+    for pair in filter(None, text.split("&")):
+        key, _, value = pair.partition("=")
+        if key not in known:
+            raise ValueError(f"unknown {scheme} option {key!r}; known: {', '.join(known)}")
+        try:
+            values[key] = known[key](value)
+        except ValueError:
+            raise ValueError(f"{scheme} option {key} needs a number, got {value!r}") from None
+    return values
 
 
 def plain_prompt(messages: Sequence[Message]) -> str:

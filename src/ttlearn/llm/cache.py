@@ -13,7 +13,7 @@ from collections import defaultdict, deque
 from dataclasses import asdict
 from typing import Any, Callable, Iterable, Sequence
 
-from ttlearn.llm.base import LLM, LLMError, Message
+from ttlearn.llm.base import LLM, ContextOverflow, LLMError, Message
 from ttlearn.types import Completion
 
 Sink = Callable[[dict[str, Any]], None]
@@ -30,16 +30,21 @@ class ReplayBook:
     def __init__(self, calls: Iterable[dict[str, Any]]) -> None:
         self._answers: dict[str, deque[dict[str, Any]]] = defaultdict(deque)
         for call in calls:
-            self._answers[call["key"]].append(call["completion"])
+            self._answers[call["key"]].append({**call["completion"], "error": call.get("error")})
 
     def pop(self, key: str) -> Completion:
+        """The recorded answer; raises `ContextOverflow` again where the recorded call overflowed."""
         queue = self._answers.get(key)
         if not queue:
             raise LLMError(
                 f"replay miss for call {key}: the run asked a question the recording never saw "
                 "(config, seed or code changed since it was recorded)"
             )
-        return Completion(**{**queue.popleft(), "cached": True})
+        answer = queue.popleft()
+        error = answer.pop("error")
+        if error:
+            raise ContextOverflow(error, answer["prompt_tokens"])
+        return Completion(**{**answer, "cached": True})
 
 
 class RecordingLLM(LLM):
@@ -71,23 +76,28 @@ class RecordingLLM(LLM):
         }
         key = call_key(self.spec, messages, params)
         start = time.perf_counter()
-        if self.replay is not None:
-            completion = self.replay.pop(key)
-        else:
-            assert self.inner is not None
-            completion = self.inner.complete(messages, **{**params, "stop": stop, "choices": choices})
-        self.sink(
-            {
-                "type": "call",
-                "role": self.role,
-                "key": key,
-                "messages": list(messages),
-                "params": params,
-                "completion": {k: v for k, v in asdict(completion).items() if k != "cached"},
-                "wall_s": time.perf_counter() - start,
-                "cached": completion.cached,
-            }
-        )
+        error: ContextOverflow | None = None
+        try:
+            if self.replay is not None:
+                completion = self.replay.pop(key)
+            else:
+                assert self.inner is not None
+                completion = self.inner.complete(messages, **{**params, "stop": stop, "choices": choices})
+        except ContextOverflow as exc:  # recorded, so a replay raises it at the same call
+            error, completion = exc, Completion("", exc.prompt_tokens, cached=self.replay is not None)
+        record = {
+            "type": "call",
+            "role": self.role,
+            "key": key,
+            "messages": list(messages),
+            "params": params,
+            "completion": {k: v for k, v in asdict(completion).items() if k != "cached"},
+            "wall_s": time.perf_counter() - start,
+            "cached": completion.cached,
+        }
+        self.sink({**record, "error": str(error)} if error else record)
+        if error:
+            raise error
         return completion
 
     def close(self) -> None:

@@ -16,8 +16,8 @@ Placement is a parameter: `from_source(..., device=, dtype=)` puts the weights o
 bfloat16 on a GPU that supports it) and every tensor the policy creates (ids, masks, positions, the KV cache copies,
 the sampling generator) is made on `policy.device`; only Python numbers leave it.
 
-torch, transformers and peft are imported inside the functions: the registry imports every back end at discovery,
-and the core install has no torch.
+torch, transformers and peft are imported inside the functions: `ttlearn list` imports every back end, and the core
+install has no torch.
 """
 
 from __future__ import annotations

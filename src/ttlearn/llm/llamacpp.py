@@ -2,12 +2,20 @@
 
 Specs: every embedded model by name (`smollm2`, `gemma270m`, `qwen-coder`, `qwen-coder-1.5b`; see
 `ttlearn.llm.models`), optionally with a choice method, e.g. `qwen-coder:grammar`; `gguf:/path/model.gguf` (any local
-file).
+file). Every spec takes `?n_ctx=N`, the context in tokens (default 4096): `gemma270m?n_ctx=8192`. A prompt over the
+context raises `ContextOverflow`, which the player counts as an invalid step.
 
 Choices are answered by one of `CHOICE_METHODS`. Scoring evaluates the prompt once and each answer's tokens on top of
 it (answers that share a prefix share its evaluation); the answer is the argmax (temperature 0) or a softmax sample.
 Tiny models ignore instructions in free text but their likelihoods still move with the prompt, so scoring or
-constraining is the only honest way to let them play. The KV cache is reused across calls that share a prompt prefix.
+constraining is the only honest way to let them play.
+
+Exact replies whatever came before. llama.cpp evaluates a prompt in batches, and a token's cached keys and values
+depend (in the last bits) on the batch it was evaluated in, so reusing whatever prefix the cache holds made a greedy
+reply depend on the calls before it (4 of 43 Spider replies differed between two runs). The cache is therefore
+reused only in whole aligned batches — the leading `n_batch`-token blocks of the previous *prompt*, which a fresh
+evaluation of this prompt would compute identically — and the rest is evaluated from there, in the same blocks a
+fresh evaluation uses. `benchmarks/llamacpp_prefix.py` measures what this costs against unrestricted reuse.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import numpy as np
 from ttlearn.llm.base import (
     CHOICE_METHODS,
     END_PIECES,
+    ContextOverflow,
     LLM,
     LLMS,
     LLMError,
@@ -39,6 +48,7 @@ from ttlearn.llm.base import (
     choice_grammar,
     plain_answer,
     plain_prompt,
+    spec_options,
     surface_forms,
     written_choice,
 )
@@ -49,6 +59,7 @@ REBUILD_HINT = (
     'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36'
 )
 DEFAULT_CHOICE_METHOD = "forms"
+DEFAULT_N_CTX = 4096
 PRUNE_NATS = 12.0
 
 
@@ -117,7 +128,8 @@ class LlamaCpp(LLM):
         model_path: Path,
         spec: str,
         *,
-        n_ctx: int = 4096,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_batch: int = 64,
         n_threads: int | None = None,
         choice_method: str = DEFAULT_CHOICE_METHOD,
     ) -> None:
@@ -135,15 +147,21 @@ class LlamaCpp(LLM):
             self.model = Llama(
                 model_path=str(model_path),
                 n_ctx=n_ctx,
+                n_batch=n_batch,
+                n_ubatch=n_batch,
                 n_threads=threads,
                 n_threads_batch=threads,
                 seed=0,
                 verbose=False,
             )
         self.spec, self.choice_method = spec, choice_method
+        self.n_ctx = n_ctx
+        """The context asked for: llama.cpp may pad its own, but its token buffer holds only this many."""
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
+        self._exact_upto = 0
+        """Leading cache positions filled by a prompt evaluation that started at an aligned block."""
         self._lock = threading.Lock()
         """One model, one KV cache: concurrent callers (episodes in flight) take turns."""
 
@@ -174,17 +192,22 @@ class LlamaCpp(LLM):
         logits -= logits.max()
         return logits - math.log(np.exp(logits).sum())
 
-    def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
-        """Evaluate `tokens`, reusing the cached prefix; returns log P(next token | tokens)."""
-        if len(tokens) >= self.model.n_ctx():
-            raise LLMError(f"prompt of {len(tokens)} tokens exceeds the context of {self.model.n_ctx()}")
-        cached = self.model.input_ids[: self.model.n_tokens]
+    def _reuse_exactly(self, tokens: list[int]) -> None:
+        """Keep the longest cached prefix of `tokens` made of whole `n_batch` blocks of the previous prompt (at least
+        one token is always evaluated afresh): its keys and values are those a fresh evaluation computes."""
+        if len(tokens) >= self.n_ctx:
+            raise ContextOverflow(self._overflow(len(tokens)), len(tokens))
         common = 0
-        for a, b in zip(cached, tokens):
+        for a, b in zip(self.model.input_ids[: min(self._exact_upto, len(tokens) - 1)], tokens):
             if a != b:
                 break
             common += 1
-        self.model.n_tokens = min(common, len(tokens) - 1)
+        self.model.n_tokens = common - common % self.model.n_batch
+        self._exact_upto = len(tokens)
+
+    def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
+        """Evaluate `tokens`, reusing the exact cached prefix; returns log P(next token | tokens)."""
+        self._reuse_exactly(tokens)
         self.model.eval(tokens[self.model.n_tokens :])
         return self._last_logprobs()
 
@@ -266,6 +289,7 @@ class LlamaCpp(LLM):
         with native_stderr_silenced():
             grammar = LlamaGrammar.from_string(choice_grammar(list(forms)), verbose=False)
         longest = max(len(self._tokens(form, first=False)) for form in forms)
+        self._reuse_exactly(prompt)
         out: dict[str, Any] = self.model.create_completion(
             prompt,
             max_tokens=longest + 2,
@@ -280,6 +304,13 @@ class LlamaCpp(LLM):
         text = out["choices"][0]["text"]
         return Completion(written_choice(text, forms) or text, len(prompt), int(out["usage"]["completion_tokens"]))
 
+    def _overflow(self, prompt_tokens: int, new_tokens: int = 0) -> str:
+        more = f" + {new_tokens} new ones" if new_tokens else ""
+        return (
+            f"prompt of {prompt_tokens} tokens{more} exceeds the context of {self.n_ctx} "
+            f"(raise it with {self.spec.partition('?')[0]}?n_ctx=N)"
+        )
+
     # ---- protocol ---------------------------------------------------------------------------------------------
     def complete(
         self,
@@ -293,6 +324,10 @@ class LlamaCpp(LLM):
     ) -> Completion:
         start = time.perf_counter()
         prompt = self._tokens(self.render(messages), first=True)
+        if choices:  # each choice is scored on top of the prompt, ended by one more token
+            longest = max(len(self._tokens(form, first=False)) for form in surface_forms(choices)) + 1
+            if len(prompt) + longest > self.n_ctx:
+                raise ContextOverflow(self._overflow(len(prompt), longest), len(prompt))
         if choices and self.choice_method == "grammar":
             with self._lock:
                 answer = self.write_choice(prompt, choices, temperature, seed)
@@ -302,9 +337,10 @@ class LlamaCpp(LLM):
             with self._lock:
                 scores = score(prompt, choices)
             return choice_completion(scores, temperature, seed, len(prompt), start)
-        if len(prompt) + max_tokens > self.model.n_ctx():
-            raise LLMError(f"prompt of {len(prompt)} tokens + {max_tokens} new ones exceed the context")
+        if len(prompt) + max_tokens > self.n_ctx:
+            raise ContextOverflow(self._overflow(len(prompt), max_tokens), len(prompt))
         with self._lock:
+            self._reuse_exactly(prompt)
             out: dict[str, Any] = self.model.create_completion(
                 prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
             )
@@ -321,12 +357,27 @@ class LlamaCpp(LLM):
             self.model.close()
 
 
-def embedded_factory(name: str) -> Any:
-    """The spec factory of an embedded model: `name` or `name:method` with a method of `CHOICE_METHODS`."""
+SPEC_OPTIONS = {"n_ctx": int}
+"""Options every llama.cpp spec takes after `?`: `n_ctx`, the context in tokens (default 4096; a simulator that
+lists many actions may need more, at about 0.1 MB of memory per token for the 270M model)."""
 
-    def build(method: str) -> LlamaCpp:
-        spec = f"{name}:{method}" if method else name
-        return LlamaCpp(model_path(name), spec, choice_method=method or EMBEDDED[name].choice_method)
+
+def _context(options: str, scheme: str) -> int:
+    n_ctx = spec_options(options, SPEC_OPTIONS, scheme).get("n_ctx", DEFAULT_N_CTX)
+    if n_ctx < 64:
+        raise ValueError(f"{scheme} option n_ctx must be at least 64 tokens, got {n_ctx}")
+    return n_ctx
+
+
+def embedded_factory(name: str) -> Any:
+    """The spec factory of an embedded model: `name`, `name:method` with a method of `CHOICE_METHODS`, either
+    followed by `?n_ctx=N`."""
+
+    def build(arg: str) -> LlamaCpp:
+        method, _, options = arg.partition("?")
+        spec = name + (f":{method}" if method else "") + (f"?{options}" if options else "")
+        n_ctx, method = _context(options, name), method or EMBEDDED[name].choice_method  # bad input before a download
+        return LlamaCpp(model_path(name), spec, n_ctx=n_ctx, choice_method=method)
 
     return build
 
@@ -337,6 +388,7 @@ for _name in EMBEDDED:
 
 @LLMS.register("gguf")
 def _gguf(arg: str) -> LlamaCpp:
-    if not arg:
-        raise ValueError("gguf spec is gguf:/path/to/model.gguf")
-    return LlamaCpp(Path(arg).expanduser(), f"gguf:{arg}")
+    path, _, options = arg.partition("?")
+    if not path:
+        raise ValueError("gguf spec is gguf:/path/to/model.gguf[?n_ctx=N]")
+    return LlamaCpp(Path(path).expanduser(), f"gguf:{arg}", n_ctx=_context(options, "gguf"))

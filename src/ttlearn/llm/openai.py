@@ -20,6 +20,7 @@ import email.utils
 import json
 import os
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, fields
@@ -27,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import httpx2
 
-from ttlearn.llm.base import LLM, LLMS, LLMError, Message
+from ttlearn.llm.base import LLM, LLMS, ContextOverflow, LLMError, Message, spec_options
 from ttlearn.types import Completion
 
 CHOICE_FORMATS: tuple[Callable[[dict[str, Any]], dict[str, Any]] | None, ...] = (
@@ -75,6 +76,15 @@ def is_transient(status: int, body: str, asked_format: bool) -> bool:
     if asked_format and "response_format" in body:
         return False
     return status in RETRY_STATUSES or status >= 500
+
+
+OVERFLOW = re.compile(r"context[ _]length|context size|context window|too many tokens", re.IGNORECASE)
+
+
+def is_context_overflow(status: int, body: str) -> bool:
+    """Whether a refusal says the prompt is longer than the model's context (vLLM: "maximum context length is 4096
+    tokens", OpenAI: "context_length_exceeded", llama.cpp's server: "exceeds the available context size")."""
+    return 400 <= status < 500 and OVERFLOW.search(body) is not None
 
 
 def backoff_delay(attempt: int, base_s: float, cap_s: float, uniform: float) -> float:
@@ -154,6 +164,8 @@ class OpenAIChat(LLM):
                     retry_after = retry_after_s(response.headers.get("retry-after"), time.time())
                 else:
                     body = response.text[:300]
+                    if is_context_overflow(response.status_code, response.text):
+                        raise ContextOverflow(f"{self.base_url} refused the prompt as too long: {body}")
                     raise RequestRefused(
                         f"{self.base_url} refused the request ({response.status_code}): {body}",
                         response.status_code,
@@ -225,17 +237,8 @@ class OpenAIChat(LLM):
 
 def parse_policy(options: str) -> RetryPolicy:
     """A `RetryPolicy` from a spec's `key=value&...` options, e.g. `timeout_s=30&max_retries=8`."""
-    known = [f.name for f in fields(RetryPolicy)]
-    values: dict[str, Any] = {}
-    for pair in filter(None, options.split("&")):
-        key, _, value = pair.partition("=")
-        if key not in known:
-            raise ValueError(f"unknown openai option {key!r}; known: {', '.join(known)}")
-        try:
-            values[key] = int(value) if key == "max_retries" else float(value)
-        except ValueError:
-            raise ValueError(f"openai option {key} needs a number, got {value!r}") from None
-    return RetryPolicy(**values)
+    known = {f.name: int if f.name == "max_retries" else float for f in fields(RetryPolicy)}
+    return RetryPolicy(**spec_options(options, known, "openai"))
 
 
 @LLMS.register("openai")

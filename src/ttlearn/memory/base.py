@@ -15,7 +15,23 @@ from ttlearn.llm.base import LLM
 from ttlearn.registry import Registry
 from ttlearn.types import Episode
 
-MEMORIES: Registry[type["Memory"]] = Registry("memory method", "ttlearn.memory")
+MEMORIES: Registry[type["Memory"]] = Registry(
+    "memory method",
+    "ttlearn.memories",
+    {
+        "cheatsheet": "ttlearn.memory.cheatsheet:CumulativeCheatsheet",
+        "cheatsheet-rs": "ttlearn.memory.cheatsheet:RetrievalSynthesisCheatsheet",
+        "expel": "ttlearn.memory.expel:ExpelMemory",
+        "history": "ttlearn.memory.history:HistoryMemory",
+        "lamer": "ttlearn.memory.lamer:LamerMemory",
+        "memopilot": "ttlearn.memory.memopilot:MemoPilotMemory",
+        "memp": "ttlearn.memory.memrl:MemPMemory",
+        "memrl": "ttlearn.memory.memrl:MemRLMemory",
+        "none": "ttlearn.memory.none:NoMemory",
+        "rag": "ttlearn.memory.memrl:RAGMemory",
+        "reflexion": "ttlearn.memory.reflexion:ReflexionMemory",
+    },
+)
 
 
 class Memory(ABC):
@@ -25,9 +41,17 @@ class Memory(ABC):
     keeps_files: ClassVar[bool] = False
     """True when the memory lives in files of its own under the run directory (MemRL's store): one per run, so two
     copies in flight would overwrite each other's state."""
+    learns_across_tasks: ClassVar[bool] = False
+    """True when the method learns from task to task (MemRL, MemP, RAG, ExpeL, Dynamic Cheatsheet): a trial run then
+    carries it from each task to the next, one attempt per task (MemRL's protocol), unless told not to."""
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+    """Named settings (`-m preset=NAME`); a preset named like the environment is that family's default."""
     carries_over: ClassVar[bool] = True
     """False when `context` never depends on what was observed (`none`): its episodes are then independent and may
     be played concurrently."""
+    needs_trials: ClassVar[bool] = False
+    """True when the memory only makes sense between attempts at the same instance (LaMer's reflections): it then
+    runs in trial runs only, never in a session of different games."""
 
     def __init__(self, llm: LLM | None = None) -> None:
         self.llm = llm

@@ -56,6 +56,7 @@ class _CheatsheetMemory(Memory):
     """The shared part: the cheatsheet text, the guarded rewrite, the counters and their snapshot."""
 
     needs_llm = True
+    learns_across_tasks = True
 
     def __init__(self, llm: LLM | None = None, max_chars: int = 1200, max_tokens: int = 256) -> None:
         super().__init__(llm)

@@ -33,6 +33,14 @@ class Embedder(Protocol):
 
 EMBEDDERS: dict[str, Callable[[], Embedder]] = {}
 
+SIMILARITY_STATS: dict[str, tuple[float, float]] = {
+    "minilm": (0.652, 0.126),
+    "hash": (0.473, 0.109),
+}
+"""Mean and standard deviation of query–key cosine similarity per embedder, MemRL's z_sim normalisation (its
+released configs calibrate them per corpus and embedder). Measured by `benchmarks/similarity_calibration.py` over
+the question pairs of Spider's train-split databases (docs/memrl.md)."""
+
 
 def register_embedder(name: str) -> Callable[[Callable[[], Embedder]], Callable[[], Embedder]]:
     def decorate(factory: Callable[[], Embedder]) -> Callable[[], Embedder]:

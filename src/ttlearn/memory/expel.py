@@ -195,6 +195,7 @@ PROMPT = (
 class ExpelMemory(Memory):
     name = "expel"
     needs_llm = True
+    learns_across_tasks = True
 
     def __init__(
         self,

@@ -83,6 +83,7 @@ def seen_token_span(prefixes: Sequence[str], max_chars: int) -> tuple[int, int]:
 class LamerMemory(Memory):
     name = "lamer"
     needs_llm = True
+    needs_trials = True
 
     def __init__(
         self,

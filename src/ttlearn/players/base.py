@@ -15,7 +15,20 @@ from ttlearn.envs.base import Env
 from ttlearn.registry import Registry
 from ttlearn.types import Observation
 
-PLAYERS: Registry[type["Player"]] = Registry("scripted player", "ttlearn.players")
+PLAYERS: Registry[type["Player"]] = Registry(
+    "scripted player",
+    "ttlearn.players",
+    {
+        **{
+            f"holdem-{style}": "ttlearn.players.holdem_bot:HoldemBotPlayer"
+            for style in ("calling-station", "loose-aggressive", "maniac", "random", "tight", "tight-passive")
+        },
+        "learner": "ttlearn.players.rps_learner:RPSLearner",
+        "oracle": "ttlearn.players.basic:OraclePlayer",
+        "random": "ttlearn.players.basic:RandomPlayer",
+    },
+)
+"""Scripted players by name; the hold'em bots are subclasses of `HoldemBotPlayer`, one per style."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,11 @@ class Player(ABC):
     name: ClassVar[str] = "player"
     learns: ClassVar[bool] = False
     """True when the player carries state from one episode to the next (`state()`), like the scripted learner."""
+
+    @classmethod
+    def check_fit(cls, env: Env) -> None:  # noqa: B027 - most players play anything
+        """Raise ValueError, saying what to use instead, when this player cannot play `env` (checked before any
+        model loads)."""
 
     def begin_episode(self, env: Env) -> None:  # noqa: B027 - optional hook
         """Called after `env.reset()`; scripted players may inspect the environment (the oracle reads the bot)."""

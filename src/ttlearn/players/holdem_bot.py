@@ -11,14 +11,20 @@ from ttlearn.types import Observation
 class HoldemBotPlayer(Player):
     style = "tight"
 
-    def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
-        bot_action = getattr(env, "bot_action", None)
-        if bot_action is None:
+    @classmethod
+    def check_fit(cls, env: Env) -> None:
+        if not hasattr(env, "bot_action"):
             raise ValueError(f"environment {env.name!r} has no hold'em bots; use another scripted player")
-        return Decision(bot_action(self.style))
+
+    def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
+        return Decision(env.bot_action(self.style))  # type: ignore[attr-defined] - check_fit made sure
 
 
 for _style in STYLES:
     PLAYERS.register(f"holdem-{_style}")(
-        type(f"HoldemBot_{_style}", (HoldemBotPlayer,), {"style": _style, "name": f"holdem-{_style}"})
+        type(
+            f"HoldemBot_{_style}",
+            (HoldemBotPlayer,),
+            {"style": _style, "name": f"holdem-{_style}", "__module__": __name__},  # ABCMeta would say "abc"
+        )
     )

@@ -6,6 +6,12 @@ with `retries` more tries when there are legal actions to name, once for free-te
 whose environment answers an unusable reply itself (`Env.invalid_step`). `free_text_tokens` is LaMer's policy: never
 score, reason then act in one reply of up to that many tokens; with `retries=0` an unreadable reply is an invalid
 step with the environment's penalty, as in LaMer.
+
+A real simulator may list thousands of actions, or only some of those it accepts (`Env.partial_actions`): the player
+then shows a shortlist of `max_options` (the actions most like the observation, `shortlist`), and where the
+environment's list is partial it also takes a command that is not listed (the environment's `parse_action` reads it,
+`step` judges it). A prompt that still does not fit the model's context is an invalid step with the reason as its
+reply, never the end of the run.
 """
 
 from __future__ import annotations
@@ -13,24 +19,49 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from ttlearn.envs.base import Env
-from ttlearn.llm.base import LLM, Message
+from ttlearn.envs.base import Env, words
+from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.base import Decision, Player
 from ttlearn.types import Observation
+
+
+def shortlist(actions: Sequence[str], context: str, k: int) -> list[str]:
+    """The `k` actions most like `context`: by the share of an action's words that occur in it (a "take apple" scores
+    1.0 against "an apple is here", a "go north" 0.0). Ties keep the order of `actions`, so a shuffled list breaks
+    them at random."""
+    if len(actions) <= k:
+        return list(actions)
+    seen = set(words(context))
+
+    def likeness(action: str) -> float:
+        named = words(action)
+        return sum(w in seen for w in named) / len(named) if named else 0.0
+
+    return sorted(actions, key=lambda action: -likeness(action))[:k]
 
 
 REASON_THEN_ACT = "First think briefly about the situation, then give your action as <action>...</action>."
 
 
 def build_messages(
-    rules: str, memory: str, observation: str, options: Sequence[str], *, reasoning: bool = False
+    rules: str,
+    memory: str,
+    observation: str,
+    options: Sequence[str],
+    *,
+    all_listed: bool = True,
+    reasoning: bool = False,
 ) -> list[Message]:
-    """System: the rules and the memory; user: the observation and how to answer (the legal actions, if any: with
-    `reasoning`, think first and tag the action; free-text actions already answer in the rules' format)."""
+    """System: the rules and the memory; user: the observation and how to answer (the legal actions, if any;
+    `all_listed` False: the options are some of the commands the environment accepts; `reasoning`: think first and
+    tag the action — free-text actions already answer in the rules' format)."""
     system = rules.strip()
     if memory.strip():
         system += "\n\nYour notes from earlier games:\n" + memory.strip()
-    if options:
+    if options and not all_listed:
+        how = REASON_THEN_ACT if reasoning else "Answer with exactly one action and nothing else."
+        answer = f"Some actions you can take: {', '.join(options)}.\n{how}"
+    elif options:
         how = REASON_THEN_ACT if reasoning else "Answer with exactly one legal action and nothing else."
         answer = f"Legal actions: {', '.join(options)}.\n{how}"
     else:
@@ -44,21 +75,37 @@ class LLMPlayer(Player):
     name = "llm"
 
     def __init__(
-        self, llm: LLM, *, temperature: float = 0.0, retries: int = 2, free_text_tokens: int | None = None
+        self,
+        llm: LLM,
+        *,
+        temperature: float = 0.0,
+        retries: int = 2,
+        max_options: int = 20,
+        free_text_tokens: int | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if free_text_tokens is not None and free_text_tokens < 1:
             raise ValueError(f"free_text_tokens must be >= 1, got {free_text_tokens}")
-        self.llm, self.temperature, self.retries = llm, temperature, retries
+        self.llm, self.temperature, self.retries, self.max_options = llm, temperature, retries, max_options
         self.free_text_tokens = free_text_tokens
 
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
         options = list(obs.legal_actions)
         random.Random(seed).shuffle(options)
+        options = shortlist(options, obs.text, self.max_options)
+        all_listed = len(options) == len(obs.legal_actions) and not env.partial_actions
         reasoning = self.free_text_tokens is not None
-        messages = build_messages(env.describe(), memory, obs.text, options, reasoning=reasoning)
-        if options and self.llm.supports_choices and not reasoning:
+        messages = build_messages(
+            env.describe(), memory, obs.text, options, all_listed=all_listed, reasoning=reasoning
+        )
+        try:
+            return self._decide(env, obs, messages, options, seed)
+        except ContextOverflow as exc:
+            return Decision("", False, f"[no reply: {exc}]", {"error": str(exc)})
+
+    def _decide(self, env: Env, obs: Observation, messages: list[Message], options: list[str], seed: int) -> Decision:
+        if options and self.llm.supports_choices and self.free_text_tokens is None:
             reply = self.llm.complete(
                 messages, temperature=self.temperature, seed=seed, choices=options, max_tokens=env.reply_tokens
             )

@@ -80,6 +80,11 @@ class RPSLearner(Player):
     name = "learner"
     learns = True
 
+    @classmethod
+    def check_fit(cls, env: Env) -> None:
+        if env.name != "rps":
+            raise ValueError(f"scripted:learner predicts an RPS opponent; environment {env.name!r} is not rps")
+
     def __init__(self) -> None:
         self.counts: dict[str, dict[str, list[float]]] = {e: {} for e in EXPERTS}
         self.log_weights = np.zeros(len(EXPERTS))

@@ -40,7 +40,8 @@ from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.session import open_session, validate
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
+from ttlearn.registry import loaded_plugins
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Plugins, Run, RunConfig, RunDir
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -96,6 +97,8 @@ class ArenaConfig(BaseModel):
     player: str = DEFAULT_LLM
     writer: str | None = None
     temperature: float = Field(0.0, ge=0.0)
+    plugins: Plugins = Field(default_factory=loaded_plugins)
+    """Plug-in modules every run imports (module names or .py files), besides entry-point plug-ins."""
 
     @field_validator("seeds")
     @classmethod
@@ -173,6 +176,7 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
                     games=config.games,
                     seed=seed,
                     temperature=config.temperature,
+                    plugins=config.plugins,
                 )
                 path = Path(out) / RUNS_DIR / c.label / opponent / f"seed{seed}"
                 items.append(PlanItem(c.label, opponent, seed, path, run_config))
@@ -183,14 +187,14 @@ def is_finished(item: PlanItem) -> bool:
     """True when the item's run holds its summary, which its worker writes after the last game. Reads only: an
     orphaned worker may still be appending to an unfinished run. Refuses a run directory of another config (the
     ttlearn version aside: the report lists the versions of all runs)."""
-    config_file = item.path / "config.json"
-    if not config_file.exists():
+    run_dir = RunDir(item.path)
+    if not run_dir.session_config.exists():
         return False
-    recorded = RunConfig.model_validate_json(config_file.read_text()).model_dump(exclude={"version"})
+    recorded = RunConfig.model_validate_json(run_dir.session_config.read_text()).model_dump(exclude={"version"})
     changed = sorted(k for k, v in item.config.model_dump(exclude={"version"}).items() if recorded[k] != v)
     if changed:
         raise ValueError(f"{item.path} holds a run with other {', '.join(changed)}; use another --out for this arena")
-    return (item.path / "summary.json").exists()
+    return run_dir.summary.exists()
 
 
 def git_commit() -> str | None:
@@ -249,11 +253,11 @@ def _locked(path: Path) -> Iterator[None]:
 def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[str, Any]:
     """Create or resume one run and play its missing games; returns what the progress bar shows. `pool`: back ends
     shared with other runs in flight in this process."""
-    run_dir, config = Path(path), RunConfig.model_validate_json(config_json)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir, config = RunDir(Path(path)), RunConfig.model_validate_json(config_json)
+    run_dir.path.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    with _locked(run_dir / ".lock"):
-        run = Run.open(run_dir) if (run_dir / "config.json").exists() else Run.create(run_dir, config)
+    with _locked(run_dir.lock):
+        run = Run.open(run_dir.path) if run_dir.session_config.exists() else Run.create(run_dir.path, config)
         already = len(run.episodes)
         if not run.finished:
             session = open_session(run, pool=pool)

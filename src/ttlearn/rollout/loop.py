@@ -73,7 +73,8 @@ def play_episode(
             on_step(steps[-1], shown)
         obs, done = result.observation, result.done
     player.end_episode(env, obs)
-    info = {"rules": env.describe(), "transcript": env.transcript(), "context": shown}
+    answer = env.format_answer([s.action for s in steps if s.valid and s.action])
+    info = {"rules": env.describe(), "transcript": env.transcript(), "answer": answer, "context": shown}
     return Episode(index, seed, task, tuple(steps), env.score(), env.success(), info)
 
 

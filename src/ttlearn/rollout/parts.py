@@ -9,13 +9,14 @@ own calls, so concurrent episodes never mix their records.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ttlearn.envs.base import Env, make_env
-from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm
+from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm, split_spec
 from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
 from ttlearn.players.base import PLAYERS, Player
@@ -33,17 +34,38 @@ def default_player(env: str) -> str:
     return DEFAULT_PLAYERS.get(env, DEFAULT_LLM)
 
 
-def validate_parts(cfg: PartsConfig) -> Env:
-    """Check the environment, memory and LLM specs of a config before any model loads; returns the environment."""
+def default_memory_options(env: str, memory: str) -> dict[str, Any]:
+    """A memory's settings for an environment family, when it declares a preset named like the environment
+    (MemRL's `sql`, `code`, `household`, chosen by measurement); recorded in the run's config like any option."""
+    return {"preset": env} if env in MEMORIES.get(memory).presets else {}
+
+
+@contextmanager
+def validate_parts(cfg: PartsConfig) -> Iterator[Env]:
+    """Check the environment, memory and LLM specs of a config before any model loads; yields the environment it
+    built for the check, and closes it after."""
+    env = _checked_env(cfg)
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+def _checked_env(cfg: PartsConfig) -> Env:
+    """The config's environment, once its memory, player and writer specs are known to name registered parts."""
     env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
-    MEMORIES.check(cfg.memory, cfg.memory_options, reserved=("llm",))
-    for spec in (cfg.player, cfg.writer):
-        if spec is None:
-            continue
-        if spec.startswith(SCRIPTED):
-            PLAYERS.get(spec[len(SCRIPTED) :])
-        else:
-            LLMS.get(spec.partition(":")[0])
+    try:
+        MEMORIES.check(cfg.memory, cfg.memory_options, reserved=("llm",))
+        for spec in (cfg.player, cfg.writer):
+            if spec is None:
+                continue
+            if spec.startswith(SCRIPTED):
+                PLAYERS.get(spec[len(SCRIPTED) :]).check_fit(env)
+            else:
+                LLMS.get(split_spec(spec)[0])
+    except BaseException:
+        env.close()
+        raise
     return env
 
 
@@ -133,7 +155,7 @@ def build_parts(
 ) -> Parts:
     """Live parts for `cfg`, their LLMs drawn from `pool` and recorded into the parts' own `events`; the memory is
     bound to `run_dir` (where memories that keep files put them)."""
-    env = validate_parts(cfg)
+    env = _checked_env(cfg)
 
     def recorded(spec: str, role: str) -> LLM:
         return RecordingLLM(pool.get(spec), role, lambda event: parts.events.append(event), spec, pool.replay)

@@ -8,14 +8,12 @@ When the games are independent (memory `none`, a player that does not learn) `co
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ttlearn.envs.base import Env
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.memory.base import MEMORIES
@@ -23,19 +21,8 @@ from ttlearn.players.base import PLAYERS
 from ttlearn.rollout.inflight import play_in_order
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import SCRIPTED, LLMPool, Parts, build_parts, validate_parts
-from ttlearn.runs import Run, RunConfig
+from ttlearn.runs import Run, RunConfig, latest_state
 from ttlearn.types import Episode, Step
-
-
-def _latest_state(source: Path) -> dict[str, Any]:
-    """The state of a snapshot file, or of the latest snapshot of a run directory."""
-    source = Path(source)
-    if source.is_dir():
-        snaps = sorted((source / "snapshots").glob("game_*.json"))
-        if not snaps:
-            raise FileNotFoundError(f"{source} holds no memory snapshot")
-        source = snaps[-1]
-    return json.loads(source.read_text())["state"]
 
 
 def games_are_independent(cfg: RunConfig) -> bool:
@@ -44,9 +31,12 @@ def games_are_independent(cfg: RunConfig) -> bool:
     return not MEMORIES.get(cfg.memory).carries_over and not learns
 
 
-def validate(cfg: RunConfig, concurrency: int = 1) -> Env:
+def validate(cfg: RunConfig, concurrency: int = 1) -> None:
     """Check every name and option of a config before any model loads or any directory is written."""
-    env = validate_parts(cfg)
+    with validate_parts(cfg):
+        pass
+    if MEMORIES.get(cfg.memory).needs_trials:
+        raise ValueError(f"memory {cfg.memory!r} reflects between attempts at one task: add --tasks K (trial mode)")
     if cfg.memory_from and not Path(cfg.memory_from).exists():
         raise FileNotFoundError(f"--memory-from {cfg.memory_from} does not exist")
     if concurrency < 1:
@@ -57,7 +47,6 @@ def validate(cfg: RunConfig, concurrency: int = 1) -> Env:
             "so they are played one at a time; --concurrency applies to memory none, to trial runs (--tasks) and to "
             "the arena"
         )
-    return env
 
 
 def play_game(parts: Parts, run_seed: int, index: int) -> tuple[Episode, dict[str, Any], list[dict[str, Any]]]:
@@ -131,7 +120,7 @@ def open_session(
     if run.episodes:
         state = run.snapshot(len(run.episodes))["state"]
     elif cfg.memory_from:
-        state = _latest_state(Path(cfg.memory_from))
+        state = latest_state(Path(cfg.memory_from))
     if state is not None:
         for parts in workers:
             parts.memory.load(state["memory"])

@@ -2,9 +2,11 @@
 
     env.reset(seed) once → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → attempt N
 
-A trial stops early once an attempt succeeds. The memory is reset to its fresh state before every trial, so it only
-carries what was learnt on this instance: `lamer` reflections (or transcripts), or nothing for `none`, the plain
-baseline. With `epochs` > 1 (MemRL's protocol) the task set is replayed and the memory carries over between tasks.
+A trial stops early once an attempt succeeds. A memory that learns across tasks (MemRL, MemP, RAG, ExpeL, Dynamic
+Cheatsheet) carries over from task to task, one attempt per task by default (MemRL's runtime learning); any other is
+reset to its fresh state before every trial, so it only carries what was learnt on this instance: `lamer`
+reflections (or transcripts), or nothing for `none`, the plain baseline. With `epochs` > 1 (MemRL's protocol) the
+task set is replayed.
 Instances are drawn by task index: distinct instances of a finite task set (a seeded permutation of its split), or
 a derived seed for generated ones; so a resumed run plays exactly the instances an uninterrupted one would have.
 Independent trials (epochs = 1) may be played `concurrency` at a time; records are still written in task order.
@@ -13,7 +15,6 @@ Independent trials (epochs = 1) may be played `concurrency` at a time; records a
 from __future__ import annotations
 
 import copy
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,12 +25,20 @@ import numpy as np
 from ttlearn.envs.base import Env
 from ttlearn.eval.trials import summarize_trials
 from ttlearn.llm.base import LLM, make_llm
+from ttlearn.llm.cache import ReplayBook
 from ttlearn.memory.base import MEMORIES
 from ttlearn.memory.none import NoMemory
 from ttlearn.rollout.inflight import play_in_order
-from ttlearn.rollout.loop import play_trial
-from ttlearn.rollout.parts import LLMPool, Parts, build_parts, resolve_moves_per_turn, validate_parts
-from ttlearn.runs import SUMMARY_FILE, TrialConfig, append_task, open_trial_dir, write_atomic
+from ttlearn.rollout.loop import Trial, play_trial
+from ttlearn.rollout.parts import (
+    LLMPool,
+    Parts,
+    build_parts,
+    default_memory_options,
+    resolve_moves_per_turn,
+    validate_parts,
+)
+from ttlearn.runs import RunDir, TrialConfig, append_task, open_trial_dir, write_trial_summary
 from ttlearn.seeding import derive_seed
 
 
@@ -39,13 +48,26 @@ def _check_instances(env: Env, wanted: int, what: str) -> None:
         raise ValueError(f"{what} {wanted} exceeds the {count} instances of this {env.name} split")
 
 
-def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
-    """Check every name and option before a model loads or a directory is written."""
-    env = validate_parts(config)
-    resolve_moves_per_turn(config.moves_per_turn, env)
-    _check_instances(env, config.tasks, "--tasks")
+def with_defaults(config: TrialConfig) -> TrialConfig:
+    """The config with every "as the memory declares" default decided, as the run directory records it: a memory
+    that learns across tasks carries from task to task, one attempt each (MemRL's protocol); its family's preset
+    (a preset named like the environment) unless the user chose settings; else LaMer's 3 attempts at one task."""
+    memory = MEMORIES.get(config.memory)
+    carry = memory.learns_across_tasks if config.carry_memory is None else config.carry_memory
+    carried = carry or config.epochs > 1 or config.validation_tasks > 0
+    attempts = 1 if carried and "attempts" not in config.model_fields_set else config.attempts
+    options = {**default_memory_options(config.env, config.memory), **config.memory_options}
+    return config.model_copy(update={"carry_memory": carry, "attempts": attempts, "memory_options": options})
+
+
+def validate_trials(config: TrialConfig, concurrency: int = 1) -> None:
+    """Check every name and option of a config `with_defaults` before a model loads or a directory is written."""
+    with validate_parts(config) as env:
+        resolve_moves_per_turn(config.moves_per_turn, env)
+        _check_instances(env, config.tasks, "--tasks")
     if config.validation_tasks:
-        _check_instances(validate_parts(config.validation_config()), config.validation_tasks, "validation_tasks")
+        with validate_parts(config.validation_config()) as env:
+            _check_instances(env, config.validation_tasks, "validation_tasks")
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if config.control and config.memory == "none":
@@ -60,10 +82,9 @@ def validate_trials(config: TrialConfig, concurrency: int = 1) -> Env:
         raise ValueError(f"memory {config.memory!r} keeps one store per run, so its tasks run one at a time")
     if concurrency > 1 and config.carries_memory:
         raise ValueError(
-            "with --carry-memory, --epochs > 1 or held-out validation the memory carries over from task to task, so"
-            " tasks run one at a time"
+            f"memory {config.memory!r} carries over from task to task (its default, --carry-memory, --epochs > 1 or "
+            "held-out validation), so tasks run one at a time; --no-carry-memory makes every task start afresh"
         )
-    return env
 
 
 def task_seed(config: TrialConfig, task: int, instance_count: int | None, kind: str = "task") -> int:
@@ -76,12 +97,24 @@ def task_seed(config: TrialConfig, task: int, instance_count: int | None, kind: 
     return int(order[(task - 1) % instance_count])
 
 
-def start_state(config: TrialConfig, records: list[dict[str, Any]], fresh: dict[str, Any]) -> dict[str, Any]:
+def start_state(
+    config: TrialConfig, records: list[dict[str, Any]], fresh: dict[str, Any], run_dir: RunDir
+) -> dict[str, Any]:
     """The memory a job starts from: fresh for independent trials, else the memory after the last played task
     (held-out instances never carry their writes on)."""
-    if not config.carries_memory:
-        return fresh
-    return next((r["memory"] for r in reversed(records) if r["type"] == "task"), fresh)
+    last = next((r for r in reversed(records) if r["type"] == "task"), None)
+    return run_dir.task_memory(last) if config.carries_memory and last is not None else fresh
+
+
+def control_record(control: Trial) -> dict[str, Any]:
+    """What a task record keeps of its control: the first success, and how many of its steps were invalid (memory
+    text that breaks the reply format shows as more invalid steps with memory than without)."""
+    steps = [s for episode in control.attempts for s in episode.steps]
+    return {
+        "control_first_success": control.first_success,
+        "control_invalid_steps": sum(not s.valid for s in steps),
+        "control_steps": len(steps),
+    }
 
 
 def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[str, Any]) -> dict[str, Any]:
@@ -108,8 +141,9 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
         act_seed=act_seed,
     )
     control = None
-    if config.control and kind == "task":
-        # Common random numbers: the control's decisions draw the very seeds the memory's did.
+    if config.control and kind == "task" and epoch == config.epochs:
+        # Once per instance, in the last epoch (the one the summary pairs; a pooled control would count an instance
+        # once per epoch). Common random numbers: the control's decisions draw the very seeds the memory's did.
         control = play_trial(
             parts.env, parts.player, NoMemory(), seed=seed, attempts=config.attempts, early_stop=True, act_seed=act_seed
         )
@@ -127,7 +161,7 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
         "task": task,
         "seed": trial.seed,
         "first_success": trial.first_success,
-        **({"control_first_success": control.first_success} if control is not None else {}),
+        **(control_record(control) if control is not None else {}),
         "instance": instance,
         "attempts": attempts,
         "memory": parts.memory.state(),
@@ -142,13 +176,17 @@ def run_trials(
     progress: Callable[[int, int, dict[str, Any]], None] | None = None,
     llm_factory: Callable[[str], LLM] = make_llm,
     concurrency: int = 1,
+    replay: ReplayBook | None = None,
 ) -> dict[str, Any]:
     """Play the tasks still missing from `out` (creating it, or resuming it with the same config) and write the
-    summary. `progress(done, total, record)` is called after every finished task."""
+    summary. `progress(done, total, record)` is called after every finished task; `replay`: answer every LLM call
+    from a recording instead of a model."""
+    config = with_defaults(config)
     validate_trials(config, concurrency)
     records = open_trial_dir(Path(out), config)
+    run_dir = RunDir(out)  # one reader and writer of its snapshots
     if len(records) < config.total:
-        pool = LLMPool(llm_factory)
+        pool = LLMPool(llm_factory, replay)
         built: list[Parts] = []  # every Parts made, so that whatever happens their environments are closed
 
         def build(parts_config: TrialConfig) -> Parts:
@@ -163,11 +201,10 @@ def run_trials(
             def play(parts: Parts, index: int) -> dict[str, Any]:
                 if config.position(index)[0] == "validation" and held_out is not None:
                     parts = held_out
-                return run_task(parts, config, index, start_state(config, records, fresh))
+                return run_task(parts, config, index, start_state(config, records, fresh, run_dir))
 
             def finish(record: dict[str, Any]) -> None:
-                append_task(Path(out), record)
-                records.append(record)
+                records.append(append_task(run_dir, record))
                 if progress is not None:
                     progress(len(records), config.total, record)
 
@@ -177,5 +214,5 @@ def run_trials(
                 parts.env.close()
             pool.close()
     summary = summarize_trials(records, config)
-    write_atomic(Path(out) / SUMMARY_FILE, json.dumps(summary, indent=2))
+    write_trial_summary(Path(out), summary)
     return summary

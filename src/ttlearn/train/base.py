@@ -12,8 +12,8 @@ A run directory OUT holds
 
 A new trainer is one module in this package: a `TrainConfig` subclass (every field with a `description`, which a
 generic `ttlearn train NAME --option value` turns into help) and a `Trainer` subclass registered with
-`@TRAINERS.register("name")` that loads its policy and implements one step. The loop, checkpoints, resume and the
-metrics log are here.
+`@TRAINERS.register("name")` (and named in the `TRAINERS` table below) that loads its policy and implements one
+step. The loop, checkpoints, resume and the metrics log are here.
 
 Devices: `--device auto|cpu|cuda` is resolved once (`this_device`); the policy is loaded there and every tensor a
 trainer makes follows `policy.device`. Checkpoints are loaded onto the CPU first (`map_location`), so a run saved on a
@@ -47,7 +47,11 @@ from ttlearn.runs import append_durable, read_durable
 if TYPE_CHECKING:
     from ttlearn.llm.hf import HFPolicy
 
-TRAINERS: Registry[type["Trainer"]] = Registry("trainer", "ttlearn.train")
+TRAINERS: Registry[type["Trainer"]] = Registry(
+    "trainer",
+    "ttlearn.trainers",
+    {"lamer": "ttlearn.train.lamer:LamerTrainer", "memopilot": "ttlearn.train.memopilot:MemoPilotTrainer"},
+)
 
 CONFIG_FILE, METRICS_FILE, STATE_FILE, FINAL_DIR = "config.json", "metrics.jsonl", "trainer_state.pt", "final"
 

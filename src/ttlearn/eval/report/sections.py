@@ -27,7 +27,7 @@ from ttlearn.eval.rating import (
     rank_with_ties,
     win_matrix,
 )
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir
 from ttlearn.types import Episode
 
 ELO_SCALE, ELO_ANCHOR = 400.0, 1000.0
@@ -53,7 +53,7 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
     """Every run under OUT/runs/<method>/<opponent>/seed<k>, sorted by (method, opponent, seed)."""
     out_dir = Path(out_dir)
     runs = []
-    for config_file in (out_dir / RUNS_DIR).glob("*/*/*/config.json"):
+    for config_file in (out_dir / RUNS_DIR).glob(f"*/*/*/{RunDir.SESSION_CONFIG}"):
         run = Run.open(config_file.parent, repair=False)
         runs.append(
             RecordedRun(
@@ -66,7 +66,7 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
             )
         )
     if not runs:
-        raise FileNotFoundError(f"{out_dir} holds no arena runs ({RUNS_DIR}/<method>/<opponent>/seed<k>/config.json)")
+        raise FileNotFoundError(f"{out_dir} holds no arena runs ({RUNS_DIR}/<method>/<opponent>/seed<k>/{RunDir.SESSION_CONFIG})")
     envs = sorted({r.config.env for r in runs})
     if len(envs) > 1:
         raise ValueError(f"{out_dir} mixes runs of several environments: {envs}")
@@ -321,7 +321,7 @@ def build_report(out_dir: Path) -> dict[str, Any]:
                 "dir": r.dir,
                 "games": r.config.games,
                 "scores": [_round(e.score) for e in r.episodes],
-                "summary": (Path(out_dir) / r.dir / "summary.json").exists(),
+                "summary": RunDir(Path(out_dir) / r.dir).summary.exists(),
             }
             for r in runs
         ],

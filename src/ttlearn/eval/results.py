@@ -1,0 +1,110 @@
+"""The README's measured table, rebuilt from `results/` alone, so no number in it is typed by hand.
+
+`results/table.json` lists the rows in order; each names the result folder(s) it reads and how:
+
+    control      a trial run with `--control`: success@1 of memory vs its paired control (McNemar from its summary)
+    memory_gain  a trial run with attempts: success@N with memory vs attempt 1 repeated (the greedy control)
+    runs         two trial runs on the same instances: success@N of `result` vs `against`; their discordant counts
+                 come from the row (`discordant`, with its `source`) where the task records were never committed
+    arena        an arena report: the Elo of `method` vs `against`, and whether their ranks differ
+
+`ttlearn results` prints the table; `ttlearn results --write README.md` replaces it between the markers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
+from ttlearn.runs import RunDir
+
+TABLE = "table.json"
+BEGIN = "<!-- results table: rebuilt from results/ by `ttlearn results --write README.md` -->"
+END = "<!-- end of results table -->"
+HEADER = (
+    "| experiment | player | memory vs control | n | with memory | control | only mem / only ctl | p |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
+
+
+def rate_cell(rate: float, low: float, high: float) -> str:
+    return f"{rate:.3f} ({low:.2f}–{high:.2f})"
+
+
+def wilson_cell(rate: float, n: int) -> str:
+    """A rate over n tasks with its 95 % Wilson interval."""
+    return rate_cell(rate, *wilson_interval(round(rate * n), n))
+
+
+def p_cell(p: float) -> str:
+    return "1.0" if p >= 0.995 else f"{p:.2g}"
+
+
+def _summary(root: Path, name: str) -> dict[str, Any]:
+    path = RunDir(root / name).summary
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: results/table.json names a result that is not there")
+    return json.loads(path.read_text())
+
+
+def player_cell(spec: dict[str, Any], root: Path) -> str:
+    """The player of the row's result, as its config names it (with its temperature when it samples)."""
+    if spec["kind"] == "arena":
+        report = json.loads((root / spec["result"] / "report.json").read_text())
+        return f"`{report['provenance']['methods'][spec['method']]['player']}`"
+    config = RunDir(root / spec["result"]).config()
+    return f"`{config.player}`" + (f" (T = {config.temperature:g})" if config.temperature > 0 else "")
+
+
+def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
+    """The numeric cells of one row: n, with memory, control, only mem / only ctl, p."""
+    kind = spec["kind"]
+    if kind == "arena":
+        report = json.loads((root / spec["result"] / "report.json").read_text())["ratings"]
+        rows = {r["method"]: r for r in report["rows"]}
+        a, b = rows[spec["method"]], rows[spec["against"]]
+        matrix = report["win_matrix"]
+        games = matrix["games"][matrix["methods"].index(a["method"])][matrix["methods"].index(b["method"])]
+        ranks = "one rank" if a["rank"] == b["rank"] else f"rank {a['rank']} / {b['rank']}"
+        elo = [f"Elo {r['elo']:.0f} ({r['ci_low']:.0f}–{r['ci_high']:.0f})" for r in (a, b)]
+        return [f"{games} games", *elo, ranks, "—"]
+    summary = _summary(root, spec["result"])
+    n = summary["tasks"]
+    if kind == "control":
+        paired = summary["control"]["rows"][0]
+        memory = rate_cell(summary["success_at_k"][0], *summary["success_at_k_ci95"][0])
+        return [str(n), memory, wilson_cell(paired["b"], n), f"{paired['only_a']} / {paired['only_b']}",
+                p_cell(paired["p_value"])]  # fmt: skip
+    if kind == "memory_gain":
+        gain = summary["memory_gain"]
+        only = f"{gain['solved_only_with_memory']} / 0"
+        return [str(n), wilson_cell(gain["with_memory"], n), wilson_cell(gain["control"], n), only, p_cell(gain["p_value"])]
+    if kind == "runs":
+        other = _summary(root, spec["against"])
+        if other["tasks"] != n:
+            raise ValueError(f"{spec['result']} and {spec['against']} played different numbers of tasks")
+        k = len(summary["success_at_k"])
+        cells = [rate_cell(s["success_at_k"][k - 1], *s["success_at_k_ci95"][k - 1]) for s in (summary, other)]
+        only_a, only_b = spec["discordant"]
+        return [str(n), *cells, f"{only_a} / {only_b}", p_cell(mcnemar_exact(only_a, only_b))]
+    raise ValueError(f"unknown row kind {kind!r} in results/{TABLE}; use control, memory_gain, runs or arena")
+
+
+def render(root: Path) -> str:
+    """The whole table, header first, one line per row of `root/table.json`."""
+    specs = json.loads((Path(root) / TABLE).read_text())["rows"]
+    lines = [HEADER]
+    for spec in specs:
+        cells = [spec["experiment"], player_cell(spec, Path(root)), spec["comparison"], *row_cells(spec, Path(root))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def replace_table(text: str, table: str) -> str:
+    """`text` with the part between BEGIN and END replaced by `table`."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"the file has no results table markers ({BEGIN} … {END})")
+    head, rest = text.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{table}\n{END}{rest.split(END, 1)[1]}"

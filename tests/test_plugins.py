@@ -1,0 +1,180 @@
+"""Plug-ins from outside the package (docs/plugins.md): the example package in examples/plugin, installed into a
+temporary directory the way `pip install -e` installs it (its code on the path, a .dist-info folder holding the
+entry points of its pyproject.toml), then checked, run, resumed, replayed and put in an arena by the real CLI in
+fresh processes; and a single-file plug-in that is not installed at all (`--plugin FILE`), found again by `resume`
+and by the arena's worker processes through the run's config."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from ttlearn.runs import RunDir
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "plugin"
+
+
+def install(target: Path) -> Path:
+    """What `pip install -e examples/plugin` leaves behind, without pip or a network: the package importable from
+    `target`, and its entry points in `target/<dist>.dist-info/entry_points.txt`."""
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
+    shutil.copytree(EXAMPLE / "ttlearn_counter", target / "ttlearn_counter")
+    info = target / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    groups = project["entry-points"]
+    (info / "entry_points.txt").write_text(
+        "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in groups[g].items()) + "\n" for g in groups)
+    )
+    return target
+
+
+def ttlearn(*args: str, path: Path | None = None, cwd: Path | None = None, **env: str) -> str:
+    """Run the CLI in a fresh process with `path` on PYTHONPATH; returns its output, failing on a non-zero exit."""
+    paths = [str(ROOT / "src"), *([str(path)] if path else [])]
+    done = subprocess.run(
+        [sys.executable, "-m", "ttlearn", *args],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths), "COLUMNS": "200", **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def cut_after_first_game(run_dir: Path) -> None:
+    """Leave the run as a kill -9 after game 1 would: its events up to game 1's record."""
+    lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "game")
+    (run_dir / "events.jsonl").write_text("".join(lines[: first + 1]))
+    (run_dir / "summary.json").unlink()
+
+
+def scores(run_dir: Path) -> list[float]:
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    return [e["episode"]["score"] for e in events if e["type"] == "game"]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    return install(tmp_path_factory.mktemp("site"))
+
+
+def test_an_installed_package_registers_an_env_a_memory_and_a_back_end(site):
+    listed = ttlearn("list", path=site)
+    assert "counter (gemma270m)" in listed and "tally" in listed and "first" in listed
+    check = (
+        "from ttlearn.envs.base import make_env; from ttlearn.envs.check import check_env; "
+        "print(check_env(make_env('counter', seed=0), use_oracle=True)['success'])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", check],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(site)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.strip() == "True", done.stderr
+
+
+def test_the_plugin_runs_resumes_replays_and_plays_an_arena(site, tmp_path):
+    common = ("--memory", "tally", "--llm", "first", "--games", "3", "--seed", "1")
+    ttlearn("run", "counter", *common, "--out", str(tmp_path / "whole"), path=site)
+    ttlearn("run", "counter", *common, "--out", str(tmp_path / "killed"), path=site)
+    cut_after_first_game(tmp_path / "killed")
+    assert "resuming" in ttlearn("resume", str(tmp_path / "killed"), path=site)
+    assert scores(tmp_path / "killed") == scores(tmp_path / "whole") and len(scores(tmp_path / "whole")) == 3
+    run_dir = RunDir(tmp_path / "killed")
+    (last,) = [r for r in map(json.loads, run_dir.events.read_text().splitlines()) if r.get("game") == 3 and
+               r.get("type") == "game"]
+    state = run_dir.snapshot(last["memory_hash"])
+    assert len(state["memory"]["scores"]) == 3  # the plug-in memory carried over through the resume
+    assert "scores reproduced exactly" in ttlearn("replay", str(tmp_path / "whole"), path=site)
+
+    arena = {"env": "counter", "memories": ["none", "tally"], "seeds": 2, "games": 2, "player": "first"}
+    (tmp_path / "arena.yaml").write_text(yaml.safe_dump(arena))
+    out = tmp_path / "arena"
+    ttlearn("arena", str(tmp_path / "arena.yaml"), "--out", str(out), "--workers", "1", path=site)
+    assert len(list(out.glob("runs/*/*/seed*/summary.json"))) == 4
+
+
+SOLO = '''
+"""A plug-in that is one file, not installed: it registers with the decorator."""
+from ttlearn.envs.base import ENVS, Env
+from ttlearn.types import Observation, StepResult
+
+
+@ENVS.register("solo")
+class Solo(Env):
+    name = "solo"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.moves = 0
+
+    def describe(self) -> str:
+        return "Say left or right three times."
+
+    def reset(self, seed: int) -> Observation:
+        return self.restart()
+
+    def restart(self) -> Observation:
+        self.moves = 0
+        return Observation(f"move {self.moves}", ("left", "right"))
+
+    def legal_actions(self) -> tuple[str, ...]:
+        return ("left", "right")
+
+    def step(self, action: str) -> StepResult:
+        self.moves += 1
+        seen = Observation(f"move {self.moves}", ("left", "right"))
+        return StepResult(seen, float(action == "left"), self.moves == 3)
+
+    def score(self) -> float:
+        return 0.0
+'''
+
+
+def test_a_single_file_plugin_is_recorded_so_resume_and_arena_workers_find_it(tmp_path):
+    (tmp_path / "solo.py").write_text(SOLO)
+    run_dir = tmp_path / "run"
+    ttlearn("--plugin", "solo.py", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out", str(run_dir),
+            cwd=tmp_path)
+    assert json.loads((run_dir / "config.json").read_text())["plugins"] == [str(tmp_path / "solo.py")]
+    cut_after_first_game(run_dir)
+    ttlearn("resume", str(run_dir))  # no --plugin: the config names it
+    assert len(scores(run_dir)) == 3
+    out = tmp_path / "arena"
+    ttlearn("--plugin", "solo.py", "arena", "--env", "solo", "--memories", "none,history", "--seeds", "1",
+            "--games", "1", "--llm", "scripted:random", "--out", str(out), "--workers", "1", cwd=tmp_path)
+    assert len(list(out.glob("runs/*/*/seed*/summary.json"))) == 2  # played in fresh (spawned) worker processes
+    assert "solo" in ttlearn("list", TTLEARN_PLUGINS=str(tmp_path / "solo.py"))
+
+
+def test_a_plugin_that_fails_to_import_breaks_only_its_own_name(tmp_path):
+    info = tmp_path / "broken_plugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-plugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[ttlearn.envs]\nbroken = not_installed_module:Env\n")
+    listed = ttlearn("list", path=tmp_path)
+    assert "broken" in listed and "rps" in listed
+    assert "unavailable: environment 'broken'" in listed and "No module named 'not_installed_module'" in listed
+    ttlearn("run", "rps", "--llm", "scripted:random", "--games", "1", "--out", str(tmp_path / "r"), path=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "ttlearn", "run", "broken", "--games", "1"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path)])},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "not_installed_module" in done.stdout and "Traceback" not in done.stderr

@@ -1,0 +1,99 @@
+"""The lazy registry: each room's table names the class its module registers, a lookup imports only that module,
+and a plug-in that fails to import breaks only its own name."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ttlearn.envs.base import ENVS
+from ttlearn.llm.base import LLMS, split_spec, spec_options
+from ttlearn.memory.base import MEMORIES
+from ttlearn.players.base import PLAYERS
+from ttlearn.registry import PluginError, Registry, UnknownNameError, load_object
+from ttlearn.train.base import TRAINERS
+
+ROOMS = {"ttlearn.envs": ENVS, "ttlearn.memory": MEMORIES, "ttlearn.llm": LLMS, "ttlearn.players": PLAYERS,
+         "ttlearn.train": TRAINERS}
+
+
+@pytest.mark.parametrize("package", ROOMS)
+def test_the_table_names_every_registered_plugin_and_its_class(package):
+    registry = ROOMS[package]
+    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        importlib.import_module(f"{package}.{module.name}")  # every decorator in the room has run
+    registered = {name for name, obj in registry._entries.items() if obj.__module__.startswith("ttlearn.")}
+    assert registered == set(registry.table)
+    for name, source in registry.table.items():
+        obj, defined_by = registry.get(name), load_object(source)
+        assert obj.__module__ == source.partition(":")[0], name
+        # the class itself, a subclass made per name (hold'em styles), or a factory made per name (embedded models)
+        assert (
+            obj is defined_by
+            or (isinstance(obj, type) and issubclass(obj, defined_by))
+            or obj.__qualname__.startswith(f"{defined_by.__qualname__}.")
+        ), name
+
+
+def test_a_lookup_imports_only_the_module_it_names():
+    code = (
+        "import sys; from ttlearn.envs.base import make_env; make_env('rps', seed=0); "
+        "print(sorted(m for m in sys.modules if m.startswith('ttlearn.envs.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
+                          env={"PYTHONPATH": str(Path(__file__).parents[1] / "src"), "PATH": ""})
+    assert done.stdout.strip() == "['ttlearn.envs.base', 'ttlearn.envs.rps', 'ttlearn.envs.rps_bots']"
+
+
+def test_a_broken_plugin_breaks_only_its_own_name(tmp_path, monkeypatch):
+    (tmp_path / "fine_plugin.py").write_text("class Fine:\n    pass\n")
+    (tmp_path / "broken_plugin.py").write_text("import not_installed_anywhere\nclass Broken:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = {"fine": "fine_plugin:Fine", "broken": "broken_plugin:Broken"}
+    registry = Registry("widget", "ttlearn.test-widgets", table)
+    assert registry.names() == ["broken", "fine"]  # listing imports nothing
+    assert "fine_plugin" not in sys.modules
+    assert registry.get("fine").__name__ == "Fine"
+    with pytest.raises(PluginError, match="widget 'broken' .* No module named 'not_installed_anywhere'"):
+        registry.get("broken")
+    assert registry.broken() == {
+        "broken": "widget 'broken' (broken_plugin:Broken) failed to load: ModuleNotFoundError: "
+        "No module named 'not_installed_anywhere'"
+    }
+    assert registry.get("fine").__name__ == "Fine"
+    with pytest.raises(UnknownNameError, match="unknown widget 'nothing'; choose one of: broken, fine"):
+        registry.get("nothing")
+
+
+@pytest.mark.parametrize(
+    ("spec", "parts"),
+    [
+        ("gemma270m", ("gemma270m", "")),
+        ("gemma270m:forms", ("gemma270m", "forms")),
+        ("gemma270m?n_ctx=8192", ("gemma270m", "?n_ctx=8192")),
+        ("gemma270m:forms?n_ctx=8192", ("gemma270m", "forms?n_ctx=8192")),
+        ("openai:http://h:8000/v1#q?timeout_s=3", ("openai", "http://h:8000/v1#q?timeout_s=3")),
+    ],
+)
+def test_a_spec_splits_into_scheme_and_argument(spec, parts):
+    assert split_spec(spec) == parts
+
+
+def test_spec_options_convert_and_refuse_unknown_keys():
+    assert spec_options("n_ctx=8192", {"n_ctx": int}, "gemma270m") == {"n_ctx": 8192}
+    with pytest.raises(ValueError, match="unknown gemma270m option 'ctx'; known: n_ctx"):
+        spec_options("ctx=1", {"n_ctx": int}, "gemma270m")
+    with pytest.raises(ValueError, match="n_ctx needs a number"):
+        spec_options("n_ctx=big", {"n_ctx": int}, "gemma270m")
+
+
+def test_a_too_small_context_is_refused_before_the_model_loads():
+    from ttlearn.llm.base import make_llm
+
+    with pytest.raises(ValueError, match="n_ctx must be at least 64"):
+        make_llm("gemma270m?n_ctx=8")

@@ -1,0 +1,62 @@
+"""results/: the README's measured table is rebuilt from the result folders alone, and every folder says how it was
+made."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ttlearn.eval.metrics import mcnemar_exact
+from ttlearn.eval.results import BEGIN, END, render, replace_table, row_cells
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_the_readme_table_is_the_one_rebuilt_from_results():
+    readme = (ROOT / "README.md").read_text()
+    assert readme.split(BEGIN)[1].split(END)[0].strip() == render(ROOT / "results")
+
+
+def test_every_result_folder_says_its_command_commit_date_and_records():
+    folders = [p for p in (ROOT / "results").iterdir() if p.is_dir()]
+    assert len(folders) > 30
+    for folder in folders:
+        text = (folder / "README.md").read_text()
+        assert all(word in text for word in ("ttlearn ", "Commit: ", "Date: ", "Records: ")), folder
+
+
+def _trial_result(root: Path, name: str, summary: dict) -> None:
+    (root / name).mkdir()
+    (root / name / "summary.json").write_text(json.dumps(summary))
+
+
+def test_row_cells_by_hand(tmp_path):
+    # 17 of 43 with memory (interval from the summary), 19 of 43 for the control: Wilson (0.3026, 0.5907)
+    _trial_result(
+        tmp_path,
+        "paired",
+        {
+            "tasks": 43,
+            "success_at_k": [17 / 43],
+            "success_at_k_ci95": [[0.2637, 0.5442]],
+            "control": {"rows": [{"k": 1, "a": 17 / 43, "b": 19 / 43, "only_a": 5, "only_b": 7, "p_value": 0.7744}]},
+        },
+    )
+    cells = row_cells({"kind": "control", "result": "paired"}, tmp_path)
+    assert cells == ["43", "0.395 (0.26–0.54)", "0.442 (0.30–0.59)", "5 / 7", "0.77"]
+    # two runs of 50 tasks at k = 3, discordant 2 / 3 from the row: p = mcnemar_exact(2, 3) = 1
+    for name, rate in (("a", 0.28), ("b", 0.30)):
+        _trial_result(tmp_path, name, {"tasks": 50, "success_at_k": [0.1, 0.2, rate], "success_at_k_ci95": [[0, 1]] * 3})
+    spec = {"kind": "runs", "result": "a", "against": "b", "discordant": [2, 3]}
+    assert row_cells(spec, tmp_path)[3:] == ["2 / 3", "1.0"] and mcnemar_exact(2, 3) == 1.0
+    with pytest.raises(ValueError, match="unknown row kind"):
+        row_cells({"kind": "guess", "result": "a"}, tmp_path)
+
+
+def test_the_table_goes_between_the_markers_only():
+    text = f"before\n{BEGIN}\nold table\n{END}\nafter\n"
+    assert replace_table(text, "new") == f"before\n{BEGIN}\nnew\n{END}\nafter\n"
+    with pytest.raises(ValueError, match="markers"):
+        replace_table("no markers here", "new")
