@@ -400,3 +400,29 @@ def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None
     assert counts == [1, 2, 3]  # one attempt per task, every task's episode kept and carried on
     saved = load_trial_config(tmp_path / "t")
     assert (saved.carry_memory, saved.attempts) == (True, 1)  # the resolved defaults are what the run records
+
+
+def test_verified_answers_can_be_shown_as_earlier_exchanges(tmp_path: Path) -> None:
+    from ttlearn.players.llm import build_messages
+
+    answer = "```sql\nSELECT count(*) FROM singer\n```"
+    done = Episode(0, 0, "How many singers?", (Step("schema…", "SELECT count(*) FROM singer", 1.0),), 1.0, True,
+                   {"answer": answer})
+    notes = memory(tmp_path, write="answer", keep="successes")
+    notes.observe(done)
+    shown = notes.context("How many singers?")
+    messages = build_messages("Rules.", shown, "Question: count the singers", ())
+    assert [m["role"] for m in messages] == ["system", "user"]
+    note = f"Task: How many singers?\nVerified answer:\n{answer}"
+    assert messages[0]["content"] == f"Rules.\n\nYour notes from earlier games:\n{note}"
+    turns = memory(tmp_path, write="answer", keep="successes", show="exchanges")  # the same store
+    shown = turns.context("How many singers?")
+    assert shown == notes.context("How many singers?")  # the same text in the records
+    messages = build_messages("Rules.", shown, "Question: count the singers", ())
+    assert messages[:3] == [
+        {"role": "system", "content": "Rules."},
+        {"role": "user", "content": "How many singers?"},
+        {"role": "assistant", "content": answer},
+    ]
+    with pytest.raises(ValueError, match="show must be one of notes, exchanges"):
+        memory(tmp_path, show="turns")

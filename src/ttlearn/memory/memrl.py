@@ -49,7 +49,7 @@ from ttlearn.llm.base import LLM
 from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.memory.embed import SIMILARITY_STATS, make_embedder
 from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem
-from ttlearn.types import Episode
+from ttlearn.types import Episode, MemoryText
 
 if TYPE_CHECKING:
     from ttlearn.memory.remote import RemoteMemories
@@ -58,6 +58,7 @@ Z_CLIP = 3.0
 DEFAULT_ALPHA = 0.3
 """The Q learning rate of the paper's released configs."""
 WRITE_MODES = ("notes", "trajectory", "answer")
+SHOW_MODES = ("notes", "exchanges")
 KEEP_MODES = ("all", "successes")
 
 
@@ -206,6 +207,7 @@ TUNING: dict[str, Any] = {
     "batch": 1,
     "write": "notes",
     "keep": "all",
+    "show": "notes",
 }
 """Every tunable option and its value when neither the user nor a preset sets it: the released BigCodeBench
 configuration (`PRESETS["bcb"]`), except the similarity statistics, which belong to the embedder (None: the
@@ -266,11 +268,23 @@ def resolve_settings(preset: str | None, given: dict[str, Any], fixed: dict[str,
     return chosen
 
 
+_ANSWER_LABELS = ("Verified answer", "Answer that failed")
+
+
 def render_answer(task: str, answer: str, verified: bool) -> str:
     """An item as a small model can use it (`write=answer`): the task and the agent's own answer, labelled by what the
     environment said of it, nothing else. Shown alone, a paraphrase's verified answer lifted the 0.5B coder model
-    from 19 to 29 of 30 Spider questions (benchmarks/memory_ceiling.py)."""
-    return f"Task: {task}\n{'Verified answer' if verified else 'Answer that failed'}:\n{answer}"
+    from 19 to 29 of 30 Spider questions (REFERENCE §10)."""
+    return f"Task: {task}\n{_ANSWER_LABELS[0] if verified else _ANSWER_LABELS[1]}:\n{answer}"
+
+
+def verified_exchange(experience: str) -> tuple[str, str] | None:
+    """(task, answer) of a verified `render_answer` item, to show as an earlier user/assistant exchange; None for
+    any other item (a failure, a trajectory, a note)."""
+    head, marker, answer = experience.partition(f"\n{_ANSWER_LABELS[0]}:\n")
+    if not marker or not head.startswith("Task: "):
+        return None
+    return head[len("Task: ") :], answer
 
 
 # -- the memory -------------------------------------------------------------------------------------------------
@@ -293,6 +307,8 @@ class MemRLMemory(Memory):
     measured one (`sql`, `code`, `household`); any option given beside it wins, and options neither sets take
     `TUNING` (the BigCodeBench release). `batch=B` is the released runners' timing: tasks retrieve from the memory as
     it stood when their mini-batch began, and the Q updates and new items of B finished tasks are applied together.
+    `show=exchanges` hands verified answers (`write=answer` items) to the player as earlier user/assistant turns
+    instead of notes in the system prompt (`MemoryText`); items of other kinds are then not shown.
 
     γ must be 0. A bootstrapped target r + γ·max Q′ needs Q′ of the *next decision*: the items retrieved for the
     next task, known only after the next `context` call; taking the max over the items being updated (what an
@@ -339,6 +355,7 @@ class MemRLMemory(Memory):
         batch: int | None = None,
         write: str | None = None,
         keep: str | None = None,
+        show: str | None = None,
         max_trajectory_chars: int = 1500,
         run_id: str | None = None,
         seed: int = 0,
@@ -359,9 +376,12 @@ class MemRLMemory(Memory):
             raise ValueError(f"write must be one of {', '.join(WRITE_MODES)}, got {settings['write']!r}")
         if settings["keep"] not in KEEP_MODES:
             raise ValueError(f"keep must be one of {', '.join(KEEP_MODES)}, got {settings['keep']!r}")
+        if settings["show"] not in SHOW_MODES:
+            raise ValueError(f"show must be one of {', '.join(SHOW_MODES)}, got {settings['show']!r}")
         if settings["batch"] < 1:
             raise ValueError(f"batch must be at least 1, got {settings['batch']}")
         self.write, self.keep, self.batch = settings["write"], settings["keep"], settings["batch"]
+        self.show = settings["show"]
         stats = SIMILARITY_STATS.get(embedder, SIMILARITY_STATS["minilm"])
         self.cfg = RetrievalConfig(
             settings["k1"],
@@ -414,9 +434,13 @@ class MemRLMemory(Memory):
                 self._retrieved.append(c.item_id)
         if not chosen:
             return ""
-        if len(chosen) == 1:
-            return chosen[0].experience
-        return "Relevant past experiences:\n" + "\n\n".join(f"[{n}] {c.experience}" for n, c in enumerate(chosen, 1))
+        text = chosen[0].experience if len(chosen) == 1 else "Relevant past experiences:\n" + "\n\n".join(
+            f"[{n}] {c.experience}" for n, c in enumerate(chosen, 1)
+        )
+        if self.show == "notes":
+            return text
+        exchanges = [pair for pair in map(verified_exchange, (c.experience for c in chosen)) if pair is not None]
+        return MemoryText(text, tuple(exchanges)) if exchanges else text
 
     def succeeded(self, episode: Episode) -> bool:
         return episode.success if episode.success is not None else episode.score > self.success_threshold

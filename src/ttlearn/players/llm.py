@@ -52,11 +52,13 @@ def build_messages(
     all_listed: bool = True,
     reasoning: bool = False,
 ) -> list[Message]:
-    """System: the rules and the memory; user: the observation and how to answer (the legal actions, if any;
-    `all_listed` False: the options are some of the commands the environment accepts; `reasoning`: think first and
-    tag the action — free-text actions already answer in the rules' format)."""
+    """System: the rules and the memory's notes; then the memory's exchanges, if it gives them (`MemoryText`), as
+    earlier user/assistant turns; user: the observation and how to answer (the legal actions, if any; `all_listed`
+    False: the options are some of the commands the environment accepts; `reasoning`: think first and tag the
+    action — free-text actions already answer in the rules' format)."""
     system = rules.strip()
-    if memory.strip():
+    exchanges = getattr(memory, "exchanges", ())
+    if memory.strip() and not exchanges:
         system += "\n\nYour notes from earlier games:\n" + memory.strip()
     if options and not all_listed:
         how = REASON_THEN_ACT if reasoning else "Answer with exactly one action and nothing else."
@@ -66,7 +68,14 @@ def build_messages(
         answer = f"Legal actions: {', '.join(options)}.\n{how}"
     else:
         answer = "Answer in the format the rules ask for."
-    return [{"role": "system", "content": system}, {"role": "user", "content": f"{observation.strip()}\n\n{answer}"}]
+    earlier: list[Message] = []
+    for task, reply in exchanges:
+        earlier += [{"role": "user", "content": task}, {"role": "assistant", "content": reply}]
+    return [
+        {"role": "system", "content": system},
+        *earlier,
+        {"role": "user", "content": f"{observation.strip()}\n\n{answer}"},
+    ]
 
 
 class LLMPlayer(Player):
