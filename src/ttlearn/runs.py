@@ -70,6 +70,11 @@ class PartsConfig(BaseModel):
     """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
     seed: int = 0
     temperature: float = Field(0.0, ge=0.0)
+    retries: int = Field(2, ge=0)
+    """LLM players on generated text: more replies asked for before a move counts invalid (LaMer: 0)."""
+    free_text_tokens: int | None = Field(None, ge=1)
+    """LaMer's free-text policy: one reply of up to this many tokens, reasoning then the action, never choice
+    scoring; None: score the legal actions where the back end can."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
 
     @field_validator("memory_options")

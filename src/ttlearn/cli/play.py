@@ -142,6 +142,15 @@ def run(
         None, help="LLM that writes the memory (default: the player's LLM); a folder means a trained hf: writer."
     ),
     temperature: float = typer.Option(0.0, min=0.0, help="Player sampling temperature (0 = greedy)."),
+    retries: int = typer.Option(
+        2, min=0, help="LLM player writing text: more replies asked for before a move counts invalid (LaMer: 0)."
+    ),
+    free_text: Optional[int] = typer.Option(
+        None,
+        "--free-text",
+        min=1,
+        help="LaMer's policy: one reply of up to N tokens, reasoning then <action>…</action>, never choice scoring.",
+    ),
     seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
     concurrency: int = typer.Option(
         1, min=1, help="Episodes in flight sharing one back end (independent games, or trial tasks); same results."
@@ -165,6 +174,8 @@ def run(
         writer=writer,
         seed=seed,
         temperature=temperature,
+        retries=retries,
+        free_text_tokens=free_text,
     )
     out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
     trial_flags = {

@@ -72,6 +72,12 @@ def validate_trials(config: TrialConfig, concurrency: int = 1) -> None:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     if config.control and config.memory == "none":
         raise ValueError("--control plays every task without memory, which is what memory 'none' already does")
+    if config.memory_options.get("url") and (not config.carries_memory or config.validation_tasks):
+        raise ValueError(
+            "a memory service namespace (url=) is shared and a run cannot reset it: independent trials would share"
+            " one memory and held-out validation would write into it; run with --carry-memory and no"
+            " --validation-tasks, or keep the memory local (drop url=)"
+        )
     if concurrency > 1 and MEMORIES.get(config.memory).keeps_files:
         raise ValueError(f"memory {config.memory!r} keeps one store per run, so its tasks run one at a time")
     if concurrency > 1 and config.carries_memory:
