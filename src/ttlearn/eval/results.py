@@ -90,7 +90,8 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
     if kind == "memory_gain":
         gain = summary["memory_gain"]
         only = f"{gain['solved_only_with_memory']} / 0"
-        return [str(n), wilson_cell(gain["with_memory"], n), wilson_cell(gain["control"], n), only, p_cell(gain["p_value"])]
+        cells = [wilson_cell(gain["with_memory"], n), wilson_cell(gain["control"], n), only]
+        return [str(n), *cells, p_cell(gain["p_value"])]
     if kind == "runs":
         other = _summary(root, spec["against"])
         if other["tasks"] != n:
