@@ -5,12 +5,13 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import typer
 from rich.table import Table
 
 from ttlearn.cli.common import console, friendly
+from ttlearn.eval.retrievals import q_effect
 from ttlearn.runs import RunDir
 
 
@@ -90,10 +91,20 @@ def memory_inspect(
 @friendly
 def memory_explain(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
-    game: int = typer.Option(..., help="The game whose retrievals to show."),
+    game: Optional[int] = typer.Option(None, help="The game of a session whose retrievals to show."),
 ) -> None:
-    """Show which memories were retrieved for a game, with similarity, Q and the combined score."""
+    """Show which memories were retrieved for a game, with similarity, Q and the combined score; without --game,
+    what Q did over the whole run (how often its ranking or its q_min filter changed what was shown)."""
     store, namespace, run_id = _memrl_store(run_dir)
+    if game is None:
+        records = store.retrievals(namespace, run_id=run_id)
+        counts = q_effect((r.candidates, r.chosen, r.explored) for r in records)
+        console.print(
+            f"{counts['retrievals']} retrievals, {counts['with_candidates']} with a candidate above δ: Q changed what "
+            f"was shown in {counts['reordered']} (its q_min filter hid a candidate in {counts['filtered']}); "
+            f"{counts['explored']} were ε-random picks"
+        )
+        return
     records = store.retrievals(namespace, run_id=run_id, episode=game)
     if not records:
         console.print(f"no retrieval was recorded for game {game}")
@@ -102,8 +113,9 @@ def memory_explain(
         console.print(f"query: {record.query}", markup=False, highlight=False)
         for cand in record.candidates:
             mark = "→" if cand["id"] in record.chosen else " "
+            score = "dropped (Q < q_min)" if cand["score"] is None else f"score {cand['score']:+.3f}"
             console.print(
-                f"{mark} #{cand['id']}  sim {cand['sim']:.3f}  Q {cand['q']:+.3f}  score {cand['score']:+.3f}",
+                f"{mark} #{cand['id']}  sim {cand['sim']:.3f}  Q {cand['q']:+.3f}  {score}",
                 markup=False,
                 highlight=False,
             )
