@@ -442,3 +442,15 @@ def test_verified_answers_can_be_shown_as_earlier_exchanges(tmp_path: Path) -> N
     ]
     with pytest.raises(ValueError, match="show must be one of notes, exchanges"):
         memory(tmp_path, show="turns")
+
+
+def test_a_run_recorded_before_the_defaults_resumes_as_recorded(tmp_path: Path) -> None:
+    from ttlearn.rollout.trials import resolved_for
+    from ttlearn.runs import TrialConfig
+
+    old = TrialConfig(env="sql", memory="memrl", player="scripted:random", tasks=2, carry_memory=False)
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "trials.json").write_text(old.model_dump_json())  # as a run of last week wrote it
+    assert resolved_for(old, tmp_path / "old") == old  # no preset slipped in: the directory's config is kept
+    fresh = resolved_for(old, tmp_path / "new")
+    assert fresh.memory_options == {"preset": "sql"} and fresh.attempts == 3

@@ -29,7 +29,7 @@ from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.session import open_session, validate
-from ttlearn.rollout.trials import run_trials, validate_trials, with_defaults
+from ttlearn.rollout.trials import resolved_for, run_trials, validate_trials
 from ttlearn.runs import Run, RunConfig, TrialConfig, check_trusted, is_trial_dir, load_trial_config, read_tasks
 
 TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
@@ -57,7 +57,7 @@ def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 
 
 def play_trials(config: TrialConfig, out: Path, concurrency: int = 1, replay: ReplayBook | None = None) -> None:
     """Run (or resume) a trial run with a progress bar, then print success@k."""
-    config = with_defaults(config)
+    config = resolved_for(config, out)
     validate_trials(config, concurrency)
     with progress_bar(f"{config.env} · {config.memory} · {config.attempts} attempts", config.total) as update:
 

@@ -38,7 +38,15 @@ from ttlearn.rollout.parts import (
     resolve_moves_per_turn,
     validate_parts,
 )
-from ttlearn.runs import RunDir, TrialConfig, append_task, open_trial_dir, write_trial_summary
+from ttlearn.runs import (
+    RunDir,
+    TrialConfig,
+    append_task,
+    is_trial_dir,
+    load_trial_config,
+    open_trial_dir,
+    write_trial_summary,
+)
 from ttlearn.seeding import derive_seed
 
 
@@ -58,6 +66,14 @@ def with_defaults(config: TrialConfig) -> TrialConfig:
     attempts = 1 if carried and "attempts" not in config.model_fields_set else config.attempts
     options = {**default_memory_options(config.env, config.memory), **config.memory_options}
     return config.model_copy(update={"carry_memory": carry, "attempts": attempts, "memory_options": options})
+
+
+def resolved_for(config: TrialConfig, out: Path) -> TrialConfig:
+    """The config a run in `out` plays: the recorded one when `config` is it (resuming, even a directory written
+    before today's defaults), else `config` `with_defaults`."""
+    if is_trial_dir(out) and load_trial_config(out) == config:
+        return config
+    return with_defaults(config)
 
 
 def validate_trials(config: TrialConfig, concurrency: int = 1) -> None:
@@ -181,7 +197,7 @@ def run_trials(
     """Play the tasks still missing from `out` (creating it, or resuming it with the same config) and write the
     summary. `progress(done, total, record)` is called after every finished task; `replay`: answer every LLM call
     from a recording instead of a model."""
-    config = with_defaults(config)
+    config = resolved_for(config, Path(out))
     validate_trials(config, concurrency)
     records = open_trial_dir(Path(out), config)
     run_dir = RunDir(out)  # one reader and writer of its snapshots
