@@ -25,11 +25,16 @@ purpose: `state()` points at the namespace, and `load()` restores only the RNG a
 overwriting what other agents learnt.
 
 What an item says (`write=`): `notes` (the paper's rule above: an LLM writes the strategy or reflection, the
-trajectory follows) or `trajectory` (the trajectory and outcome only, no LLM call). Which episodes become items
-(`keep=`): `all` (the paper) or `successes` (a failed episode still updates the Q of what it retrieved, but is not
-stored). Measured on Spider with the 0.5B coder model (docs/coder-results.md), its notes were numbered restatements
-of the task that it then imitated instead of answering with SQL, and it copied the table names of its failed
-queries into later answers: a small model reuses what it is shown, so showing it only verified answers matters.
+trajectory follows), `trajectory` (the trajectory and outcome only, no LLM call) or `answer` (the task and the
+agent's own answer the environment verified, `render_answer`: what a small model can use). Which episodes become
+items (`keep=`): `all` (the paper) or `successes` (a failed episode still updates the Q of what it retrieved, but is
+not stored). Measured on Spider with the 0.5B coder model (docs/coder-results.md), its notes were numbered
+restatements of the task that it then imitated instead of answering with SQL, and it copied the table names of its
+failed queries into later answers: a small model reuses what it is shown, so showing it only verified answers, one
+at a time and above a similarity bar that rejects neighbours, matters (the `sql` preset; docs/memrl.md).
+
+Settings come from `PRESETS` (the paper's released configurations, and each ttlearn family's measured one) over
+`TUNING` (the released BigCodeBench values); `resolve_settings` is the one rule.
 
 Baselines as configurations of the same class: `memp` = MemRL with α = 0 (Q stays at q_init, ranking reduces to
 similarity), `rag` = similarity only (w_q = 0, no Q filter, α = 0).
