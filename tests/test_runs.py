@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ttlearn.rollout.session import open_session
+from ttlearn.rollout.run import play as play_units, prepare
 from ttlearn.runs import Run, RunConfig, SnapshotStore, canonical_hash
 
 
@@ -29,15 +29,15 @@ def scripted_config(**overrides) -> RunConfig:
 
 
 def play(path: Path, config: RunConfig) -> Run:
-    run = Run.create(path, config)
-    open_session(run).play()
+    run = prepare(path, config)
+    play_units(run)
     return run
 
 
 def test_run_directory_holds_config_events_snapshots(tmp_path):
     run = play(tmp_path / "r", scripted_config())
     assert json.loads((run.path / "config.json").read_text())["env"] == "rps"
-    assert sorted(p.name for p in run.path.iterdir()) == ["config.json", "events.jsonl", "snapshots.jsonl"]
+    assert sorted(p.name for p in run.path.iterdir()) == ["config.json", "events.jsonl", "snapshots.jsonl", "summary.json"]
     kinds = [e["type"] for e in run.events()]
     assert kinds.count("game") == 4 and kinds.count("step") == 40
     snap = run.snapshot(4)
@@ -93,7 +93,7 @@ def test_torn_tail_is_dropped_and_the_game_replayed(tmp_path):
     reopened = Run.open(torn.path)
     assert len(reopened.episodes) == 2
     reopened.config = scripted_config()  # extend the run to the full length
-    open_session(reopened).play()
+    play_units(reopened)
     again = Run.open(torn.path)
     assert [e.index for e in again.episodes] == [1, 2, 3, 4]
     assert [e.score for e in again.episodes] == [e.score for e in full.episodes]
@@ -196,7 +196,7 @@ def test_kill_9_mid_flight_with_concurrency_resumes_exactly_as_a_sequential_run(
 
 def test_concurrency_is_refused_where_games_depend_on_each_other(tmp_path):
     with pytest.raises(ValueError, match="depend on each other"):
-        open_session(Run.create(tmp_path / "r", scripted_config()), concurrency=2)
+        prepare(tmp_path / "r", scripted_config(), concurrency=2)
 
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
@@ -221,7 +221,7 @@ def test_an_old_session_still_reads_replays_and_resumes(tmp_path):
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, "games": 4}))
     run = Run.open(copy)
-    open_session(run).play()
+    play_units(run)
     reread = Run.open(copy)
     assert reread.snapshot(2)["state"] == files[1]["state"] and len(reread.snapshot(4)["state"]["memory"]["logs"]) == 2
     assert (copy / "snapshots.jsonl").exists()  # game 4 went into the content store, games 1-3 stay in their files
@@ -230,8 +230,8 @@ def test_an_old_session_still_reads_replays_and_resumes(tmp_path):
 def test_an_old_trial_run_still_reads_and_resumes_where_it_stopped(tmp_path):
     import shutil
 
-    from ttlearn.rollout.trials import run_trials
-    from ttlearn.runs import RunDir, load_trial_config, read_tasks
+    from ttlearn.rollout.run import play_run
+    from ttlearn.runs import RunDir, read_tasks
 
     old = read_tasks(LEGACY / "trials", repair=False)
     assert [RunDir(LEGACY / "trials").task_memory(r) for r in old] == [r["memory"] for r in old]
@@ -239,7 +239,7 @@ def test_an_old_trial_run_still_reads_and_resumes_where_it_stopped(tmp_path):
     copy = tmp_path / "t"
     shutil.copytree(LEGACY / "trials", copy)
     (copy / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old[:2]))  # stopped after task 2
-    run_trials(load_trial_config(copy), copy)
+    play_run(copy)
     resumed = read_tasks(copy)
     def played(record: dict) -> list:
         return [(a["steps"], a["score"], a["info"]["context"]) for a in record["attempts"]]
@@ -259,4 +259,4 @@ def test_every_committed_trial_config_still_loads():
 def test_a_memory_that_needs_trials_is_refused_in_a_session_whoever_builds_it(tmp_path):
     """The memory declares it (`needs_trials`); the check is in the session's validation, not a name list in the CLI."""
     with pytest.raises(ValueError, match="add --tasks K"):
-        open_session(Run.create(tmp_path / "r", scripted_config(memory="lamer")))
+        prepare(tmp_path / "r", scripted_config(memory="lamer"))

@@ -139,13 +139,7 @@ def make_player(
     return (TurnPlayer(player, moves) if moves > 1 else player), moves
 
 
-def build_parts(
-    cfg: PartsConfig,
-    pool: LLMPool,
-    *,
-    run_dir: Path | None = None,
-    moves_per_turn: int | None = None,
-) -> Parts:
+def build_parts(cfg: PartsConfig, pool: LLMPool, *, run_dir: Path | None = None) -> Parts:
     """Live parts for `cfg`, their LLMs drawn from `pool` and recorded into the parts' own `events`; the memory is
     bound to `run_dir` (where memories that keep files put them)."""
     env = _checked_env(cfg)
@@ -153,7 +147,9 @@ def build_parts(
     def recorded(spec: str, role: str) -> LLM:
         return RecordingLLM(pool.get(spec), role, lambda event: parts.events.append(event), spec, pool.replay)
 
-    player, moves = make_player(cfg.player, lambda spec: recorded(spec, "player"), cfg.temperature, env, moves_per_turn)
+    player, moves = make_player(
+        cfg.player, lambda spec: recorded(spec, "player"), cfg.temperature, env, cfg.moves_per_turn
+    )
     writer = recorded(writer_spec(cfg), "memory") if MEMORIES.get(cfg.memory).needs_llm else None
     memory = make_memory(cfg.memory, writer, **cfg.memory_options)
     if run_dir is not None:
