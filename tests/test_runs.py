@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ttlearn.rollout.run import play as play_units, prepare
-from ttlearn.runs import Run, RunConfig, SnapshotStore, canonical_hash
+from ttlearn.runs import Run, RunConfig, RunDir, SnapshotStore, canonical_hash
 
 
 def scripted_config(**overrides) -> RunConfig:
@@ -260,3 +260,59 @@ def test_a_memory_that_needs_trials_is_refused_in_a_session_whoever_builds_it(tm
     """The memory declares it (`needs_trials`); the check is in the session's validation, not a name list in the CLI."""
     with pytest.raises(ValueError, match="add --tasks K"):
         prepare(tmp_path / "r", scripted_config(memory="lamer"))
+
+
+def test_a_config_checks_itself_and_names_the_flags_of_the_other_kind():
+    """What needs no plug-in is checked by the config, wherever it is built (CLI, library, arena)."""
+    from ttlearn.runs import TrialConfig, parse_config
+
+    assert isinstance(parse_config({"env": "rps"}), RunConfig)
+    assert isinstance(parse_config({"kind": "trials", "env": "sokoban"}), TrialConfig)
+    with pytest.raises(ValueError, match=r"^--carry-memory, --control belong to trial mode: add --tasks K"):
+        parse_config({"env": "rps", "carry_memory": True, "control": True})
+    with pytest.raises(ValueError, match=r"^--games, --memory-from belong to session mode"):
+        parse_config({"kind": "trials", "env": "rps", "games": 2, "memory_from": "x"})
+    with pytest.raises(ValueError, match="what memory 'none' already does"):
+        TrialConfig(env="sokoban", memory="none", control=True)
+    with pytest.raises(ValueError, match="^games: Input should be greater than or equal to 1$"):
+        parse_config({"env": "rps", "games": 0})
+
+
+def test_a_trial_run_builds_its_environment_once_to_validate_and_once_to_play(tmp_path, monkeypatch):
+    """Validation happens once, in one place: `ttlearn run --tasks` checks the config once before it plays."""
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+    from ttlearn.rollout import parts
+
+    built = []
+    make_env = parts.make_env
+    monkeypatch.setattr(parts, "make_env", lambda *args, **kwargs: built.append(args) or make_env(*args, **kwargs))
+    args = ["run", "minesweeper", "--tasks", "2", "--attempts", "1", "--llm", "scripted:random"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0, result.output
+    assert len(built) == 2  # one for the check, one for the worker that plays
+
+
+@pytest.mark.parametrize("kind", ["--games", "--tasks"])
+def test_every_command_reads_either_kind_of_run(tmp_path, kind):
+    """run, show, show --game, resume, replay and memory diff / fork take a session and a trial run alike."""
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+
+    def ok(*args: str) -> str:
+        result = CliRunner().invoke(app, list(args), env={"COLUMNS": "160"})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    out = str(tmp_path / "r")
+    ok("run", "minesweeper", "--memory", "history", kind, "3", "--llm", "scripted:random", "--out", out)
+    unit = "game" if kind == "--games" else "task"
+    assert f"3 of 3 {unit}s finished" in ok("show", out)
+    assert "step 1:" in ok("show", out, "--game", "2")
+    assert "already complete" in ok("resume", out)
+    assert "reproduced exactly" in ok("replay", out, "--out", str(tmp_path / "again"))
+    assert f"after {unit} 3" in ok("memory", "diff", out, "--from", "1", "--to", "3")
+    ok("memory", "fork", out, "--game", "2", "--out", str(tmp_path / "fork"))
+    assert Run.open(out).snapshot(2)["state"] == RunDir(tmp_path / "fork").latest_state()

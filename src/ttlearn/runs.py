@@ -328,6 +328,8 @@ class RunDir:
     SNAPSHOTS: ClassVar[str] = "snapshots.jsonl"
     SUMMARY: ClassVar[str] = "summary.json"
     FORK: ClassVar[str] = "fork.json"
+    PLAYED: ClassVar[str] = "episodes.jsonl"
+    """A trainer's run directory: every episode it played, one record each with its training step."""
     LOCK: ClassVar[str] = ".lock"
     LEGACY_SNAPSHOTS: ClassVar[str] = "snapshots"
     """Sessions before content-addressed snapshots: snapshots/game_NNNN.json, one file per game."""
@@ -371,6 +373,15 @@ class RunDir:
     @property
     def lock(self) -> Path:
         return self.path / self.LOCK
+
+    @property
+    def played(self) -> Path:
+        return self.path / self.PLAYED
+
+    def record_played(self, step: int, episodes: Sequence[Episode]) -> None:
+        """The episodes a trainer played in `step`, made durable in one append (`read_durable` drops a torn tail;
+        the trainer cuts the lines of steps after its last checkpoint when it resumes)."""
+        append_durable(self.played, [{"type": "episode", "step": step, "episode": e.to_json()} for e in episodes])
 
     def legacy_snapshot(self, game: int) -> Path:
         return self.path / self.LEGACY_SNAPSHOTS / f"game_{game:04d}.json"

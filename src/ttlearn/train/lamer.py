@@ -382,6 +382,7 @@ class LamerTrainer(Trainer):
                 )
                 batch.append((instance, j, trial_steps(trial, recorder.take(), states)))
                 trials.append(trial)
+                self.played.extend(trial.attempts)
         return batch, trials
 
     def train_step(self, step: int) -> dict[str, Any]:
