@@ -37,7 +37,8 @@ def play(path: Path, config: RunConfig) -> Run:
 def test_run_directory_holds_config_events_snapshots(tmp_path):
     run = play(tmp_path / "r", scripted_config())
     assert json.loads((run.path / "config.json").read_text())["env"] == "rps"
-    assert sorted(p.name for p in run.path.iterdir()) == ["config.json", "events.jsonl", "snapshots.jsonl", "summary.json"]
+    files = ["config.json", "events.jsonl", "snapshots.jsonl", "summary.json"]
+    assert sorted(p.name for p in run.path.iterdir()) == files
     kinds = [e["type"] for e in run.events()]
     assert kinds.count("game") == 4 and kinds.count("step") == 40
     snap = run.snapshot(4)

@@ -60,7 +60,9 @@ def test_restart_replays_the_same_instance_in_every_attempt() -> None:
 
 def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
     fake = FakeLLM(scripted_reply)
-    summary = play_run(tmp_path / "run", TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
+    summary = play_run(
+        tmp_path / "run",
+        TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
         llm_factory=lambda spec: fake,
     )
     assert summary["success_at_k"] == [1.0, 1.0, 1.0]

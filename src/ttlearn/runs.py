@@ -1,8 +1,8 @@
-"""Run records: the configs and the append-only directories that sessions and trial runs write, so that runs resume
-exactly and every number can be recomputed offline. This is the layer both the playing code and `eval` stand on, and
-`RunDir` is the one place that knows a run directory's layout.
+"""Run records: the configs and the append-only directories that runs write, so that runs resume exactly and every
+number can be recomputed offline. This is the layer both the playing code and `eval` stand on: `RunDir` is the one
+place that knows a run directory's layout, and `Run` reads and appends a run of either kind, one record per unit.
 
-A session (a sequence of games, the memory carried over):
+A config's `kind` says what a run's unit is. A session (kind "session", its unit a game; the memory carried over):
 
     RUN_DIR/
       config.json            the RunConfig that built the session
@@ -15,7 +15,8 @@ A game becomes durable when its "game" record is on disk: its events are buffere
 written in one append, snapshot first. A process killed mid-game leaves at worst a torn last line, which `open`
 truncates; the game is then replayed from its own seed, so no game is ever lost or duplicated.
 
-A trial run (K task instances, N attempts each, LaMer's reflections in between; MemRL's epochs):
+A trial run (kind "trials", its unit a task: K task instances, N attempts each, LaMer's reflections in between;
+MemRL's epochs):
 
     OUT/trials.json       the TrialConfig
     OUT/tasks.jsonl       one record per finished instance: its attempts (steps, rewards, success), LLM calls, facts,
@@ -24,6 +25,9 @@ A trial run (K task instances, N attempts each, LaMer's reflections in between; 
     OUT/summary.json      success@1..N, pass@1..N (memory off), trajectory entropy, instance-set ceilings
 
 A task becomes durable in one appended line; a killed run leaves at most a torn last line, which reopening drops.
+
+A trainer's directory (`ttlearn.train.base`) holds `episodes.jsonl`, every episode its steps played
+(`RunDir.record_played`).
 
 Older directories still read: sessions that kept one `snapshots/game_NNNN.json` per game, trial records that embed
 their memory state ("memory"), and forks holding one such snapshot file (`RunDir` reads all three).
@@ -73,8 +77,12 @@ class PartsConfig(BaseModel):
     plugins: Plugins = Field(default_factory=loaded_plugins)
 
 
-def _flags(fields: Sequence[str]) -> str:
-    return ", ".join("--" + name.replace("_", "-") for name in fields)
+def _refuse_fields_of(other: type[BaseModel], own: type[BaseModel], data: Any, message: str) -> Any:
+    """`data` for a config of kind `own`, refused when it sets fields only the other kind has (by their flags)."""
+    given = [n for n in other.model_fields if n not in own.model_fields and n in data] if isinstance(data, dict) else []
+    if given:
+        raise ValueError(", ".join("--" + name.replace("_", "-") for name in given) + message)
+    return data
 
 
 class TrialConfig(PartsConfig):
@@ -109,10 +117,7 @@ class TrialConfig(PartsConfig):
     @model_validator(mode="before")
     @classmethod
     def _no_session_fields(cls, data: Any) -> Any:
-        given = [name for name in RunConfig.model_fields if name not in cls.model_fields and name in data]
-        if isinstance(data, dict) and given:
-            raise ValueError(f"{_flags(given)} belong to session mode; trial mode (--tasks) plays tasks")
-        return data
+        return _refuse_fields_of(RunConfig, cls, data, " belong to session mode; trial mode (--tasks) plays tasks")
 
     @model_validator(mode="after")
     def _control_needs_a_memory(self) -> TrialConfig:
@@ -161,10 +166,8 @@ class RunConfig(PartsConfig):
     @model_validator(mode="before")
     @classmethod
     def _no_trial_fields(cls, data: Any) -> Any:
-        given = [name for name in TrialConfig.model_fields if name not in cls.model_fields and name in data]
-        if isinstance(data, dict) and given:
-            raise ValueError(f"{_flags(given)} belong to trial mode: add --tasks K (how many task instances)")
-        return data
+        message = " belong to trial mode: add --tasks K (how many task instances)"
+        return _refuse_fields_of(TrialConfig, cls, data, message)
 
 
 AnyConfig = Annotated[Union[RunConfig, TrialConfig], Field(discriminator="kind")]
@@ -473,7 +476,8 @@ class Run:
         run_dir = RunDir(path)
         if run_dir.kind is not None:
             raise FileExistsError(f"{path} already holds a run; use `ttlearn resume {path}` or another --out")
-        if run_dir.path.exists() and any(p.name != RunDir.LOCK for p in run_dir.path.iterdir()):
+        leftovers = (RunDir.LOCK, RunDir.SESSION_CONFIG + ".tmp", RunDir.TRIAL_CONFIG + ".tmp")  # a creation killed
+        if run_dir.path.exists() and any(p.name not in leftovers for p in run_dir.path.iterdir()):
             raise FileExistsError(f"{path} exists and is not a run directory; use another --out")
         run_dir.path.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir.config_file(config.kind), config.model_dump_json(indent=2))

@@ -6,7 +6,7 @@ A run's `kind` says what its unit is:
   Game g is played with its own seed, the memory observes it, and the memory (and player) state after it is stored.
 - a *trial run* (`TrialConfig`): the unit is a task with attempts (LaMer):
 
-      env.reset(seed) once → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → N
+      env.reset(seed) → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → N
 
   A trial stops early once an attempt succeeds. A memory that learns across tasks (MemRL, MemP, RAG, ExpeL, Dynamic
   Cheatsheet) carries over from task to task, one attempt per task by default (MemRL's runtime learning); any other
@@ -104,7 +104,9 @@ def validate(config: Config, concurrency: int = 1) -> None:
             _check_instances(env, config.tasks, "--tasks")
     if isinstance(config, RunConfig):
         if memory.needs_trials:
-            raise ValueError(f"memory {config.memory!r} reflects between attempts at one task: add --tasks K (trial mode)")
+            raise ValueError(
+                f"memory {config.memory!r} reflects between attempts at one task: add --tasks K (trial mode)"
+            )
         if config.memory_from and not Path(config.memory_from).exists():
             raise FileNotFoundError(f"--memory-from {config.memory_from} does not exist")
         if concurrency > 1 and not games_are_independent(config):
