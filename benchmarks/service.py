@@ -30,11 +30,11 @@ import httpx2
 import numpy as np
 
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.memrl import RetrievalConfig, two_phase_retrieve
+from ttlearn.memory.retrieval import RetrievalConfig, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore, NewItem
 from ttlearn.serve.auth import KeyRing
 
-ADMIN = "benchmark-admin-key-0123456789"
+ADMIN = "benchmark-admin-key-0123456789abcdefghijkl"
 TOPICS = ["rock", "paper", "scissors", "bluff", "fold", "raise", "mine", "flag", "push", "box", "query", "join"]
 
 CLIENT = """

@@ -78,7 +78,8 @@ class TestCrossEpisodeReturns:
     def test_discounts_inside_and_across_attempts_and_credits_the_reflection(self):
         # attempt 0: rewards −0.1, −1; a reflection; attempt 1: rewards 1, 10. γ_step = 0.95, γ_traj = 0.6.
         # G4 = 10; G3 = 1 + 0.95·10 = 10.5; reflection G2 = G3 = 10.5 (undiscounted);
-        # G1 = −1 + 0.6·10.5 = 5.3 (boundary, skipping the reflection); G0 = −0.1 + 0.95·5.3 = 4.935
+        # attempt 0 gets 0.6·G3 = 6.3 at every step: G1 = −1 + 6.3 = 5.3; G0 = (−0.1 + 0.95·(−1)) + 6.3 = 5.25
+        # (the old chain discounted the later attempts' credit once more by γ_step: G0 = −0.1 + 0.95·5.3 = 4.935)
         g = cross_episode_returns(
             [-0.1, -1.0, 0.0, 1.0, 10.0],
             attempts=[0, 0, 0, 1, 1],
@@ -86,7 +87,7 @@ class TestCrossEpisodeReturns:
             gamma_step=0.95,
             gamma_traj=0.6,
         )
-        np.testing.assert_allclose(g, [4.935, 5.3, 10.5, 10.5, 10.0])
+        np.testing.assert_allclose(g, [5.25, 5.3, 10.5, 10.5, 10.0])
 
     def test_boundary_without_reflection_uses_gamma_traj(self):
         # same rewards (1, 2): one attempt → 1 + 0.95·2 = 2.9; two attempts → 1 + 0.6·2 = 2.2
@@ -96,6 +97,29 @@ class TestCrossEpisodeReturns:
     def test_three_attempts(self):
         # rewards 0 | 0 | 1 in attempts 0, 1, 2, γ_traj = 0.9: G = (0.81, 0.9, 1)
         np.testing.assert_allclose(cross_episode_returns([0.0, 0.0, 1.0], [0, 1, 2], gamma_traj=0.9), [0.81, 0.9, 1.0])
+
+    def test_minesweeper_trial_first_step_return_is_its_score(self):
+        # (2, 2, −0.1), a reflection, (2, 2, 12); γ_step 0.95, γ_traj 0.9.
+        # attempt 2: g = 12, 2 + 0.95·12 = 13.4, 2 + 0.95·13.4 = 14.73 (the reflection gets 14.73);
+        # attempt 1 adds 0.9·14.73 = 13.257 to its own g = −0.1, 2 − 0.095 = 1.905, 2 + 0.95·1.905 = 3.80975:
+        # G = 13.157, 15.162, 17.06675 = R(τ) = 3.80975 + 0.9·14.73 (the old chain gave 15.774 at the first step)
+        rewards, attempts = [2.0, 2.0, -0.1, 0.0, 2.0, 2.0, 12.0], [1, 1, 1, 1, 2, 2, 2]
+        reflection = [False, False, False, True, False, False, False]
+        g = cross_episode_returns(rewards, attempts, reflection, gamma_step=0.95, gamma_traj=0.9)
+        np.testing.assert_allclose(g, [17.06675, 15.162, 13.157, 14.73, 14.73, 13.4, 12.0])
+        score = discounted_score_terms(rewards, attempts, reflection, gamma_step=0.95, gamma_traj=0.9).sum()
+        assert g[0] == pytest.approx(score)
+
+    def test_first_step_return_equals_the_trial_score(self):
+        # G_0⁽⁰⁾ = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ for any trial, uneven attempt lengths included
+        rng = np.random.default_rng(0)
+        for _ in range(20):
+            lengths = rng.integers(1, 6, size=rng.integers(1, 4))
+            attempts = np.repeat(np.arange(len(lengths)), lengths)
+            rewards = rng.normal(size=len(attempts))
+            gammas = {"gamma_step": float(rng.uniform()), "gamma_traj": float(rng.uniform())}
+            g = cross_episode_returns(rewards, attempts, **gammas)
+            assert g[0] == pytest.approx(discounted_score_terms(rewards, attempts, **gammas).sum())
 
     def test_bad_input(self):
         with pytest.raises(ValueError, match="non-decreasing"):
@@ -129,6 +153,15 @@ class TestDiscountedTrialScore:
         np.testing.assert_allclose(a, [0.376125] * 2 + [-0.376125] * 7)
         plain = gigpo_advantages(self.A[0] + self.B[0], np.zeros(9), ["i"] * 9, [0, 0] + [1] * 7, range(9))
         np.testing.assert_allclose(plain, [-2.95] * 2 + [2.95] * 7)
+
+    def test_with_dense_rewards_a_later_success_can_outscore_an_earlier_one(self):
+        # γ_traj 0.9: R(A) = 2 + 0.95·12 = 13.4, R(B) = 3.80975 + 0.9·(2 + 1.9 + 0.95²·12 = 14.73) = 17.06675 > R(A);
+        # at γ_traj 0.6 (the released Minesweeper value) R(B) = 12.64775 < R(A)
+        def score(trial, gamma_traj):
+            return discounted_score_terms(*trial, gamma_step=0.95, gamma_traj=gamma_traj).sum()
+
+        assert score(self.A, 0.9) == pytest.approx(13.4) and score(self.B, 0.9) == pytest.approx(17.06675)
+        assert score(self.B, 0.6) == pytest.approx(12.64775)
 
     def test_bad_input(self):
         with pytest.raises(ValueError, match="gamma_step"):

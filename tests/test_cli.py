@@ -176,3 +176,18 @@ def test_fork_and_diff_work_on_trial_runs(tmp_path):
     assert invoke(*session, "--memory-from", str(tmp_path / "f"), "--out", str(tmp_path / "s")).exit_code == 0
     assert Run.open(tmp_path / "s").snapshot(1)["state"]["memory"]["logs"][0] == after_two["logs"][-1]
     assert "between 1 and 3" in invoke("memory", "diff", str(out), "--from", "1", "--to", "4").output
+
+
+def test_show_prints_model_text_literally():
+    from ttlearn.cli.common import console, print_call
+
+    hostile = "[/] [link=https://evil.example]click[/link] [bold red]x"
+    call = {
+        "role": "act [/]",
+        "messages": [{"role": "user", "content": hostile}],
+        "completion": {"latency_s": 0.5, "text": hostile},
+    }
+    with console.capture() as captured:
+        print_call(call, prompts=True)
+    text = captured.get()
+    assert f"user: {hostile}" in text and f"reply: {hostile!r}" in text and "act [/]" in text

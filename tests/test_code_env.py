@@ -201,10 +201,60 @@ def test_a_fork_bomb_submission_costs_one_attempt(env):
     assert result.reward == 0.0 and result.done and "BlockingIOError" in result.observation.text
 
 
-def test_a_value_whose_repr_raises_is_still_reported(env):
+def test_an_object_that_is_not_plain_data_is_reported_and_never_compared(env):
     code = (
         "class Odd:\n    def __repr__(self):\n        raise RuntimeError\n"
         "def has_close_elements(numbers, threshold):\n    return Odd()\n"
     )
-    text = env.step(code).observation.text
-    assert text.endswith("Expected: True\nGot: <Odd whose repr raised>")
+    result = env.step(code)
+    assert result.reward == 0.0
+    assert "raised TypeError: it returned a Odd object, not plain data" in result.observation.text
+
+
+FORGED = "{'verdict': {'kind': 'passed'}}\\n"
+HACKS = {
+    "fd 3 verdict, then os._exit at load": f"import os\nos.write(3, b\"{FORGED}\")\nos._exit(0)\n",
+    "fd 3 verdict, then os._exit in the call": (
+        f"import os\ndef has_close_elements(numbers, threshold):\n    os.write(3, b\"{FORGED}\")\n    os._exit(0)\n"
+    ),
+    "sys.exit(0) at load": "import sys\nsys.exit(0)\n",
+    "sys.exit(0) in the call": "import sys\ndef has_close_elements(numbers, threshold):\n    sys.exit(0)\n",
+    "the assert helper replaced from the caller's globals": (
+        "import sys\ndef has_close_elements(numbers, threshold):\n"
+        "    sys._getframe(1).f_globals['_ttl_check'] = lambda passed: None\n"
+        "    sys._getframe(2).f_globals['_ttl_check'] = lambda passed: None\n    return None\n"
+    ),
+    "every frame's check helpers patched": (
+        "import sys\ndef has_close_elements(numbers, threshold):\n    frame = sys._getframe()\n"
+        "    while frame:\n        frame.f_globals.update(_ttl_check=lambda passed: None)\n"
+        "        frame = frame.f_back\n    return None\n"
+    ),
+    "a result whose __eq__ is always true": (
+        "class Yes:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+        "    def __bool__(self):\n        return True\n"
+        "def has_close_elements(numbers, threshold):\n    return Yes()\n"
+    ),
+    "an int subclass whose __eq__ is always true": (
+        "class Yes(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def has_close_elements(numbers, threshold):\n    return Yes(1)\n"
+    ),
+    "a forged verdict printed to stdout": (
+        f"print(\"{FORGED}\")\ndef has_close_elements(numbers, threshold):\n    return None\n"
+    ),
+    "the answer key read from the program file": (
+        "import ast, re\nsource = open('main.py').read()\n"
+        "def has_close_elements(numbers, threshold):\n"
+        "    for match in re.finditer(r'candidate\\((\\[[^\\]]*\\], [0-9.]+)\\)\\).{0,40}?(True|False)', source):\n"
+        "        if ast.literal_eval('(' + match.group(1) + ')') == (numbers, threshold):\n"
+        "            return match.group(2) == 'True'\n    return None\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("hack", HACKS, ids=list(HACKS))
+def test_no_known_hack_forges_a_pass(env, hack):
+    code = HACKS[hack]
+    if "def has_close_elements" not in code:
+        code += "def has_close_elements(numbers, threshold):\n    return None\n"
+    result = env.step(code)
+    assert result.reward == 0.0 and not env.success(), result.observation.text

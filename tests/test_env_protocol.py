@@ -14,7 +14,7 @@ from ttlearn.envs.check import EXACT_CHECKS, ContractError, check_env
 from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.players.basic import RandomPlayer
-from ttlearn.players.llm import LLMPlayer, shortlist
+from ttlearn.players.llm import MAX_OPTIONS, LLMPlayer, shortlist
 from ttlearn.rollout.loop import play_episode
 from ttlearn.rollout.run import validate
 from ttlearn.runs import RunConfig
@@ -173,7 +173,7 @@ def test_a_partial_list_of_3000_actions_is_shortlisted_and_unlisted_commands_are
     decision = LLMPlayer(llm).act(env, env.reset(0), "", seed=1)
     prompt, _ = llm.shown[0]
     assert decision.valid and decision.action == "dance with the ghost"  # not listed, passed on to the env
-    assert "Some actions you can take:" in prompt and prompt.count("examine object") < 20
+    assert "Some actions you can take:" in prompt and prompt.count("examine object") < MAX_OPTIONS
     assert "open golden chest" in prompt  # the one action whose words are all in the observation
 
     scorer = Chooser()

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from test_memory_roundtrip import episode
 
 from ttlearn.memory import make_memory
-from ttlearn.memory.expel import InsightOp, apply_operations, parse_operations, top_k_similar
+from ttlearn.memory.embed import top_k_similar
+from ttlearn.memory.expel import InsightOp, apply_operations, parse_operations
 
 
 def run_batches(batches: list[str], capacity: int = 20) -> list[list[tuple[str, int]]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from pathlib import Path
@@ -12,8 +13,10 @@ from fakes import FakeLLM
 
 from ttlearn.eval.metrics import run_protocol
 from ttlearn.memory import make_memory
+from ttlearn.memory.backends import LocalMemories, MemoryBackend
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.memrl import MemRLMemory, phase_a, phase_b, q_update
+from ttlearn.memory.memrl import MemRLMemory
+from ttlearn.memory.retrieval import phase_a, phase_b, q_update
 from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 from ttlearn.types import Episode, Step
 
@@ -114,6 +117,19 @@ def test_run_protocol_metrics() -> None:
 def memory(tmp_path: Path, name: str = "memrl", **options) -> MemRLMemory:
     opts = {"store": str(tmp_path / "m.sqlite"), "embedder": "hash", "epsilon": 0.0, "delta": 0.3, "run_id": "r1"}
     return make_memory(name, FakeLLM(strategy_or_reflection), **{**opts, **options})
+
+
+def test_both_places_implement_the_backend_protocol_as_declared() -> None:
+    """The memory calls only the protocol's methods, so both places must take exactly what it declares."""
+    remote = pytest.importorskip("ttlearn.memory.remote", reason="the service client needs the serve extra")
+    methods = sorted(MemoryBackend.__abstractmethods__)
+    assert len(methods) == 7
+    for place in (LocalMemories, remote.RemoteMemories):
+        assert MemoryBackend in place.__mro__ and not place.__abstractmethods__
+        for method in methods:
+            assert inspect.signature(getattr(place, method)) == inspect.signature(getattr(MemoryBackend, method)), (
+                f"{place.__name__}.{method}"
+            )
 
 
 def test_memory_writes_reflections_and_strategies_and_learns_q(tmp_path: Path) -> None:
@@ -400,3 +416,29 @@ def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None
     assert counts == [1, 2, 3]  # one attempt per task, every task's episode kept and carried on
     saved = RunDir(tmp_path / "t").config()
     assert (saved.carry_memory, saved.attempts) == (True, 1)  # the resolved defaults are what the run records
+
+
+def test_verified_answers_can_be_shown_as_earlier_exchanges(tmp_path: Path) -> None:
+    from ttlearn.players.llm import build_messages
+
+    answer = "```sql\nSELECT count(*) FROM singer\n```"
+    done = Episode(0, 0, "How many singers?", (Step("schema…", "SELECT count(*) FROM singer", 1.0),), 1.0, True,
+                   {"answer": answer})
+    notes = memory(tmp_path, write="answer", keep="successes")
+    notes.observe(done)
+    shown = notes.context("How many singers?")
+    messages = build_messages("Rules.", shown, "Question: count the singers", ())
+    assert [m["role"] for m in messages] == ["system", "user"]
+    note = f"Task: How many singers?\nVerified answer:\n{answer}"
+    assert messages[0]["content"] == f"Rules.\n\nYour notes from earlier games:\n{note}"
+    turns = memory(tmp_path, write="answer", keep="successes", show="exchanges")  # the same store
+    shown = turns.context("How many singers?")
+    assert shown == notes.context("How many singers?")  # the same text in the records
+    messages = build_messages("Rules.", shown, "Question: count the singers", ())
+    assert messages[:3] == [
+        {"role": "system", "content": "Rules."},
+        {"role": "user", "content": "How many singers?"},
+        {"role": "assistant", "content": answer},
+    ]
+    with pytest.raises(ValueError, match="show must be one of notes, exchanges"):
+        memory(tmp_path, show="turns")

@@ -5,11 +5,15 @@ from __future__ import annotations
 import random
 import string
 
+import pytest
+
 from fakes import FakeLLM
 
 from ttlearn.envs import make_env
 from ttlearn.envs.base import match_legal_action as parse_action
 from ttlearn.players.llm import LLMPlayer, build_messages
+from ttlearn.rollout.loop import apply_decision
+from ttlearn.rollout.parts import make_player
 
 RPS = ("rock", "paper", "scissors")
 
@@ -72,3 +76,52 @@ def test_prompt_carries_rules_memory_and_options():
     assert "RULES" in messages[0]["content"] and "opponent loves rock" in messages[0]["content"]
     assert "paper, rock, scissors" in messages[1]["content"]
     assert "notes" not in build_messages("RULES", "  ", "round 3", RPS)[0]["content"]
+
+
+class ScoringFake(FakeLLM):
+    """A back end that could score choices: the free-text policy must not use them."""
+
+    supports_choices = True
+
+    def complete(self, messages, *, choices=None, **kwargs):
+        assert choices is None, "the free-text policy never scores choices"
+        return super().complete(messages, **kwargs)
+
+
+def test_free_text_policy_reasons_then_acts_in_one_reply():
+    env = make_env("minesweeper")
+    obs = env.reset(0)
+    cell = obs.legal_actions[-1]
+    llm = ScoringFake([f"Corners are often safe. <action>{cell}</action>"])
+    player, moves = make_player("x", lambda spec: llm, 0.7, env, retries=0, free_text_tokens=48)
+    decision = player.act(env, obs, "", seed=1)
+    assert decision.valid and decision.action == cell and moves == env.actions_per_turn
+    (call,) = llm.calls
+    assert call["max_tokens"] == 48 and "<action>...</action>" in call["messages"][-1]["content"]
+
+
+def test_free_text_policy_unreadable_reply_is_an_invalid_step_with_the_penalty():
+    env = make_env("sokoban")
+    obs = env.reset(3)
+    llm = ScoringFake(["I am not sure what to do here.", "up"])
+    player = LLMPlayer(llm, retries=0, free_text_tokens=32)
+    decision = player.act(env, obs, "", seed=1)
+    assert not decision.valid and len(llm.calls) == 1  # one reply per step: no second try
+    action, result = apply_decision(env, obs, decision, seed=1)
+    assert action == "" and result.reward == env.invalid_reward and result.info["invalid"]
+
+
+def test_sokoban_free_text_turn_is_one_reply_of_up_to_three_moves():
+    env = make_env("sokoban")
+    llm = ScoringFake(lambda prompt: "<action>up, left</action>")
+    player, moves = make_player("x", lambda spec: llm, 0.7, env, free_text_tokens=32)
+    assert isinstance(player, LLMPlayer) and moves == 3  # no composed turn of scored single moves
+    assert player.act(env, env.reset(3), "", seed=1).action == "up, left"
+
+
+def test_retries_are_a_setting():
+    env = make_env("rps", opponent="constant")
+    player, _ = make_player("x", lambda spec: FakeLLM(["hmm", "paper"]), 0.0, env, retries=0)
+    assert not player.act(env, env.reset(0), "", seed=1).valid
+    with pytest.raises(ValueError, match="retries"):
+        LLMPlayer(FakeLLM(["x"]), retries=-1)

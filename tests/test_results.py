@@ -48,9 +48,17 @@ def test_row_cells_by_hand(tmp_path):
     assert cells == ["43", "0.395 (0.26–0.54)", "0.442 (0.30–0.59)", "5 / 7", "0.77"]
     # two runs of 50 tasks at k = 3, discordant 2 / 3 from the row: p = mcnemar_exact(2, 3) = 1
     for name, rate in (("a", 0.28), ("b", 0.30)):
-        _trial_result(tmp_path, name, {"tasks": 50, "success_at_k": [0.1, 0.2, rate], "success_at_k_ci95": [[0, 1]] * 3})
+        summary = {"tasks": 50, "success_at_k": [0.1, 0.2, rate], "success_at_k_ci95": [[0, 1]] * 3}
+        _trial_result(tmp_path, name, summary)
     spec = {"kind": "runs", "result": "a", "against": "b", "discordant": [2, 3]}
     assert row_cells(spec, tmp_path)[3:] == ["2 / 3", "1.0"] and mcnemar_exact(2, 3) == 1.0
+    # pooled: 10/20 vs 8/20 (discordant 3 / 1) and 5/10 vs 5/10 (1 / 1) → 15/30 vs 13/30, 4 / 2,
+    # p = 2 · (C(6,0) + C(6,1) + C(6,2)) / 2⁶ = 2 · 22/64 = 0.6875
+    for name, (a, b, only_a, only_b, n) in {"x": (10, 8, 3, 1, 20), "y": (5, 5, 1, 1, 10)}.items():
+        row = {"k": 1, "a": a / n, "b": b / n, "only_a": only_a, "only_b": only_b, "p_value": 1.0}
+        _trial_result(tmp_path, name, {"tasks": 2 * n, "control": {"tasks": n, "rows": [row], "epoch": 2}})
+    pooled = row_cells({"kind": "pooled", "results": ["x", "y"]}, tmp_path)
+    assert pooled == ["30", "0.500 (0.33–0.67)", "0.433 (0.27–0.61)", "4 / 2", "0.69"] and mcnemar_exact(4, 2) == 0.6875
     with pytest.raises(ValueError, match="unknown row kind"):
         row_cells({"kind": "guess", "result": "a"}, tmp_path)
 

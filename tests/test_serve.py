@@ -6,6 +6,9 @@ Every refusal is also checked to have written nothing: the namespaces' exports a
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import time
 from pathlib import Path
 
 import pytest
@@ -13,11 +16,13 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from ttlearn.serve.app import create_app  # noqa: E402
+from ttlearn.memory.store import MemoryStore, export_size  # noqa: E402
+from ttlearn.serve.app import create_app, within_budget  # noqa: E402
 from ttlearn.serve.auth import AdminKey, read_admin_key  # noqa: E402
+from ttlearn.serve.bodies import MAX_ERRORS, error_detail  # noqa: E402
 from ttlearn.serve.limits import RateLimiter, take_token  # noqa: E402
 
-ADMIN = "admin-key-for-tests-0123456789"
+ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -28,7 +33,7 @@ class Service:
     """A TestClient on a fresh store with namespaces a and b (hash embedder) and their keys."""
 
     def __init__(self, tmp_path: Path, **limits) -> None:
-        self.http = TestClient(create_app(tmp_path / "service.sqlite", admin_key=ADMIN, **{"rate": 0, **limits}))
+        self.http = TestClient(create_app(tmp_path / "service.sqlite", admin_key=ADMIN, **{"rate": 0, "auth_rate": 0, **limits}))
         self.http.__enter__()
         self.keys = {ns: self.create(ns).json()["key"] for ns in ("a", "b")}
 
@@ -180,6 +185,118 @@ def test_bad_input_is_refused_and_writes_nothing(service: Service) -> None:
     assert [n["name"] for n in service.call("GET", "/v1/namespaces", ADMIN).json()] == ["a", "b"]
 
 
+HOSTILE_NUMBERS_AND_TEXT = [
+    ("memories", '{"intent": "x", "experience": "y", "q": 1e400}', "out of range"),
+    ("memories", '{"intent": "x", "experience": "y", "q": NaN}', "NaN is not JSON"),
+    ("memories", '{"intent": "x", "experience": "y", "q": -Infinity}', "-Infinity is not JSON"),
+    ("memories", '{"intent": "x", "experience": "y", "episode": 9223372036854775808}', "64 bits"),
+    ("memories", '{"intent": "x", "experience": "y", "episode": -9223372036854775809}', "64 bits"),
+    ("memories", '{"intent": "x", "experience": "y", "episode": 1' + "0" * 5000 + "}", "64 bits"),
+    ("memories", '{"intent": "x\\ud800", "experience": "y"}', "lone surrogate"),
+    ("memories", '{"intent": "x", "experience": "\\udfff y"}', "lone surrogate"),
+    ("memories", '{"intent": "x", "experience": "y", "q": 1e13}', "less than or equal"),
+    ("memories", '{"intent": ' + "[" * 100_000 + "]" * 100_000 + "}", "nests too deeply"),
+    ("retrieve", '{"query": "x", "seed": 1e400}', "out of range"),
+    ("retrieve", '{"query": "x", "sim_std": 1e-300}', "greater than or equal"),
+    ("feedback", '{"ids": [1], "reward": 1e308}', "less than or equal"),
+    ("feedback", '{"ids": [99999999999999999999], "reward": 1}', "64 bits"),
+    ("import", None, "less than or equal"),
+]
+
+
+def test_numbers_and_text_that_json_or_sqlite_cannot_hold_get_422(service: Service) -> None:
+    """1e400, NaN, integers past 64 bits and lone surrogates once answered 500; every one is the caller's 422."""
+    a = service.keys["a"]
+    kept = service.add("a", "opponent always plays rock", "play paper")
+    before = service.export("a")
+    huge_q = json.dumps({**before, "items": [{**before["items"][0], "q_value": 1e300}]})
+    for endpoint, body, reason in HOSTILE_NUMBERS_AND_TEXT:
+        body = huge_q if body is None else body.replace('"ids": [1]', f'"ids": [{kept}]')
+        headers = {"content-type": "application/json"}
+        response = service.call("POST", f"/v1/namespaces/a/{endpoint}", a, headers=headers, content=body.encode())
+        assert response.status_code == 422, (body[:80], response.text)
+        assert reason in response.text, (body[:80], response.text)
+    # the largest values allowed keep every answer finite JSON: scores, Q and statistics
+    extreme = {"query": "opponent always plays rock", "w_sim": 1e12, "w_q": -1e12, "sim_std": 1e-6, "q_min": None}
+    assert service.call("POST", "/v1/namespaces/a/retrieve", a, json=extreme).status_code == 200
+    assert service.export("a") == before
+    for q in (1e12, -1e12):
+        service.add("a", "opponent always plays rock", "play paper", q=q, join_threshold=2)
+    stats = service.call("GET", "/v1/namespaces/a/inspect", a).json()["q"]
+    assert stats["max"] == 1e12 and stats["min"] == -1e12
+
+
+def test_a_snapshot_broken_30000_times_is_refused_fast_and_briefly(service: Service) -> None:
+    """30k empty items once took 11.5 s and answered 24.8 MB: now the first error stops validation, the answer
+    lists at most MAX_ERRORS problems and echoes no input."""
+    a = service.keys["a"]
+    before = service.export("a")
+    broken = {**before, "items": [{}] * 30_000}
+    start = time.perf_counter()
+    response = service.call("POST", "/v1/namespaces/a/import", a, json=broken)
+    took = time.perf_counter() - start
+    assert response.status_code == 422 and len(response.content) < 5_000, len(response.content)
+    assert took < 2.0, took
+    detail = response.json()["detail"]
+    assert len(detail) <= MAX_ERRORS + 1 and all("input" not in error for error in detail)
+    assert detail[0]["loc"][:3] == ["body", "items", "0"]
+    many = service.call("POST", "/v1/namespaces/a/feedback", a, json={"ids": ["x"] * 500, "reward": 1})
+    assert many.status_code == 422 and len(many.json()["detail"]) <= MAX_ERRORS + 1
+    query_errors = service.call("GET", "/v1/namespaces/a/inspect?limit=abc", a)
+    assert query_errors.status_code == 422 and "input" not in query_errors.json()["detail"][0]
+    assert service.export("a") == before
+
+
+def test_error_detail_caps_and_strips_inputs() -> None:
+    errors = [{"type": "missing", "loc": ("body", "items", i), "msg": "Field required", "input": 0} for i in range(45)]
+    detail = error_detail(errors, 45)
+    assert len(detail) == MAX_ERRORS + 1 and detail[-1]["msg"] == f"and {45 - MAX_ERRORS} more errors"
+    assert detail[0] == {"type": "missing", "loc": ["body", "items", "0"], "msg": "Field required"}
+    assert error_detail(errors[:3], 3) == detail[:3]
+
+
+def test_a_namespace_quota_refuses_writes_and_imports_with_507(tmp_path: Path) -> None:
+    s = Service(tmp_path, quota=7_000)  # an item: 500 + 256 + 11 + (4·⌈4·256/3⌉ = 1368) + 96 = 2231 bytes
+    try:
+        a, b = s.keys["a"], s.keys["b"]
+        for i in range(3):
+            s.add("a", f"situation {i}", "x" * 500, join_threshold=2)
+        before = s.export("a")
+        full = s.call("POST", "/v1/namespaces/a/memories", a, json={"intent": "situation 3", "experience": "x" * 500})
+        assert full.status_code == 507 and "quota of 7000" in full.json()["detail"]
+        assert s.export("a") == before
+        big = {**before, "items": [{**before["items"][0], "experience": "y" * 5_000}]}
+        assert s.call("POST", "/v1/namespaces/b/import", b, json=big).status_code == 507
+        assert s.export("b")["items"] == []
+        assert s.call("POST", "/v1/namespaces/b/import", b, json=before).status_code == 200  # it fits
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_export_size_counts_texts_vectors_and_records(tmp_path: Path) -> None:
+    # 10 + 2·256 item bytes; 5 + 1·(4·⌈4·3/3⌉ + 96) = 5 + 112 intent bytes
+    assert export_size(10, 2, 5, 1, dim=3) == 10 + 512 + 5 + 112
+    s = Service(tmp_path)
+    try:
+        for i in range(20):
+            s.add("a", f"situation {i} é", f"experience {i} ü " * (i + 1), run_id="run-1", episode=i, join_threshold=2)
+        exported = len(json.dumps(s.export("a"), ensure_ascii=False).encode())
+        with MemoryStore(tmp_path / "service.sqlite") as store:
+            assert exported <= store.usage("a") <= 1.25 * exported
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_inspect_replies_are_capped(service: Service) -> None:
+    a = service.keys["a"]
+    for i in range(3):
+        service.add("a", f"situation {i}", str(i) * 400_000, join_threshold=2)
+    assert service.call("GET", "/v1/namespaces/a/inspect?limit=101", a).status_code == 422
+    newest = service.call("GET", "/v1/namespaces/a/inspect", a, params={"limit": 3}).json()["newest"]
+    assert [m["experience"][0] for m in newest] == ["2", "1"]  # a third would pass 1 M characters
+    assert within_budget([5, 5, 5], 10) == 2 and within_budget([20, 1], 10) == 1 and within_budget([], 10) == 0
+
+
 def test_bodies_over_the_limit_get_413_before_being_read(service: Service) -> None:
     a = service.keys["a"]
     before = service.export("a")
@@ -233,6 +350,37 @@ def test_rate_limit_answers_429_with_retry_after(tmp_path: Path) -> None:
         s.http.__exit__(None, None, None)
 
 
+def test_failed_authentication_is_rate_limited_per_address(tmp_path: Path) -> None:
+    """500 wrong admin keys in a burst: the first 10 (the burst) get 401, the rest 429 without the key being looked
+    at, so a guesser gains nothing; another address and the right key from elsewhere are unaffected."""
+    s = Service(tmp_path, auth_rate=1.0, auth_burst=10)
+    try:
+        start = time.perf_counter()
+        codes = [s.call("GET", "/v1/namespaces", f"wrong-admin-key-{i}").status_code for i in range(500)]
+        elapsed = time.perf_counter() - start
+        assert codes.count(401) <= 10 + math.ceil(elapsed) and codes.count(429) >= 500 - 10 - math.ceil(elapsed)
+        assert set(codes) == {401, 429}
+        refused = s.call("GET", "/v1/namespaces", ADMIN)  # the right key too: nothing is checked while blocked
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert s.call("GET", "/v1/namespaces/a/inspect", "0123abcd.forged").status_code == 429
+        with TestClient(s.http.app, client=("10.0.0.2", 50000)) as other:
+            assert other.get("/v1/namespaces", headers=bearer(ADMIN)).status_code == 200
+            assert other.get("/v1/namespaces/a/inspect", headers=bearer(s.keys["a"])).status_code == 200
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_the_failure_limiter_looks_without_taking_and_forgets_full_buckets() -> None:
+    now = [0.0]
+    limiter = RateLimiter(rate=1.0, burst=1.0, clock=lambda: now[0], max_keys=2)
+    assert limiter.wait_s("x", take=False) == 0.0 and limiter.wait_s("x", take=False) == 0.0  # looking is free
+    assert limiter.wait_s("x") == 0.0 and limiter.wait_s("x", take=False) == pytest.approx(1.0)
+    limiter.wait_s("y")
+    now[0] = 5.0  # both refilled: past max_keys they are forgotten
+    limiter.wait_s("z")
+    assert set(limiter._buckets) == {"z"}
+
+
 def test_token_bucket_matches_hand_computed_values() -> None:
     assert take_token(0.5, 1.0, rate=2.0, burst=3.0) == (pytest.approx(1.5), 0.0)  # 0.5 + 2·1 = 2.5 → take one
     assert take_token(2.9, 10.0, rate=1.0, burst=3.0) == (pytest.approx(2.0), 0.0)  # capped at the burst
@@ -250,10 +398,12 @@ def test_token_bucket_matches_hand_computed_values() -> None:
 def test_admin_key_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TTLEARN_ADMIN_KEY", ADMIN)
     assert read_admin_key(None) == ADMIN
-    (tmp_path / "admin").write_text("from-a-file-0123456789\nignored\n")
-    assert read_admin_key(tmp_path / "admin") == "from-a-file-0123456789"
-    monkeypatch.setenv("TTLEARN_ADMIN_KEY", "short")
-    with pytest.raises(ValueError, match="at least 16 characters"):
+    (tmp_path / "admin").write_text("from-a-file-0123456789abcdefghijkl\nignored\n")
+    assert read_admin_key(tmp_path / "admin") == "from-a-file-0123456789abcdefghijkl"
+    monkeypatch.setenv("TTLEARN_ADMIN_KEY", "sixteen-chars-16" * 2)  # 32 characters pass, 31 do not
+    assert read_admin_key(None) == "sixteen-chars-16" * 2
+    monkeypatch.setenv("TTLEARN_ADMIN_KEY", ("sixteen-chars-16" * 2)[:31])
+    with pytest.raises(ValueError, match="at least 32 characters"):
         read_admin_key(None)
     with pytest.raises(FileNotFoundError):
         read_admin_key(tmp_path / "missing")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.types import Episode, Step  # noqa: E402
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-ADMIN = "admin-key-for-tests-0123456789"
+ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
 ENV = {**os.environ, "PYTHONPATH": SRC, "TTLEARN_ADMIN_KEY": ADMIN, "OMP_NUM_THREADS": "1"}
 
 # A client process: N operations in turn write / retrieve / feedback; every acknowledged write is appended (and
@@ -65,14 +66,18 @@ def free_port() -> int:
 class Server:
     """`python -m ttlearn serve` on a free loopback port, its log in a file."""
 
-    def __init__(self, store: Path, *options: str) -> None:
+    def __init__(self, store: Path, *options: str, open_files: int | None = None) -> None:
+        """`open_files`: the server's RLIMIT_NOFILE, so that running out of descriptors is reached on purpose."""
         self.store = store
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = store.with_suffix(f".{self.port}.log")
         command = [sys.executable, "-m", "ttlearn", "serve", "--store", str(store), "--port", str(self.port)]
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen([*command, *options], env=ENV, stdout=log, stderr=subprocess.STDOUT)
+            limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
+            self.proc = subprocess.Popen(
+                [*command, *options], env=ENV, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit
+            )
         deadline = time.monotonic() + 90
         while True:
             try:
@@ -140,6 +145,60 @@ def test_walkthrough_then_sigterm_exits_0_with_an_intact_store(tmp_path: Path) -
         assert [m.experience for m in store.inspect("a")] == ["play paper"]
 
 
+def slow_connection(port: int, source: str) -> socket.socket:
+    """A connection from loopback address `source` that sends half a request head and then nothing."""
+    sock = socket.socket()
+    sock.settimeout(5)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+    return sock
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_slow_connections_cannot_starve_other_clients(tmp_path: Path) -> None:
+    """200 slow-loris connections from one address against a server with 128 file descriptors: before the guard
+    they held every descriptor and /v1/health timed out; now the address keeps at most 16, each for at most the
+    read timeout, and everyone else is answered at once."""
+    server = Server(
+        tmp_path / "loris.sqlite", "--read-timeout", "3", "--connections-per-client", "16", open_files=128
+    )
+    socks: list[socket.socket] = []
+    try:
+        socks = [slow_connection(server.port, "127.0.0.2") for _ in range(200)]
+        trickle = slow_connection(server.port, "127.0.0.3")
+        latencies = []
+        for _ in range(3):
+            start = time.monotonic()
+            assert httpx2.get(f"{server.url}/v1/health", timeout=10).status_code == 200
+            latencies.append(time.monotonic() - start)
+        assert max(latencies) < 2.0, latencies
+        deadline = time.monotonic() + 2.0
+        while sum(map(closed_by_server, socks)) < 184 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sum(map(closed_by_server, socks)) == 184  # all but the address's 16, before any read timeout
+        deadline = time.monotonic() + 6.0
+        while not (closed_by_server(trickle) and all(map(closed_by_server, socks))) and time.monotonic() < deadline:
+            trickle.send(b"X")  # a byte now and then does not keep a head alive past the read timeout
+            time.sleep(0.3)
+        assert closed_by_server(trickle) and all(map(closed_by_server, socks))
+    finally:
+        for sock in socks:
+            sock.close()
+        assert server.stop() == 0
+    # asyncio may log "socket.accept() out of system resource" while a burst is being closed: it retries in 1 s
+    assert "Exception in ASGI application" not in server.log.read_text()
+
+
 def episode(index: int, task: str, success: bool) -> Episode:
     steps = (Step("round 1", "rock", -1.0), Step("round 2", "paper", 1.0))
     return Episode(index, seed=index, task=task, steps=steps, score=1.0 if success else -1.0, success=success)
@@ -169,6 +228,8 @@ def test_two_agents_share_one_learning_memory(server: Server, monkeypatch: pytes
     third = make_memory("memrl", writer, **{k: v for k, v in options.items() if k != "key"})
     third.load(state)  # restores the RNG and pending retrievals; the shared memories stay as they are
     assert third.context(task).count("Task: ") == 2
+    with pytest.raises(AttributeError, match="lives in a memory service"):
+        third.ns  # noqa: B018 - the local namespace a memory on a service does not have
 
     with pytest.raises(ValueError, match="never overwrites"):
         third.load({"memories": {}, "log_ids": [], "retrieved": [], "rng": state["rng"]})

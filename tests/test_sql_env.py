@@ -237,3 +237,22 @@ def test_format_result_shows_the_first_rows_and_the_count():
     assert text.splitlines()[:3] == ["Result: 12 rows (first 10 shown)", "id | name", "0 | NULL"]
     assert len(text.splitlines()) == 12
     assert format_result(QueryResult(error="boom")) == "Error: boom"
+
+
+@pytest.mark.parametrize(
+    "query, error",
+    [
+        ("SELECT length(randomblob(1e9))", "DataError: string or blob too big"),
+        ("SELECT length(zeroblob(2000000000))", "DataError: string or blob too big"),
+        ("SELECT '\ud800'", "the query is not valid UTF-8 text: surrogates not allowed at character 8"),
+        ("SELECT fts3_tokenizer('simple', x'0000000000000000')", "refused: the function fts3_tokenizer() is not"),
+        ("SELECT load_extension('/tmp/x')", "refused: the function load_extension() is not available here"),
+    ],
+)
+def test_one_huge_call_bad_text_and_unneeded_functions_are_reported_as_what_they_are(cache, query, error):
+    env = mini(task=0)
+    env.reset(0)
+    start = time.monotonic()
+    result = run_query(env.db_path, query, timeout_ms=2000)
+    assert result.error.startswith(error) and time.monotonic() - start < 2
+

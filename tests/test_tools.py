@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ttlearn.data.bfcl import PREPARE_COMMAND
@@ -222,3 +224,43 @@ def test_data_prepare_is_idempotent():
 
     result = CliRunner().invoke(app, ["data", "prepare", "tools"])
     assert result.exit_code == 0 and "tools: ready in" in result.output
+
+
+HOSTILE_REPLIES = {
+    "keyword argument name": '{"name": "mv", "arguments": {"from": "a", "to": "b"}}',
+    "class argument name": '{"name": "ls", "arguments": {"class": 1}}',
+    "argument name with a space": '{"name": "ls", "arguments": {"a b": 1}}',
+    "python infinity": "ls(a=1e999)",
+    "json infinity": '{"name": "ls", "arguments": {"a": Infinity}}',
+    "json nan": '{"name": "ls", "arguments": {"a": NaN}}',
+    "deep json": '{"name": "ls", "arguments": {"a": ' + "[" * 100_000 + "]" * 100_000 + "}}",
+    "deep python": "ls(a=" + "[" * 1000 + "]" * 1000 + ")",
+    "huge json int": '{"name": "ls", "arguments": {"a": ' + "9" * 5000 + "}}",
+    "huge python int": "ls(a=" + "9" * 5000 + ")",
+    "100k unary minus": "ls(a=" + "-" * 100_000 + "1)",
+    "a call hidden in the function name": '{"name": "cd(folder=\'x\') or ls", "arguments": {}}',
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_REPLIES)
+def test_every_hostile_reply_is_a_counted_invalid_step(env: Tools, name):
+    env.reset(0)
+    reply = HOSTILE_REPLIES[name]
+    with pytest.raises(MalformedCall):
+        read_call(reply)
+    assert env.parse_action(reply, ()) is None
+    result = env.invalid_step(reply)
+    assert result.reward == INVALID_PENALTY and result.info["invalid"]
+
+
+def test_step_runs_the_call_parse_action_read(env: Tools):
+    env.reset(0)
+    action = env.parse_action('{"name": "ls", "arguments": {"a": true}}', ())
+    assert action == "ls(a=True)" and env.step(action).info["call"] == "ls"
+
+
+def test_read_call_is_linear_in_the_reply():
+    for filler in ("a" * 40_000, "a." * 20_000, "9a" * 20_000):
+        start = time.perf_counter()
+        assert read_call(filler) is None
+        assert time.perf_counter() - start < 0.1, filler[:4]

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,7 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-from ttlearn.llm.hf import HFPolicy, LoraOptions, model_dir
+from ttlearn.llm.hf import HFPolicy, LoraOptions, Sample, model_dir
 from ttlearn.rollout.loop import Trial
 from ttlearn.train.lamer import (
     ActionRecord,
@@ -22,6 +23,7 @@ from ttlearn.train.lamer import (
     TextRecord,
     TrainStep,
     choice_logprobs,
+    seen_reflection,
     step_advantages,
     trial_steps,
 )
@@ -95,25 +97,44 @@ def test_reflection_steps_sit_between_attempts_and_take_the_next_return() -> Non
     config = LamerTrainConfig(out="unused", env="sokoban")  # γ_step 0.95, γ_traj 0.9
     other = ("i", 1, [TrainStep(0.0, 1, False, (1, "s0"), ())])  # a second trial: one step from the same start board
     # Scores: R(trial 0) = −1 + 0.95·(−1) + 0.9·10 = 7.05, R(trial 1) = 0; mean 3.525 → A_episode ±3.525.
-    # Returns of trial 0, backwards: 10; the reflection 10; −1 + 0.9·10 = 8 (across attempts); −1 + 0.95·8 = 6.6.
-    # Anchor (1, "s0") groups 6.6 (trial 0) with 0 (trial 1): mean 3.3 → A_step ±3.3; (1, "s1"), the reflection
-    # and (2, "s0") are singletons (0). Total: 6.825, 3.525, 3.525, 3.525 | −6.825.
-    # (Before: plain sums 8 and 0 gave ±4, and text anchors grouped attempt 2's first step with attempt 1's instead
-    # of the other trial's: [2.3, 4, 4, 5.7, −4].)
+    # Returns of trial 0, backwards: 10; the reflection 10; attempt 1 gets 0.9·10 = 9 on top of its own return at
+    # every step: −1 + 9 = 8, (−1 + 0.95·(−1)) + 9 = 7.05 = R(trial 0).
+    # Anchor (1, "s0") groups 7.05 (trial 0) with 0 (trial 1): mean 3.525 → A_step ±3.525; (1, "s1"), the
+    # reflection and (2, "s0") are singletons (0). Total: 7.05, 3.525, 3.525, 3.525 | −7.05.
+    # (The chained return gave 6.6 at the first step: [6.825, 3.525, 3.525, 3.525, −6.825].)
     assert step_advantages([("i", 0, steps), other], config).tolist() == pytest.approx(
-        [6.825, 3.525, 3.525, 3.525, -6.825]
+        [7.05, 3.525, 3.525, 3.525, -7.05]
     )
 
 
-def test_steps_without_a_state_key_anchor_on_the_observation_text() -> None:
-    trial = Trial(1, [Episode(1, 1, "t", (Step("board A, turn 1", "up", 0.0),), 0.0)])
-    assert trial_steps(trial, [], {(1, 0): None})[0].anchor == (1, "board A, turn 1")
+def test_only_the_reflection_tokens_the_next_attempt_sees_are_trained(tokenizer) -> None:
+    policy = tiny_policy(tokenizer)
+    head = tokenizer.encode("Let me think. <reflection>", add_special_tokens=False)
+    body = tokenizer.encode(" Reveal the corner first then the edge", add_special_tokens=False)
+    tail = tokenizer.encode("</reflection>", add_special_tokens=False)
+    ids = tuple(head + body + tail)
+    sample = Sample((1, 2), ids, tuple(float(-k) for k in range(len(ids))), "unused", True)
+    seen = seen_reflection(policy, TextRecord(("reflect", 1, 0), sample), max_chars=400)
+    assert seen is not None
+    assert tokenizer.decode(seen.sample.completion_ids).strip() == "Reveal the corner first then the edge</reflection>"
+    assert seen.sample.prompt_ids[:2] == (1, 2) and seen.sample.prompt_ids[2:] + seen.sample.completion_ids == ids
+    start = len(seen.sample.prompt_ids) - 2
+    assert seen.sample.logprobs == sample.logprobs[start:]
+    # cut at 20 characters: "Reveal the corner" is all the next attempt reads, so the rest is not trained
+    cut = seen_reflection(policy, TextRecord(("reflect", 1, 0), sample), max_chars=20)
+    assert tokenizer.decode(cut.sample.completion_ids).strip() == "Reveal the corner"
+    empty = tuple(tokenizer.encode("<reflection></reflection>", add_special_tokens=False))
+    empty_sample = dataclasses.replace(sample, completion_ids=empty, logprobs=(0.0,) * len(empty))
+    assert seen_reflection(policy, TextRecord(("reflect", 1, 0), empty_sample), 400) is None  # nothing shown
 
 
-def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer) -> None:
+@pytest.mark.parametrize("actions", ["text", "choices"])
+def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer, actions) -> None:
     config = LamerTrainConfig(
         env="minesweeper",
         env_options=TINY_MINES,
+        actions=actions,
+        reply_tokens=12,
         out=tmp_path / "run",
         tasks=2,
         tasks_per_step=1,
@@ -127,6 +148,8 @@ def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer) -> None:
     before = lora_weights(policy)
     (metrics,) = LamerTrainer(config, policy=policy).train()
     assert metrics["step"] == 1 and metrics["rows_trained"] > 0
+    if actions == "text":  # a random model's replies name no cell: invalid steps, as in LaMer, not forced moves
+        assert metrics["invalid_steps"] > 0
     assert all(torch.isfinite(torch.tensor(v)) for v in (metrics["loss"], metrics["grad_norm"]))
     after = lora_weights(policy)
     assert any(not torch.equal(before[n], after[n]) for n in before)

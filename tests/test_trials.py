@@ -12,12 +12,13 @@ from ttlearn.envs.base import make_env
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
 from ttlearn.eval.summary import compare_trials, summarize_trials
 from ttlearn.memory.base import make_memory
+from ttlearn.memory import lamer as lamer_memory
 from ttlearn.memory.lamer import extract_reflection
 from ttlearn.players.basic import RandomPlayer
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.players.turn import TurnPlayer
 from ttlearn.rollout.loop import play_trial
-from ttlearn.rollout.run import play_run
+from ttlearn.rollout.run import play_run, validate
 from ttlearn.runs import RunDir, TrialConfig, read_tasks
 from ttlearn.types import Completion, Episode, Step
 
@@ -132,6 +133,38 @@ def test_extract_reflection() -> None:
     assert extract_reflection("ok <reflection> go  left\nnow </reflection> x", 100) == "go left now"
     assert extract_reflection("no tags at all", 100) == "no tags at all"
     assert extract_reflection("<reflection>aaa bbb ccc", 9) == "aaa bbb"
+
+
+def test_seen_token_span_keeps_only_what_the_next_attempt_reads() -> None:
+    # Tokens: "Sure", ". <refl", "ection>", " Go", " left", " first", ".</reflection>". The body starts after
+    # character 18 (len "Sure. <reflection>"), first reached by token 3 (" Go").
+    tokens = ["Sure", ". <refl", "ection>", " Go", " left", " first", ".</reflection>"]
+    prefixes = ["".join(tokens[: k + 1]) for k in range(len(tokens))]
+    # uncut ("Go left first." fits 400 chars): tokens 3..6, the closing tag too (stopping kept it short)
+    assert lamer_memory.seen_token_span(prefixes, 400) == (3, 7)
+    # cut at 8 chars: shown "Go left" (the word boundary before "first"), reached after token 4 → tokens 3..4
+    assert extract_reflection(prefixes[-1], 8) == "Go left"
+    assert lamer_memory.seen_token_span(prefixes, 8) == (3, 5)
+    # no tags: the whole reply is the reflection; an empty body is not kept, so nothing is trained
+    assert lamer_memory.seen_token_span(["Go", " up"], 400) == (0, 2)
+    assert lamer_memory.seen_token_span(["<reflection>", "</reflection>"], 400) == (0, 0)
+    assert lamer_memory.seen_token_span([], 400) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"tasks": 3, "carry_memory": False},  # independent trials: each must start from a fresh memory
+        {"tasks": 3, "carry_memory": True, "validation_tasks": 2},  # held-out writes must not carry on
+    ],
+)
+def test_a_memory_service_namespace_cannot_be_reset_so_those_runs_are_refused(options) -> None:
+    service = {"url": "http://127.0.0.1:9"}  # its key comes from TTLEARN_MEMORY_KEY, never from a config
+    config = TrialConfig(env="sokoban", memory="memrl", memory_options=service, player="scripted:oracle", **options)
+    with pytest.raises(ValueError, match="cannot reset"):
+        validate(config)
+    # carried from task to task with no held-out pass, the shared namespace is what the run means to train
+    validate(TrialConfig(**{**config.model_dump(), "carry_memory": True, "validation_tasks": 0}))
 
 
 def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -> dict:

@@ -40,14 +40,26 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar, Iterator, Literal, Sequence, Union
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal, Mapping, Sequence, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.registry import load_plugins, loaded_plugins
 from ttlearn.types import Episode
+
+MEMORY_KEY_ENV, OPENAI_KEY_ENV = "TTLEARN_MEMORY_KEY", "OPENAI_API_KEY"
+"""Where the credentials a run sends live (read by `memory.remote` and `llm.openai`); never in a config."""
 
 
 Plugins = Annotated[list[str], AfterValidator(lambda plugins: load_plugins(plugins, origin="a run config"))]
@@ -74,7 +86,23 @@ class PartsConfig(BaseModel):
     moves_per_turn: int | None = Field(None, ge=1)
     """Scored decisions per turn for LLM players on choice-scoring back ends (Sokoban takes up to 3 moves a turn,
     scoring picks one); None: the environment's `actions_per_turn` (1 where it has none)."""
+    retries: int = Field(2, ge=0)
+    """LLM players on generated text: more replies asked for before a move counts invalid (LaMer: 0)."""
+    free_text_tokens: int | None = Field(None, ge=1)
+    """LaMer's free-text policy: one reply of up to this many tokens, reasoning then the action, never choice
+    scoring; None: score the legal actions where the back end can."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
+
+    @field_validator("memory_options")
+    @classmethod
+    def _no_credentials(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """A config is written into run directories and snapshots: a memory service key must never be in it."""
+        if "key" in options:
+            raise ValueError(
+                f"memory option key= is a credential and is never recorded in a run: set {MEMORY_KEY_ENV} instead "
+                "(ttlearn run/resume take -m key=KEY and keep it out of the run directory)"
+            )
+        return options
 
 
 def _refuse_fields_of(other: type[BaseModel], own: type[BaseModel], data: Any, message: str) -> Any:
@@ -628,3 +656,32 @@ def read_tasks(out: Path, *, repair: bool = True) -> list[dict[str, Any]]:
     when `repair`)."""
     path = RunDir(out).tasks
     return read_durable(path, repair=repair) if path.exists() else []
+
+
+# ---- credentials -------------------------------------------------------------------------------------------------
+
+
+def credential_urls(config: PartsConfig) -> dict[str, str]:
+    """URL → the environment variable whose credential a run of `config` sends there: the memory service of `-m
+    url=` (its key) and the base URL of every `openai:` LLM (OPENAI_API_KEY)."""
+    urls = {}
+    if config.memory_options.get("url"):
+        urls[str(config.memory_options["url"]).rstrip("/")] = MEMORY_KEY_ENV
+    for spec in (config.player, config.writer):
+        if spec and spec.startswith("openai:"):
+            urls[spec.removeprefix("openai:").partition("#")[0].rstrip("/")] = OPENAI_KEY_ENV
+    return urls
+
+
+def check_trusted(
+    config: PartsConfig, trusted: Iterable[str], source: Path, env: Mapping[str, str] = os.environ
+) -> None:
+    """Refuse to resume a config read from `source` (a run directory anyone may have written) that would send a
+    credential set in `env` to a URL the user did not name again in `trusted`."""
+    named = {url.rstrip("/") for url in trusted}
+    for url, variable in credential_urls(config).items():
+        if env.get(variable) and url not in named:
+            raise ValueError(
+                f"{source} would send {variable} to {url}, a URL read from the run directory; if you trust it, name "
+                f"it again: --trust-url {url}"
+            )

@@ -10,6 +10,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
+class MemoryText(str):
+    """What a memory shows, as text (records, the notes in the system prompt), that may also carry `exchanges`:
+    (task, answer) pairs a player can show as earlier user/assistant turns instead of notes. A plain `str` is a
+    memory text without exchanges, so every memory that returns text keeps working."""
+
+    exchanges: tuple[tuple[str, str], ...]
+
+    def __new__(cls, text: str, exchanges: tuple[tuple[str, str], ...] = ()) -> MemoryText:
+        made = super().__new__(cls, text)
+        made.exchanges = tuple(exchanges)
+        return made
+
+
 @dataclass(frozen=True)
 class Observation:
     """What the player sees before acting.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,11 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ttlearn.llm.base import LLMError
 from ttlearn.registry import UnknownNameError
+from ttlearn.runs import MEMORY_KEY_ENV
 
 console = Console()
 USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError)
@@ -47,6 +50,14 @@ def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
         if not sep or not key:
             raise ValueError(f"{flag} takes KEY=VALUE, got {pair!r}")
         options[key.replace("-", "_")] = yaml.safe_load(value)
+    return options
+
+
+def keep_key_out(options: dict[str, Any]) -> dict[str, Any]:
+    """`-m key=KEY` is a credential: it becomes this process's TTLEARN_MEMORY_KEY and leaves the options, which a
+    run records in its directory."""
+    if "key" in options:
+        os.environ[MEMORY_KEY_ENV] = str(options.pop("key"))
     return options
 
 
@@ -134,12 +145,13 @@ def progress_line(record: dict[str, Any]) -> str:
 
 
 def print_call(call: dict[str, Any], prompts: bool) -> None:
-    """One recorded LLM call: its role and latency, the prompt messages when asked, and the reply."""
-    console.rule(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s")
+    """One recorded LLM call: its role and latency, the prompt messages when asked, and the reply. Everything read
+    from the record is printed literally (`Text`, never markup): a model's `[/]` or `[link=...]` is just text."""
+    console.rule(Text(f"LLM call ({call['role']}) · {call['completion']['latency_s']:.2f}s"))
     if prompts:
         for message in call["messages"]:
-            console.print(f"[bold]{message['role']}:[/] {message['content']}", markup=False, highlight=False)
-    console.print(f"[bold]reply:[/] {call['completion']['text']!r}", highlight=False)
+            console.print(Text.assemble((f"{message['role']}:", "bold"), f" {message['content']}"), highlight=False)
+    console.print(Text.assemble(("reply:", "bold"), f" {call['completion']['text']!r}"), highlight=False)
 
 
 def format_trial_summary(summary: dict[str, Any]) -> str:

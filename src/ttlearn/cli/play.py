@@ -15,13 +15,23 @@ from typing import Optional
 
 import typer
 
-from ttlearn.cli.common import console, friendly, parse_options, print_summary, progress_bar, progress_line
+from ttlearn.cli.common import (
+    console,
+    friendly,
+    keep_key_out,
+    parse_options,
+    print_summary,
+    progress_bar,
+    progress_line,
+)
 from ttlearn.envs.base import ENVS
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.run import Config, play, prepare
-from ttlearn.runs import Run, parse_config
+from ttlearn.runs import Run, check_trusted, parse_config
+
+TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
 
 
 def play_with_progress(out: Path, config: Config | None, concurrency: int = 1, replay: ReplayBook | None = None) -> Run:
@@ -111,6 +121,15 @@ def run(
         None, help="LLM that writes the memory (default: the player's LLM); a folder means a trained hf: writer."
     ),
     temperature: float = typer.Option(0.0, min=0.0, help="Player sampling temperature (0 = greedy)."),
+    retries: int = typer.Option(
+        2, min=0, help="LLM player writing text: more replies asked for before a move counts invalid (LaMer: 0)."
+    ),
+    free_text: Optional[int] = typer.Option(
+        None,
+        "--free-text",
+        min=1,
+        help="LaMer's policy: one reply of up to N tokens, reasoning then <action>…</action>, never choice scoring.",
+    ),
     seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
     concurrency: int = typer.Option(
         1, min=1, help="Episodes in flight sharing one back end (independent games, or trial tasks); same results."
@@ -126,11 +145,13 @@ def run(
         "env": env,
         "env_options": env_options,
         "memory": memory,
-        "memory_options": parse_options(memory_opt, "--memory-opt"),
+        "memory_options": keep_key_out(parse_options(memory_opt, "--memory-opt")),
         "player": f"hf:{policy}" if policy else llm or default_player(env),
         "writer": f"hf:{writer}" if writer and Path(writer).is_dir() else writer,
         "seed": seed,
         "temperature": temperature,
+        "retries": retries,
+        "free_text_tokens": free_text,
         "games": games,
         "memory_from": str(memory_from) if memory_from else None,
         "tasks": tasks,
@@ -149,10 +170,16 @@ def run(
 def resume(
     run_dir: Path = typer.Argument(..., help="A run directory left by an interrupted `ttlearn run`."),
     concurrency: int = typer.Option(1, min=1, help="Episodes in flight, as for `run`."),
+    memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="Only key=KEY: the memory service's key."),
+    trust_url: list[str] = typer.Option([], help=TRUST_HELP),
 ) -> None:
-    """Finish an interrupted run: no game (or trial task) is lost or played twice."""
+    """Finish an interrupted run: no game (or trial task) is lost or played twice. Credentials go only to URLs
+    named again with --trust-url: the run directory may have been written by anyone."""
+    if keep_key_out(parse_options(memory_opt, "--memory-opt")):
+        raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
     run = Run.open(run_dir)
     warn_inexact(run.config.env, "resumed")
+    check_trusted(run.config, trust_url, run_dir)
     if run.finished:
         console.print(f"{run_dir} is already complete ({run.done} {run.unit}s).")
     else:
@@ -163,12 +190,14 @@ def resume(
 def replay(
     run_dir: Path = typer.Argument(..., help="A finished run to replay from its recorded LLM calls."),
     out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
+    trust_url: list[str] = typer.Option([], help=TRUST_HELP),
 ) -> None:
     """Re-run a recorded session or trial run without calling any model, and check that every outcome is
     reproduced."""
     out = out or Path(f"{run_dir}-replay")
     source = Run.open(run_dir, repair=False)
     warn_inexact(source.config.env, "replayed")
+    check_trusted(source.config, trust_url, run_dir)
     if not source.finished:
         raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} {source.unit}s); resume it first")
     target = play_with_progress(out, source.config, replay=ReplayBook(source.calls()))

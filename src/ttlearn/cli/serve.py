@@ -7,7 +7,16 @@ from typing import Optional
 
 import typer
 
-from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
+from ttlearn.serve import (
+    DEFAULT_AUTH_BURST,
+    DEFAULT_AUTH_RATE,
+    DEFAULT_BURST,
+    DEFAULT_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_BODY,
+    DEFAULT_QUOTA,
+    DEFAULT_RATE,
+    DEFAULT_READ_TIMEOUT_S,
+)
 
 
 def serve(
@@ -20,6 +29,21 @@ def serve(
     max_body: int = typer.Option(DEFAULT_MAX_BODY, min=1, help="Largest request body in bytes; larger ones get 413."),
     rate: float = typer.Option(DEFAULT_RATE, min=0, help="Requests per second per key (token bucket; 0 = no limit)."),
     burst: float = typer.Option(DEFAULT_BURST, min=1, help="Requests a key may send at once before the rate applies."),
+    auth_rate: float = typer.Option(
+        DEFAULT_AUTH_RATE, min=0, help="Failed authentications per second per client address; then 429 (0 = no limit)."
+    ),
+    auth_burst: float = typer.Option(
+        DEFAULT_AUTH_BURST, min=1, help="Failed authentications an address may make at once."
+    ),
+    read_timeout: float = typer.Option(
+        DEFAULT_READ_TIMEOUT_S, min=0.1, help="Seconds a request may take to arrive (head and body); then closed."
+    ),
+    connections_per_client: int = typer.Option(
+        DEFAULT_CONNECTIONS_PER_CLIENT, min=0, help="Connections one client address may hold at once (0 = no cap)."
+    ),
+    quota: int = typer.Option(
+        DEFAULT_QUOTA, min=0, help="Bytes a namespace may hold (about its export's size); fuller ones get 507. 0: none."
+    ),
 ) -> None:
     """Serve a MemRL store over HTTP to deployed agents: a key per namespace, API docs at /docs (needs the `serve`
     extra). Stops cleanly on Ctrl-C or SIGTERM."""
@@ -28,6 +52,7 @@ def serve(
         from ttlearn.serve.auth import read_admin_key
     except ImportError as exc:
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
-    run_server(
-        store, host=host, port=port, admin_key=read_admin_key(admin_key_file), max_body=max_body, rate=rate, burst=burst
-    )
+    admin_key = read_admin_key(admin_key_file)
+    limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota, auth_rate=auth_rate, auth_burst=auth_burst)
+    guards = dict(read_timeout_s=read_timeout, per_client=connections_per_client)
+    run_server(store, host=host, port=port, admin_key=admin_key, **guards, **limits)

@@ -20,6 +20,7 @@ import gzip
 import hashlib
 import importlib.resources
 import json
+import marshal
 import re
 import warnings
 from collections.abc import Sequence
@@ -269,7 +270,7 @@ class CodeEnv(Env):
             "tests": self.problem.tests_program,
             "entry_point": self.problem.entry_point,
         }
-        return run_python(f"{_harness()}\nmain({spec!r})\n", Limits(wall_s=self.timeout_s))
+        return run_python(f"{_harness()}\nmain()\n", Limits(wall_s=self.timeout_s), marshal.dumps(spec))
 
     def invalid_step(self, reply: str) -> StepResult:
         """The turn passes with `INVALID_PENALTY` and feedback saying what the reply lacked."""

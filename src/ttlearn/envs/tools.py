@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
+import math
 import re
 import select
 import subprocess
@@ -168,19 +170,42 @@ class Call:
         return f"{self.name}({', '.join(parts)})"
 
 
-_PY_CALL = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\(")
-_JSON_TYPES = (str, int, float, bool, type(None))
+# a name starts only where no name character precedes it: each scan then starts once per word (linear time)
+_PY_CALL = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]*\(")
+_JSON_TYPES = (str, bool, type(None))
+MAX_INT_BITS = 13_000
+"""Integers up to ~3,900 digits: Python refuses to print one past 4,300, so no canonical text could hold it."""
+PARSE_ERRORS = (SyntaxError, ValueError, TypeError, RecursionError, MemoryError)
+"""What Python's parsers raise on hostile text (deep nesting, huge literals, long chains of unary minus)."""
 
 
-def _json_value(value: Any) -> Any:
-    """The literal as a JSON value (tuples become lists); MalformedCall for sets, bytes, complex numbers."""
+def _json_value(value: Any, depth: int = 0) -> Any:
+    """The literal as a JSON value (tuples become lists); MalformedCall for sets, bytes, complex numbers, numbers that
+    are not finite or too long to print, and nesting deeper than 100."""
+    if depth > 100:
+        raise MalformedCall("argument values are nested more than 100 levels deep")
     if isinstance(value, _JSON_TYPES):
         return value
+    if isinstance(value, int):
+        if value.bit_length() > MAX_INT_BITS:
+            raise MalformedCall("integers must have fewer than 3,900 digits")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise MalformedCall(f"numbers must be finite, got {value!r}")
+        return value
     if isinstance(value, (list, tuple)):
-        return [_json_value(v) for v in value]
+        return [_json_value(v, depth + 1) for v in value]
     if isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return {k: _json_value(v) for k, v in value.items()}
+        return {k: _json_value(v, depth + 1) for k, v in value.items()}
     raise MalformedCall(f"argument values must be strings, numbers, booleans, None, lists or dicts, got {value!r}")
+
+
+def _name(text: str, what: str) -> str:
+    """`text` if it can stand as a function or argument name in a canonical Python call, else MalformedCall."""
+    if not text.isidentifier() or keyword.iskeyword(text):
+        raise MalformedCall(f"{what} must be a Python identifier and not a keyword, got {text[:60]!r}")
+    return text
 
 
 def _closing_paren(text: str, start: int) -> int:
@@ -207,20 +232,22 @@ def _closing_paren(text: str, start: int) -> int:
 
 def _python_call(text: str, start: int, paren: int) -> Call:
     source = text[start : _closing_paren(text, paren) + 1]
+    shown = source if len(source) <= 80 else source[:77] + "..."
     try:
         node = ast.parse(source, mode="eval").body
-    except SyntaxError as error:
-        raise MalformedCall(f"{source!r} is not valid call syntax ({error.msg})") from None
+    except PARSE_ERRORS as error:
+        reason = getattr(error, "msg", type(error).__name__)
+        raise MalformedCall(f"{shown!r} is not valid call syntax ({reason})") from None
     if not isinstance(node, ast.Call) or any(k.arg is None for k in node.keywords):
-        raise MalformedCall(f"{source!r} is not a single call with named or positional arguments")
+        raise MalformedCall(f"{shown!r} is not a single call with named or positional arguments")
     try:
         args = tuple(_json_value(ast.literal_eval(a)) for a in node.args)
         kwargs = tuple((k.arg, _json_value(ast.literal_eval(k.value))) for k in node.keywords)
-    except ValueError as error:
-        if isinstance(error, MalformedCall):
-            raise
+    except MalformedCall:
+        raise
+    except PARSE_ERRORS:
         raise MalformedCall("argument values must be literals: quote strings, no variables or expressions") from None
-    return Call(source[: paren - start].rsplit(".", 1)[-1], args, kwargs)
+    return Call(_name(source[: paren - start].rsplit(".", 1)[-1], "a function name"), args, kwargs)
 
 
 def _json_call(text: str, start: int) -> Call:
@@ -228,6 +255,8 @@ def _json_call(text: str, start: int) -> Call:
         value, _ = json.JSONDecoder().raw_decode(text, start)
     except json.JSONDecodeError as error:
         raise MalformedCall(f"the JSON object does not parse ({error.msg})") from None
+    except PARSE_ERRORS as error:  # nesting past the recursion limit, an integer past 4,300 digits
+        raise MalformedCall(f"the JSON object cannot be read ({type(error).__name__})") from None
     name = value.get("name") if isinstance(value, dict) else None
     if not isinstance(name, str) or not name:
         raise MalformedCall('a JSON call needs a "name" string, e.g. {"name": "ls", "arguments": {}}')
@@ -235,11 +264,12 @@ def _json_call(text: str, start: int) -> Call:
     if isinstance(arguments, str):  # OpenAI's tool calls carry the arguments as a JSON string
         try:
             arguments = json.loads(arguments)
-        except json.JSONDecodeError:
+        except PARSE_ERRORS:
             raise MalformedCall('"arguments" must be a JSON object') from None
     if not isinstance(arguments, dict):
         raise MalformedCall('"arguments" must be a JSON object')
-    return Call(name, (), tuple((k, _json_value(v)) for k, v in arguments.items()))
+    kwargs = tuple((_name(k, "an argument name"), _json_value(v)) for k, v in arguments.items())
+    return Call(_name(name, "a function name"), (), kwargs)
 
 
 def read_call(reply: str) -> Call | None:
@@ -249,7 +279,9 @@ def read_call(reply: str) -> Call | None:
     Python `name(arg=value, ...)` (no space before the parenthesis; positional values allowed; a dotted prefix such
     as `functions.ls(` is dropped; values must be literals) or JSON `{"name": ..., "arguments": {...}}`
     ("parameters" is accepted for "arguments"). A reply with neither, such as `done` or plain prose, makes no call.
-    A reply that starts a call but cannot be read raises MalformedCall with the reason.
+    A reply that starts a call but cannot be read raises MalformedCall with the reason (never another exception).
+    A call reads back from its canonical `text()` as the very same call: names are identifiers, values are plain
+    finite JSON values, so what `parse_action` accepted, `step` runs.
     """
     python = _PY_CALL.search(reply)
     brace = reply.find("{")
@@ -415,13 +447,19 @@ class Tools(Env):
             call = read_call(text)
         except MalformedCall:
             return None
-        return END_TURN if call is None else call.text()
+        if call is None:
+            return END_TURN
+        self._parsed = (call.text(), call)  # step runs this very call, not a re-reading of its text
+        return call.text()
 
     def step(self, action: str) -> StepResult:
         self._started()
         if self._over:
             raise ValueError("the episode is over; call restart() or reset()")
-        call = read_call(action)  # MalformedCall is a ValueError: the player validates with parse_action first
+        parsed = getattr(self, "_parsed", None)
+        # what parse_action read; other text is read here (MalformedCall is a ValueError: validate with parse_action)
+        call = parsed[1] if parsed is not None and parsed[0] == action else read_call(action)
+        self._parsed = None
         if self._turn_replies >= TURN_CALL_LIMIT and call is not None:
             return self._force_out(f"more than {TURN_CALL_LIMIT} calls in one user turn")
         if call is None:

@@ -2,7 +2,10 @@
 
 `results/table.json` lists the rows in order; each names the result folder(s) it reads and how:
 
-    control      a trial run with `--control`: success@1 of memory vs its paired control (McNemar from its summary)
+    control      a trial run with `--control`: success@1 of memory vs its paired control (McNemar from its summary), in
+                 the control's epoch (the last one) when the run has several
+    pooled       several `control` results pooled (`results`): the paired tasks added up, McNemar on the summed
+                 discordant counts
     memory_gain  a trial run with attempts: success@N with memory vs attempt 1 repeated (the greedy control)
     runs         two trial runs on the same instances: success@N of `result` vs `against`; their discordant counts
                  come from the row (`discordant`, with its `source`) where the task records were never committed
@@ -54,7 +57,7 @@ def player_cell(spec: dict[str, Any], root: Path) -> str:
     if spec["kind"] == "arena":
         report = json.loads((root / spec["result"] / "report.json").read_text())
         return f"`{report['provenance']['methods'][spec['method']]['player']}`"
-    config = RunDir(root / spec["result"]).config()
+    config = RunDir(root / (spec["results"][0] if spec["kind"] == "pooled" else spec["result"])).config()
     return f"`{config.player}`" + (f" (T = {config.temperature:g})" if config.temperature > 0 else "")
 
 
@@ -70,17 +73,25 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
         ranks = "one rank" if a["rank"] == b["rank"] else f"rank {a['rank']} / {b['rank']}"
         elo = [f"Elo {r['elo']:.0f} ({r['ci_low']:.0f}–{r['ci_high']:.0f})" for r in (a, b)]
         return [f"{games} games", *elo, ranks, "—"]
+    if kind == "pooled":
+        controls = [_summary(root, name)["control"] for name in spec["results"]]
+        n = sum(c["tasks"] for c in controls)
+        a = round(sum(c["rows"][0]["a"] * c["tasks"] for c in controls))
+        b = round(sum(c["rows"][0]["b"] * c["tasks"] for c in controls))
+        only_a, only_b = (sum(c["rows"][0][key] for c in controls) for key in ("only_a", "only_b"))
+        cells = [wilson_cell(a / n, n), wilson_cell(b / n, n), f"{only_a} / {only_b}"]
+        return [str(n), *cells, p_cell(mcnemar_exact(only_a, only_b))]
     summary = _summary(root, spec["result"])
     n = summary["tasks"]
     if kind == "control":
-        paired = summary["control"]["rows"][0]
-        memory = rate_cell(summary["success_at_k"][0], *summary["success_at_k_ci95"][0])
-        return [str(n), memory, wilson_cell(paired["b"], n), f"{paired['only_a']} / {paired['only_b']}",
-                p_cell(paired["p_value"])]  # fmt: skip
+        paired, n = summary["control"]["rows"][0], summary["control"].get("tasks", n)
+        cells = [wilson_cell(paired["a"], n), wilson_cell(paired["b"], n), f"{paired['only_a']} / {paired['only_b']}"]
+        return [str(n), *cells, p_cell(paired["p_value"])]
     if kind == "memory_gain":
         gain = summary["memory_gain"]
         only = f"{gain['solved_only_with_memory']} / 0"
-        return [str(n), wilson_cell(gain["with_memory"], n), wilson_cell(gain["control"], n), only, p_cell(gain["p_value"])]
+        cells = [wilson_cell(gain["with_memory"], n), wilson_cell(gain["control"], n), only]
+        return [str(n), *cells, p_cell(gain["p_value"])]
     if kind == "runs":
         other = _summary(root, spec["against"])
         if other["tasks"] != n:
@@ -89,7 +100,7 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
         cells = [rate_cell(s["success_at_k"][k - 1], *s["success_at_k_ci95"][k - 1]) for s in (summary, other)]
         only_a, only_b = spec["discordant"]
         return [str(n), *cells, f"{only_a} / {only_b}", p_cell(mcnemar_exact(only_a, only_b))]
-    raise ValueError(f"unknown row kind {kind!r} in results/{TABLE}; use control, memory_gain, runs or arena")
+    raise ValueError(f"unknown row kind {kind!r} in results/{TABLE}; use control, pooled, memory_gain, runs or arena")
 
 
 def render(root: Path) -> str:

@@ -21,8 +21,8 @@ from typing import Any, Sequence
 
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import MEMORIES, Memory
-from ttlearn.memory.expel import EmbeddingCache, clip_text, top_k_similar
-from ttlearn.memory.history import episode_log
+from ttlearn.memory.embed import EmbeddingCache, top_k_similar
+from ttlearn.memory.text import clip_text, episode_log
 from ttlearn.types import Episode
 
 _TAGGED = re.compile(r"<cheatsheet>(.*?)(?:</cheatsheet>|$)", re.DOTALL | re.IGNORECASE)

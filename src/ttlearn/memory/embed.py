@@ -1,4 +1,5 @@
-"""Text embedders for retrieval memories: texts in, L2-normalised float32 rows out.
+"""Text embedders for retrieval memories: texts in, L2-normalised float32 rows out; a per-process cache of them and
+the top-k cosine search the methods that keep their keys in memory (ExpeL, the retrieval cheatsheet) share.
 
 A store records which embedder wrote its vectors (name and dimension) because vectors from two embedders are not
 comparable; switching is an explicit migration (`MemoryStore.reembed`), never a silent fallback.
@@ -63,6 +64,37 @@ def normalise_rows(vectors: np.ndarray) -> np.ndarray:
     vectors = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     return vectors / np.where(norms > 0, norms, 1.0)
+
+
+def top_k_similar(query: np.ndarray, keys: np.ndarray, k: int) -> list[int]:
+    """Row indices of the k keys most similar to `query` (cosine = dot product of L2-normalised rows).
+
+    Ties (identical keys are common: repeated games give identical logs) go to the most recent row.
+    """
+    if len(keys) == 0 or k < 1:
+        return []
+    sims = keys @ query
+    order = np.lexsort((-np.arange(len(keys)), -sims))
+    return [int(i) for i in order[:k]]
+
+
+class EmbeddingCache:
+    """Embeds texts once per process: keys are recomputed (deterministically) after `load`, never stored in state."""
+
+    def __init__(self, embedder: str) -> None:
+        self.embedder = make_embedder(embedder)  # cheap: model weights load on the first `embed`
+        self._vectors: dict[str, np.ndarray] = {}
+
+    def rows(self, texts: Sequence[str]) -> np.ndarray:
+        """One row per text (at least one text), embedding only those not seen before."""
+        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if missing:
+            self._vectors.update(zip(missing, self.embedder.embed(missing), strict=True))
+        return np.stack([self._vectors[t] for t in texts])
+
+    def forget_all_but(self, texts: Sequence[str]) -> None:
+        keep = set(texts)
+        self._vectors = {t: v for t, v in self._vectors.items() if t in keep}
 
 
 _WORD = re.compile(r"[a-z0-9]+")

@@ -22,12 +22,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import numpy as np
-
 from ttlearn.llm.base import LLM
 from ttlearn.memory.base import MEMORIES, Memory
-from ttlearn.memory.embed import make_embedder
-from ttlearn.memory.history import episode_log
+from ttlearn.memory.embed import EmbeddingCache, top_k_similar
+from ttlearn.memory.text import clip_text, episode_log
 from ttlearn.types import Episode
 
 VERBS = ("ADD", "EDIT", "REMOVE", "AGREE")
@@ -46,11 +44,6 @@ class InsightOp:
     index: int | None = None
     """1-based position in the list as it was shown to the writer (EDIT / REMOVE / AGREE)."""
     text: str = ""
-
-
-def clip_text(text: str, limit: int) -> str:
-    """`text` cut to at most `limit` characters, an ellipsis marking the cut."""
-    return text if len(text) <= limit else text[: max(limit - 1, 0)].rstrip() + "…"
 
 
 def _norm(text: str) -> str:
@@ -148,37 +141,6 @@ def apply_operations(insights: Sequence[tuple[str, int]], ops: Sequence[InsightO
     kept += [(a, ADD_VOTES) for a in adds[:room]]
     kept.sort(key=lambda item: -item[1])
     return EditResult(kept, malformed, max(len(adds) - room, 0))
-
-
-def top_k_similar(query: np.ndarray, keys: np.ndarray, k: int) -> list[int]:
-    """Row indices of the k keys most similar to `query` (cosine = dot product of L2-normalised rows).
-
-    Ties (identical keys are common: repeated games give identical logs) go to the most recent row.
-    """
-    if len(keys) == 0 or k < 1:
-        return []
-    sims = keys @ query
-    order = np.lexsort((-np.arange(len(keys)), -sims))
-    return [int(i) for i in order[:k]]
-
-
-class EmbeddingCache:
-    """Embeds texts once per process: keys are recomputed (deterministically) after `load`, never stored in state."""
-
-    def __init__(self, embedder: str) -> None:
-        self.embedder = make_embedder(embedder)  # cheap: model weights load on the first `embed`
-        self._vectors: dict[str, np.ndarray] = {}
-
-    def rows(self, texts: Sequence[str]) -> np.ndarray:
-        """One row per text (at least one text), embedding only those not seen before."""
-        missing = list(dict.fromkeys(t for t in texts if t not in self._vectors))
-        if missing:
-            self._vectors.update(zip(missing, self.embedder.embed(missing), strict=True))
-        return np.stack([self._vectors[t] for t in texts])
-
-    def forget_all_but(self, texts: Sequence[str]) -> None:
-        keep = set(texts)
-        self._vectors = {t: v for t, v in self._vectors.items() if t in keep}
 
 
 PROMPT = (

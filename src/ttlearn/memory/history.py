@@ -6,13 +6,8 @@ from typing import Any
 
 from ttlearn.llm.base import LLM
 from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.text import episode_log
 from ttlearn.types import Episode
-
-
-def episode_log(episode: Episode) -> str:
-    """One episode as the memory methods show it: index, score and the environment's transcript."""
-    transcript = episode.info.get("transcript") or "; ".join(f"{s.action}→{s.reward:+g}" for s in episode.steps)
-    return f"Game {episode.index} (score {episode.score:+g}): {transcript}"
 
 
 @MEMORIES.register("history")

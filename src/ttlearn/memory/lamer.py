@@ -4,15 +4,18 @@ attempt sees the reflections (mode "reflection", the default), the earlier attem
 A trial (`ttlearn.rollout.loop.play_trial`) resets this memory before each new instance, so nothing leaks across
 instances; used in a plain session it simply keeps the last `keep` reflections. The reflection prompt asks for a
 `<reflection>…</reflection>` block and the closing tag is the stop string, so a writer stops as soon as it is done;
-the LaMer trainer samples the same prompt from its policy and trains those tokens.
+the LaMer trainer samples the same prompt from its policy and trains the tokens the next attempt sees of them
+(`seen_token_span`): the body after the tag, up to the `max_chars` cut.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.text import bound_memory
 from ttlearn.types import Episode
 
 Mode = Literal["reflection", "history", "both"]
@@ -41,14 +44,39 @@ def reflection_messages(rules: str, episode: Episode, previous: list[str]) -> li
     return [{"role": "system", "content": rules}, {"role": "user", "content": user}]
 
 
+def reflection_body(text: str) -> tuple[int, str]:
+    """(where the body starts in `text`, the body whitespace-collapsed): after the last opening tag, before the
+    closing one. Writers that skip the tags still count: their whole reply is the body."""
+    start = text.rfind(OPEN) + len(OPEN) if OPEN in text else 0
+    return start, " ".join(text[start:].split(CLOSE, 1)[0].split())
+
+
 def extract_reflection(text: str, max_chars: int) -> str:
-    """The body of a reply: after the last opening tag, before the closing one, whitespace collapsed, cut at a word
-    boundary to `max_chars`. Writers that skip the tags still count: their whole reply is the reflection."""
-    body = text.rsplit(OPEN, 1)[-1].split(CLOSE, 1)[0]
-    body = " ".join(body.split())
-    if len(body) > max_chars:
-        body = body[:max_chars].rsplit(" ", 1)[0] or body[:max_chars]
-    return body
+    """What the next attempt sees of a reply: its body (`reflection_body`) cut to `max_chars`."""
+    return bound_memory(reflection_body(text)[1], max_chars)
+
+
+def seen_token_span(prefixes: Sequence[str], max_chars: int) -> tuple[int, int]:
+    """[start, end) of the tokens of a reflection that the next attempt sees, given `prefixes[k]` = the text of its
+    first k + 1 tokens.
+
+    The shown text is `extract_reflection` of the whole reply. Tokens before the body (a preamble, the opening tag)
+    and, when the body is cut, the tokens past the cut change nothing the next attempt reads, so no reward depends
+    on them. The span starts at the first token reaching into the body; uncut, it runs to the end (the closing tag
+    and end-of-turn too: stopping is what kept the reflection short); cut, to the fewest tokens whose body already
+    begins with the shown text. (0, 0): nothing is shown (an empty body is not kept).
+    """
+    if not prefixes:
+        return 0, 0
+    start, body = reflection_body(prefixes[-1])
+    shown = bound_memory(body, max_chars)
+    if not shown:
+        return 0, 0
+    first = next(k for k, text in enumerate(prefixes) if len(text) > start)
+    if shown == body:
+        return first, len(prefixes)
+    end = next(k + 1 for k, text in enumerate(prefixes) if " ".join(text[start:].split()).startswith(shown))
+    return first, end
 
 
 @MEMORIES.register("lamer")

@@ -12,7 +12,7 @@ from typing import Any
 
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import MEMORIES, Memory
-from ttlearn.memory.history import episode_log
+from ttlearn.memory.text import bound_memory, episode_log
 from ttlearn.types import Episode
 
 WRITER_PROMPT = (
@@ -33,15 +33,6 @@ def writer_messages(rules: str, memory: str, episode: Episode, words: int) -> li
             "content": WRITER_PROMPT.format(memory=memory or "(none yet)", log=episode_log(episode), words=words),
         },
     ]
-
-
-def bound_memory(text: str, max_chars: int) -> str:
-    """Collapse whitespace and cut at a word boundary so the memory never exceeds `max_chars`."""
-    text = " ".join(text.split())
-    if len(text) <= max_chars:
-        return text
-    cut = text[:max_chars].rsplit(" ", 1)[0]
-    return cut or text[:max_chars]
 
 
 def seen_token_count(prefixes: Sequence[str], max_chars: int) -> int:

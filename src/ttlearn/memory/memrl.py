@@ -10,9 +10,11 @@ describe the *current situation*, not only the game: e.g. for RPS "rock-paper-sc
 opponent's last moves: rock, paper, paper; my last moves: …". The intent key of a written item is the episode's
 `task` (its situation at the start). Similar situations then retrieve the experiences (and their Q) of past games.
 
-Where the memories live. By default in a SQLite store file (`store=`, else `<run_dir>/memrl.sqlite`); with
-`url=` (and `key=`, or the TTLEARN_MEMORY_KEY environment variable) in a namespace of a `ttlearn serve` memory
-service, which runs, trials and several agents share and train together.
+The retrieval and the Q update are pure functions in `memory/retrieval.py`, shared with the memory service.
+
+Where the memories live (a `memory/backends.py` `MemoryBackend`). By default in a SQLite store file (`store=`, else
+`<run_dir>/memrl.sqlite`); with `url=` (and `key=`, or the TTLEARN_MEMORY_KEY environment variable) in a namespace
+of a `ttlearn serve` memory service, which runs, trials and several agents share and train together.
 
 Snapshots. With a store file, `state()` carries the memories themselves (`MemoryStore.export_namespace`: intent
 keys with their vectors, items with Q) plus the items retrieved during the unfinished episode and the exploration
@@ -37,153 +39,23 @@ from __future__ import annotations
 
 import copy
 import math
-import tempfile
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from ttlearn.llm.base import LLM
+from ttlearn.memory.backends import LocalMemories, MemoryBackend
 from ttlearn.memory.base import MEMORIES, Memory
-from ttlearn.memory.embed import SIMILARITY_STATS, make_embedder
-from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem
-from ttlearn.types import Episode
+from ttlearn.memory.embed import SIMILARITY_STATS
+from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
+from ttlearn.memory.store import Namespace, NewItem
+from ttlearn.types import Episode, MemoryText
 
-if TYPE_CHECKING:
-    from ttlearn.memory.remote import RemoteMemories
-
-Z_CLIP = 3.0
-DEFAULT_ALPHA = 0.3
-"""The Q learning rate of the paper's released configs."""
 WRITE_MODES = ("notes", "trajectory", "answer")
+SHOW_MODES = ("notes", "exchanges")
 KEEP_MODES = ("all", "successes")
-
-
-# -- the maths --------------------------------------------------------------------------------------------------
-
-
-def phase_a(sims: Sequence[float] | np.ndarray, delta: float, k1: int) -> np.ndarray:
-    """Phase A, similarity recall: I_A = top-k1 { i : sim_i ≥ δ } by sim_i, best first (ties: lower index first)."""
-    if k1 < 1:
-        raise ValueError(f"k1 must be ≥ 1, got {k1}")
-    sims = np.asarray(sims, dtype=np.float64)
-    eligible = np.flatnonzero(sims >= delta)
-    order = eligible[np.lexsort((eligible, -sims[eligible]))]
-    return order[:k1]
-
-
-@dataclass(frozen=True)
-class PhaseB:
-    chosen: list[int]
-    """Indices into the candidates, in rank order (random order when `explored`)."""
-    scores: list[float | None]
-    """score_i per candidate; None for candidates dropped by q_min."""
-    explored: bool
-
-
-def phase_b(
-    candidates: Sequence[tuple[float, float]],
-    q_min: float,
-    w_sim: float,
-    w_q: float,
-    sim_mean: float,
-    sim_std: float,
-    k2: int,
-    epsilon: float,
-    rng: np.random.Generator,
-) -> PhaseB:
-    """Phase B, utility ranking over the phase-A candidates' (sim, Q).
-
-    For every candidate i (the released code normalises Q over all phase-A candidates, *before* the q_min filter):
-        z_sim_i = (sim_i − sim_mean) / sim_std                        (fixed normalisation stats)
-        z_Q_i   = clip((Q_i − mean Q) / std Q, −3, 3)                  (population std over all candidates; 0 if 0)
-        score_i = w_sim · z_sim_i + w_q · z_Q_i
-    then keep C = { i : Q_i ≥ q_min }. With probability ε return k2 items of C drawn uniformly without replacement
-    (exploration), else the top-k2 of C by score (ties: lower index first). No random number is drawn when ε = 0,
-    so ε = 0 is deterministic.
-    """
-    if k2 < 1:
-        raise ValueError(f"k2 must be ≥ 1, got {k2}")
-    if sim_std <= 0:
-        raise ValueError(f"sim_std must be positive, got {sim_std}")
-    if not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
-    # Plain Python, not numpy: there are a handful of candidates and numpy's per-call overhead would dominate.
-    scores: list[float | None] = [None] * len(candidates)
-    if not candidates:
-        return PhaseB([], scores, False)
-    q_all = [q for _, q in candidates]
-    q_mean = sum(q_all) / len(q_all)
-    q_std = math.sqrt(sum((q - q_mean) ** 2 for q in q_all) / len(q_all))
-    kept = [i for i, q in enumerate(q_all) if q >= q_min]
-    for i in kept:
-        z_q = min(Z_CLIP, max(-Z_CLIP, (q_all[i] - q_mean) / q_std)) if q_std > 0 else 0.0
-        scores[i] = w_sim * (candidates[i][0] - sim_mean) / sim_std + w_q * z_q
-    if not kept:
-        return PhaseB([], scores, False)
-    explored = epsilon > 0 and rng.random() < epsilon
-    if explored:
-        picks = [int(i) for i in rng.choice(kept, size=min(k2, len(kept)), replace=False)]
-    else:
-        picks = sorted(kept, key=lambda i: (-scores[i], i))[:k2]
-    return PhaseB(picks, scores, bool(explored))
-
-
-def q_update(q: float | np.ndarray, r: float, alpha: float) -> float | np.ndarray:
-    """Q ← (1 − α)·Q + α·r: the paper's Q ← (1 − α)·Q + α·(r + γ·max Q′) at γ = 0, its released setting (α = 0 leaves
-    Q unchanged). Why γ is 0 here: see `MemRLMemory`."""
-    return (1.0 - alpha) * q + alpha * r
-
-
-@dataclass(frozen=True)
-class RetrievalConfig:
-    """The retrieval settings. Defaults: the released BigCodeBench configuration (see `PRESETS["bcb"]`)."""
-
-    k1: int = 5
-    k2: int = 5
-    delta: float = 0.5
-    q_min: float = -0.8
-    w_sim: float = 0.5
-    w_q: float = 0.5
-    sim_mean: float = 0.31
-    sim_std: float = 0.10
-    epsilon: float = 0.1
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.k2 <= self.k1:
-            raise ValueError(f"need 1 ≤ k2 ≤ k1, got k1 = {self.k1}, k2 = {self.k2}")
-        if self.sim_std <= 0:
-            raise ValueError(f"sim_std must be positive, got {self.sim_std}")
-        if not 0.0 <= self.epsilon <= 1.0:
-            raise ValueError(f"epsilon must be in [0, 1], got {self.epsilon}")
-
-
-def two_phase_retrieve(
-    ns: Namespace, query: str | np.ndarray, cfg: RetrievalConfig, rng: np.random.Generator
-) -> tuple[list[Candidate], PhaseB]:
-    """Phase A over intent keys (their items inherit the key's similarity), then phase B over those items."""
-    intent_ids, sims = ns.nearest(query, cfg.k1)
-    keep = phase_a(sims, cfg.delta, cfg.k1)
-    candidates = ns.items_of(intent_ids[keep], sims[keep])
-    ranked = phase_b(
-        [(c.sim, c.q_value) for c in candidates],
-        cfg.q_min,
-        cfg.w_sim,
-        cfg.w_q,
-        cfg.sim_mean,
-        cfg.sim_std,
-        cfg.k2,
-        cfg.epsilon,
-        rng,
-    )
-    return candidates, ranked
-
-
-def reinforce(ns: Namespace, item_ids: Sequence[int], reward: float, alpha: float) -> dict[int, float]:
-    """The update after a finished task, applied to every item retrieved for it (γ = 0: see `MemRLMemory`)."""
-    return ns.update_q(item_ids, reward, lambda q: q_update(q, reward, alpha))
 
 
 # -- the settings -----------------------------------------------------------------------------------------------
@@ -206,6 +78,7 @@ TUNING: dict[str, Any] = {
     "batch": 1,
     "write": "notes",
     "keep": "all",
+    "show": "notes",
 }
 """Every tunable option and its value when neither the user nor a preset sets it: the released BigCodeBench
 configuration (`PRESETS["bcb"]`), except the similarity statistics, which belong to the embedder (None: the
@@ -266,11 +139,23 @@ def resolve_settings(preset: str | None, given: dict[str, Any], fixed: dict[str,
     return chosen
 
 
+_ANSWER_LABELS = ("Verified answer", "Answer that failed")
+
+
 def render_answer(task: str, answer: str, verified: bool) -> str:
     """An item as a small model can use it (`write=answer`): the task and the agent's own answer, labelled by what the
     environment said of it, nothing else. Shown alone, a paraphrase's verified answer lifted the 0.5B coder model
-    from 19 to 29 of 30 Spider questions (benchmarks/memory_ceiling.py)."""
-    return f"Task: {task}\n{'Verified answer' if verified else 'Answer that failed'}:\n{answer}"
+    from 19 to 29 of 30 Spider questions (REFERENCE §10)."""
+    return f"Task: {task}\n{_ANSWER_LABELS[0] if verified else _ANSWER_LABELS[1]}:\n{answer}"
+
+
+def verified_exchange(experience: str) -> tuple[str, str] | None:
+    """(task, answer) of a verified `render_answer` item, to show as an earlier user/assistant exchange; None for
+    any other item (a failure, a trajectory, a note)."""
+    head, marker, answer = experience.partition(f"\n{_ANSWER_LABELS[0]}:\n")
+    if not marker or not head.startswith("Task: "):
+        return None
+    return head[len("Task: ") :], answer
 
 
 # -- the memory -------------------------------------------------------------------------------------------------
@@ -293,6 +178,8 @@ class MemRLMemory(Memory):
     measured one (`sql`, `code`, `household`); any option given beside it wins, and options neither sets take
     `TUNING` (the BigCodeBench release). `batch=B` is the released runners' timing: tasks retrieve from the memory as
     it stood when their mini-batch began, and the Q updates and new items of B finished tasks are applied together.
+    `show=exchanges` hands verified answers (`write=answer` items) to the player as earlier user/assistant turns
+    instead of notes in the system prompt (`MemoryText`); items of other kinds are then not shown.
 
     γ must be 0. A bootstrapped target r + γ·max Q′ needs Q′ of the *next decision*: the items retrieved for the
     next task, known only after the next `context` call; taking the max over the items being updated (what an
@@ -339,6 +226,7 @@ class MemRLMemory(Memory):
         batch: int | None = None,
         write: str | None = None,
         keep: str | None = None,
+        show: str | None = None,
         max_trajectory_chars: int = 1500,
         run_id: str | None = None,
         seed: int = 0,
@@ -359,9 +247,12 @@ class MemRLMemory(Memory):
             raise ValueError(f"write must be one of {', '.join(WRITE_MODES)}, got {settings['write']!r}")
         if settings["keep"] not in KEEP_MODES:
             raise ValueError(f"keep must be one of {', '.join(KEEP_MODES)}, got {settings['keep']!r}")
+        if settings["show"] not in SHOW_MODES:
+            raise ValueError(f"show must be one of {', '.join(SHOW_MODES)}, got {settings['show']!r}")
         if settings["batch"] < 1:
             raise ValueError(f"batch must be at least 1, got {settings['batch']}")
         self.write, self.keep, self.batch = settings["write"], settings["keep"], settings["batch"]
+        self.show = settings["show"]
         stats = SIMILARITY_STATS.get(embedder, SIMILARITY_STATS["minilm"])
         self.cfg = RetrievalConfig(
             settings["k1"],
@@ -382,7 +273,7 @@ class MemRLMemory(Memory):
         self.run_id = run_id
         self.seed = seed
         self.rng = np.random.default_rng(seed)
-        self.memories: LocalMemories | RemoteMemories
+        self.memories: MemoryBackend
         if url is None:
             if key is not None:
                 raise ValueError(f"memory {self.name!r}: key= goes with url= (a memory service); add url= or drop key=")
@@ -404,7 +295,9 @@ class MemRLMemory(Memory):
 
     @property
     def ns(self) -> Namespace:
-        """The namespace of the local store (a memory on a service has none)."""
+        """The namespace of the local store; a memory on a service has none."""
+        if not isinstance(self.memories, LocalMemories):
+            raise AttributeError(f"memory {self.name!r} lives in a memory service: it has no local namespace")
         return self.memories.ns
 
     def context(self, query: str) -> str:
@@ -414,9 +307,13 @@ class MemRLMemory(Memory):
                 self._retrieved.append(c.item_id)
         if not chosen:
             return ""
-        if len(chosen) == 1:
-            return chosen[0].experience
-        return "Relevant past experiences:\n" + "\n\n".join(f"[{n}] {c.experience}" for n, c in enumerate(chosen, 1))
+        text = chosen[0].experience if len(chosen) == 1 else "Relevant past experiences:\n" + "\n\n".join(
+            f"[{n}] {c.experience}" for n, c in enumerate(chosen, 1)
+        )
+        if self.show == "notes":
+            return text
+        exchanges = [pair for pair in map(verified_exchange, (c.experience for c in chosen)) if pair is not None]
+        return MemoryText(text, tuple(exchanges)) if exchanges else text
 
     def succeeded(self, episode: Episode) -> bool:
         return episode.success if episode.success is not None else episode.score > self.success_threshold
@@ -488,68 +385,6 @@ class MemRLMemory(Memory):
             for update in copy.deepcopy(state.get("pending", []))
         ]
         self.rng.bit_generator.state = state["rng"]
-
-
-class LocalMemories:
-    """MemRL's memories in a SQLite store file that this process opens."""
-
-    def __init__(self, path: str | None, namespace: str, embedder: str) -> None:
-        self.path = path
-        self.namespace = namespace
-        self.embedder = embedder
-        self.log_ids: list[int] = []
-        """Retrievals logged during the unfinished episode; they learn its index when it ends."""
-        self._ns: Namespace | None = None
-
-    def bind_run(self, run_dir: Path) -> None:
-        if self.path is None:
-            self.path = str(run_dir / "memrl.sqlite")
-
-    @property
-    def ns(self) -> Namespace:
-        if self._ns is None:
-            if self.path is None:
-                self.path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
-            self._ns = MemoryStore(self.path).namespace(self.namespace, make_embedder(self.embedder))
-        return self._ns
-
-    def retrieve(
-        self, query: str, cfg: RetrievalConfig, rng: np.random.Generator, run_id: str | None
-    ) -> list[Candidate]:
-        """The two-phase retrieval, logged with every candidate's similarity, Q and score (`ttlearn memory explain`)."""
-        candidates, ranked = two_phase_retrieve(self.ns, query, cfg, rng)
-        chosen = [candidates[i].item_id for i in ranked.chosen]
-        log = [
-            {"id": c.item_id, "sim": round(c.sim, 4), "q": round(c.q_value, 4), "score": s}
-            for c, s in zip(candidates, ranked.scores)
-        ]
-        self.log_ids.append(self.ns.log_retrieval(query, log, chosen, explored=ranked.explored, run_id=run_id))
-        return [candidates[i] for i in ranked.chosen]
-
-    def reinforce(self, item_ids: Sequence[int], reward: float, alpha: float) -> None:
-        reinforce(self.ns, item_ids, reward, alpha)
-
-    def add(self, item: NewItem, join_threshold: float) -> None:
-        self.ns.add(item, join_threshold=join_threshold)
-
-    def finish_episode(self, index: int) -> None:
-        self.ns.assign_episode(self.log_ids, index)
-        self.log_ids = []
-
-    def state(self) -> dict[str, Any]:
-        return {"memories": self.ns.store.export_namespace(self.namespace), "log_ids": list(self.log_ids)}
-
-    def load(self, state: dict[str, Any]) -> dict[int, int]:
-        """Replace this namespace's memories by the state's; returns the new id of each of the state's item ids."""
-        if "memories" not in state:
-            source = state.get("url") or state.get("store")
-            raise ValueError(
-                f"this MemRL state holds no memories, only a pointer to {source!r} (a memory service, or a store file "
-                "as older snapshots had); a local memory cannot load it: give it the same url= or start afresh"
-            )
-        new_ids = self.ns.store.import_namespace(self.namespace, state["memories"])
-        self.log_ids = list(state["log_ids"])
-        return new_ids
 
 
 @MEMORIES.register("memp")

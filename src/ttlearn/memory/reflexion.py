@@ -10,7 +10,7 @@ from typing import Any
 
 from ttlearn.llm.base import LLM
 from ttlearn.memory.base import MEMORIES, Memory
-from ttlearn.memory.history import episode_log
+from ttlearn.memory.text import episode_log
 from ttlearn.types import Episode
 
 PROMPT = (

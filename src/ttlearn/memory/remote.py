@@ -4,9 +4,9 @@
 `MemoryServiceError` that says what the service answered. Connection attempts are retried (a request that never
 reached the server is safe to send again); a request that reached it is not, so a write is never applied twice.
 
-With `-m url=http://HOST:PORT -m key=KEY` (or TTLEARN_MEMORY_KEY in the environment; `key=` lands in the run's
-config.json like every option) the `memrl`, `memp` and `rag` memories keep their memories in a namespace of the
-service (`-m namespace=NAME`, default "default"), shared with every run, trial and agent holding its key.
+With `-m url=http://HOST:PORT` and the key in TTLEARN_MEMORY_KEY (or `-m key=KEY`, which the CLI moves there: a
+run never records it) the `memrl`, `memp` and `rag` memories keep their memories in a namespace of the service
+(`-m namespace=NAME`, default "default"), shared with every run, trial and agent holding its key.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from ttlearn.memory.memrl import RetrievalConfig
+from ttlearn.memory.backends import MemoryBackend
+from ttlearn.memory.retrieval import RetrievalConfig
 from ttlearn.memory.store import Candidate, NewItem
 
 try:
@@ -126,7 +127,7 @@ class MemoryClient:
         return self._call("POST", f"/v1/namespaces/{namespace}/import", snapshot)
 
 
-class RemoteMemories:
+class RemoteMemories(MemoryBackend):
     """The MemRL memories in a namespace of a memory service (what `MemRLMemory` uses with `url=`)."""
 
     def __init__(self, url: str, key: str | None, namespace: str, embedder: str) -> None:

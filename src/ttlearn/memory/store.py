@@ -169,7 +169,9 @@ class RetrievalRecord:
 
 
 SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
-_Finite = Annotated[float, Field(allow_inf_nan=False)]
+MAX_MAGNITUDE = 1e12
+"""The largest |value| of a snapshot's numbers: Q statistics over them cannot overflow (time stamps are ~2e9)."""
+_Finite = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
 
 
 class _Strict(BaseModel):
@@ -202,8 +204,23 @@ class NamespaceSnapshot(_Strict):
     format: Literal["ttlearn-memrl-namespace/1"]
     embedder: str
     dim: int = Field(gt=0)
-    intents: list[IntentRecord]
-    items: list[ItemRecord]
+    intents: Annotated[list[IntentRecord], Field(fail_fast=True)]
+    items: Annotated[list[ItemRecord], Field(fail_fast=True)]
+    """fail_fast: a broken snapshot is refused at its first bad record, not after listing every one."""
+
+
+ITEM_RECORD_BYTES = 256
+"""An exported item's JSON beside its texts: ids, Q, visits, reward, episode, time stamp and the keys."""
+INTENT_RECORD_BYTES = 96
+"""An exported intent key's JSON beside its text and vector: id, time stamp and the keys."""
+
+
+def export_size(item_text: int, items: int, intent_text: int, intents: int, dim: int) -> int:
+    """About the bytes of a namespace's export: `item_text` UTF-8 bytes of experiences and run ids over `items`
+    items, `intent_text` bytes of intent texts over `intents` keys whose vectors have `dim` floats (base64 of
+    float32: 4·⌈4·dim / 3⌉ characters). Texts count once, unescaped (JSON escapes may add to them)."""
+    vector = 4 * math.ceil(4 * dim / 3)
+    return item_text + items * ITEM_RECORD_BYTES + intent_text + intents * (vector + INTENT_RECORD_BYTES)
 
 
 class MemoryStore:
@@ -359,6 +376,21 @@ class MemoryStore:
         count = self._write(migrate)
         self._indexes.pop(ns_id, None)
         return int(count)
+
+    def usage(self, name: str) -> int:
+        """About the bytes of namespace `name`'s export (`export_size`): what a storage quota counts."""
+        ns_id = self._namespace_id(name)
+        (dim,) = self._conn.execute("SELECT dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
+        item_text, items = self._conn.execute(
+            "SELECT COALESCE(SUM(length(CAST(experience AS BLOB)) + COALESCE(length(CAST(run_id AS BLOB)), 0)), 0), "
+            "COUNT(*) FROM items WHERE namespace_id = ?",
+            (ns_id,),
+        ).fetchone()
+        intent_text, intents = self._conn.execute(
+            "SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0), COUNT(*) FROM intents WHERE namespace_id = ?",
+            (ns_id,),
+        ).fetchone()
+        return export_size(item_text, items, intent_text, intents, dim)
 
     # -- reading without an embedder (inspect / explain) ---------------------------------------------------------
 

@@ -2,8 +2,10 @@
 
 Where the back end can score a fixed list of choices it does, over the legal actions in a shuffled order (tiny models
 are strongly biased by option order). Otherwise it generates text and the environment's `parse_action` reads it:
-with bounded retries when there are legal actions to name, once for free-text actions (code, SQL, tool calls), whose
-environment answers an unusable reply itself (`Env.invalid_step`).
+with `retries` more tries when there are legal actions to name, once for free-text actions (code, SQL, tool calls),
+whose environment answers an unusable reply itself (`Env.invalid_step`). `free_text_tokens` is LaMer's policy: never
+score, reason then act in one reply of up to that many tokens; with `retries=0` an unreadable reply is an invalid
+step with the environment's penalty, as in LaMer.
 
 A real simulator may list thousands of actions, or only some of those it accepts (`Env.partial_actions`): the player
 then shows a shortlist of `max_options` (the actions most like the observation, `shortlist`), and where the
@@ -23,6 +25,11 @@ from ttlearn.players.base import Decision, Player
 from ttlearn.types import Observation
 
 
+MAX_OPTIONS = 64
+"""The most actions one prompt lists: more than every built-in game offers (Minesweeper 36, household rooms rarely over
+40), so shortlisting changes nothing there; a real simulator's thousands are cut to the most relevant."""
+
+
 def shortlist(actions: Sequence[str], context: str, k: int) -> list[str]:
     """The `k` actions most like `context`: by the share of an action's words that occur in it (a "take apple" scores
     1.0 against "an apple is here", a "go north" 0.0). Ties keep the order of `actions`, so a shuffled list breaks
@@ -38,21 +45,42 @@ def shortlist(actions: Sequence[str], context: str, k: int) -> list[str]:
     return sorted(actions, key=lambda action: -likeness(action))[:k]
 
 
+REASON_THEN_ACT = "First think briefly about the situation, then give your action as <action>...</action>."
+
+
 def build_messages(
-    rules: str, memory: str, observation: str, options: Sequence[str], *, all_listed: bool = True
+    rules: str,
+    memory: str,
+    observation: str,
+    options: Sequence[str],
+    *,
+    all_listed: bool = True,
+    reasoning: bool = False,
 ) -> list[Message]:
-    """System: the rules and the memory; user: the observation and how to answer (the legal actions, if any;
-    `all_listed` False: the options are some of the commands the environment accepts)."""
+    """System: the rules and the memory's notes; then the memory's exchanges, if it gives them (`MemoryText`), as
+    earlier user/assistant turns; user: the observation and how to answer (the legal actions, if any; `all_listed`
+    False: the options are some of the commands the environment accepts; `reasoning`: think first and tag the
+    action — free-text actions already answer in the rules' format)."""
     system = rules.strip()
-    if memory.strip():
+    exchanges = getattr(memory, "exchanges", ())
+    if memory.strip() and not exchanges:
         system += "\n\nYour notes from earlier games:\n" + memory.strip()
     if options and not all_listed:
-        answer = f"Some actions you can take: {', '.join(options)}.\nAnswer with exactly one action and nothing else."
+        how = REASON_THEN_ACT if reasoning else "Answer with exactly one action and nothing else."
+        answer = f"Some actions you can take: {', '.join(options)}.\n{how}"
     elif options:
-        answer = f"Legal actions: {', '.join(options)}.\nAnswer with exactly one legal action and nothing else."
+        how = REASON_THEN_ACT if reasoning else "Answer with exactly one legal action and nothing else."
+        answer = f"Legal actions: {', '.join(options)}.\n{how}"
     else:
         answer = "Answer in the format the rules ask for."
-    return [{"role": "system", "content": system}, {"role": "user", "content": f"{observation.strip()}\n\n{answer}"}]
+    earlier: list[Message] = []
+    for task, reply in exchanges:
+        earlier += [{"role": "user", "content": task}, {"role": "assistant", "content": reply}]
+    return [
+        {"role": "system", "content": system},
+        *earlier,
+        {"role": "user", "content": f"{observation.strip()}\n\n{answer}"},
+    ]
 
 
 class LLMPlayer(Player):
@@ -60,22 +88,38 @@ class LLMPlayer(Player):
 
     name = "llm"
 
-    def __init__(self, llm: LLM, *, temperature: float = 0.0, retries: int = 2, max_options: int = 20) -> None:
+    def __init__(
+        self,
+        llm: LLM,
+        *,
+        temperature: float = 0.0,
+        retries: int = 2,
+        max_options: int = MAX_OPTIONS,
+        free_text_tokens: int | None = None,
+    ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        if free_text_tokens is not None and free_text_tokens < 1:
+            raise ValueError(f"free_text_tokens must be >= 1, got {free_text_tokens}")
         self.llm, self.temperature, self.retries, self.max_options = llm, temperature, retries, max_options
+        self.free_text_tokens = free_text_tokens
 
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
         options = list(obs.legal_actions)
         random.Random(seed).shuffle(options)
         options = shortlist(options, obs.text, self.max_options)
         all_listed = len(options) == len(obs.legal_actions) and not env.partial_actions
-        messages = build_messages(env.describe(), memory, obs.text, options, all_listed=all_listed)
+        reasoning = self.free_text_tokens is not None
+        messages = build_messages(
+            env.describe(), memory, obs.text, options, all_listed=all_listed, reasoning=reasoning
+        )
         try:
             return self._decide(env, obs, messages, options, seed)
         except ContextOverflow as exc:
             return Decision("", False, f"[no reply: {exc}]", {"error": str(exc)})
 
     def _decide(self, env: Env, obs: Observation, messages: list[Message], options: list[str], seed: int) -> Decision:
-        if options and self.llm.supports_choices:
+        if options and self.llm.supports_choices and self.free_text_tokens is None:
             reply = self.llm.complete(
                 messages, temperature=self.temperature, seed=seed, choices=options, max_tokens=env.reply_tokens
             )
@@ -84,7 +128,10 @@ class LLMPlayer(Player):
         raws = []
         for attempt in range(self.retries + 1 if options else 1):
             reply = self.llm.complete(
-                messages, temperature=self.temperature, seed=seed + attempt, max_tokens=env.reply_tokens
+                messages,
+                temperature=self.temperature,
+                seed=seed + attempt,
+                max_tokens=self.free_text_tokens or env.reply_tokens,
             )
             raws.append(reply.text)
             action = env.parse_action(reply.text, obs.legal_actions)

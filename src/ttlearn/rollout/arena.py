@@ -39,7 +39,17 @@ from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.registry import loaded_plugins
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.run import play, prepare as prepare_run, validate
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Plugins, Run, RunConfig, RunDir
+from ttlearn.runs import (
+    ARENA_FILE,
+    NO_OPPONENT,
+    RUNS_DIR,
+    Plugins,
+    Run,
+    RunConfig,
+    RunDir,
+    check_trusted,
+    credential_urls,
+)
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -255,6 +265,7 @@ def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[
     run_dir.path.mkdir(parents=True, exist_ok=True)
     with _locked(run_dir.lock):
         run = prepare_run(run_dir.path, config, check=False)
+        check_trusted(run.config, credential_urls(config), run_dir.path)  # credentials go where the command says only
         already = run.done
         summary = play(run, pool=pool)
     return {"played": run.done - already, "mean_score": summary["mean_score"], "wall_s": summary["wall_s"]}

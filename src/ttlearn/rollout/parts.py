@@ -124,16 +124,23 @@ class Parts:
 
 
 def make_player(
-    spec: str, llm: Callable[[str], LLM], temperature: float, env: Env, moves_per_turn: int | None = None
+    spec: str,
+    llm: Callable[[str], LLM],
+    temperature: float,
+    env: Env,
+    moves_per_turn: int | None = None,
+    *,
+    retries: int = 2,
+    free_text_tokens: int | None = None,
 ) -> tuple[Player, int]:
     """`scripted:NAME` → a registered scripted player (it writes whole turns itself); anything else → the frozen LLM
-    player on that spec, composing multi-move turns from scored single moves where the back end scores choices.
-    Returns the player and the moves it makes per turn."""
+    player on that spec (`retries`, `free_text_tokens`: see `LLMPlayer`), composing multi-move turns from scored
+    single moves where it scores choices. Returns the player and the moves it makes per turn."""
     if spec.startswith(SCRIPTED):
         return PLAYERS.build(spec[len(SCRIPTED) :]), env.actions_per_turn
     backend = llm(spec)
-    player: Player = LLMPlayer(backend, temperature=temperature)
-    if not backend.supports_choices:
+    player: Player = LLMPlayer(backend, temperature=temperature, retries=retries, free_text_tokens=free_text_tokens)
+    if not backend.supports_choices or free_text_tokens is not None:
         return player, env.actions_per_turn
     moves = resolve_moves_per_turn(moves_per_turn, env)
     return (TurnPlayer(player, moves) if moves > 1 else player), moves
@@ -148,7 +155,13 @@ def build_parts(cfg: PartsConfig, pool: LLMPool, *, run_dir: Path | None = None)
         return RecordingLLM(pool.get(spec), role, lambda event: parts.events.append(event), spec, pool.replay)
 
     player, moves = make_player(
-        cfg.player, lambda spec: recorded(spec, "player"), cfg.temperature, env, cfg.moves_per_turn
+        cfg.player,
+        lambda spec: recorded(spec, "player"),
+        cfg.temperature,
+        env,
+        cfg.moves_per_turn,
+        retries=cfg.retries,
+        free_text_tokens=cfg.free_text_tokens,
     )
     writer = recorded(writer_spec(cfg), "memory") if MEMORIES.get(cfg.memory).needs_llm else None
     memory = make_memory(cfg.memory, writer, **cfg.memory_options)

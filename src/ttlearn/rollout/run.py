@@ -119,6 +119,12 @@ def validate(config: Config, concurrency: int = 1) -> None:
     if config.validation_tasks:
         with validate_parts(config.validation_config()) as env:
             _check_instances(env, config.validation_tasks, "validation_tasks")
+    if config.memory_options.get("url") and (not config.carries_memory or config.validation_tasks):
+        raise ValueError(
+            "a memory service namespace (url=) is shared and a run cannot reset it: independent trials would share"
+            " one memory and held-out validation would write into it; run with --carry-memory and no"
+            " --validation-tasks, or keep the memory local (drop url=)"
+        )
     if concurrency > 1 and memory.keeps_files:
         raise ValueError(f"memory {config.memory!r} keeps one store per run, so its tasks run one at a time")
     if concurrency > 1 and config.carries_memory:

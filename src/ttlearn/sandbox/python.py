@@ -1,30 +1,38 @@
-"""Run untrusted Python (model-written code) in a child process: its failure, loop or mischief costs only itself.
+"""Run untrusted code (model-written Python; the SQL sandbox's child too) in a child process: its failure, loop or
+mischief costs only itself.
 
 What a sandboxed program gets, on Linux:
-- its own fresh temporary directory as working directory, HOME and TMPDIR, deleted afterwards; a minimal environment
-  (no variables of ours); the standard library only (`python -I -S -u`: no site-packages, which also starts it in ~10 ms
-  instead of ~60 ms); stdin closed;
-- resource limits, set by its first statements before any of its code runs: CPU seconds, address space, file size,
-  open files, processes, no core dumps;
+- its own fresh directory as working directory, HOME and TMPDIR, deleted afterwards (by `remove_tree`, which never
+  recurses: a 1,100-level tree goes too); a minimal environment (no variables of ours, no secrets on any command
+  line: the bootstrap holds only limits and numbers); the standard library only (`python -I -S -u`); the bytes it was
+  given on stdin;
+- resource limits, set before any of its code runs: CPU seconds, address space, file size, open files, processes, no
+  core dumps;
 - a wall-time limit; when it ends or times out, its whole process group (it runs in a new session) is killed;
-- output capped: stdout and stderr together, plus the private report stream on file descriptor 3, each read up to a
-  byte budget and the rest discarded.
+- output capped: stdout and stderr together, plus the report stream on file descriptor 3, each read up to a byte
+  budget and the rest discarded.
 
 What stops it from harming anything outside its directory (each part measured by `tests/test_sandbox.py`):
-- **As root**, it runs under a fresh unprivileged uid and gid (random, above 10^9, no supplementary groups) that owns
-  only the sandbox directory: file permissions then protect every other file, it cannot signal our processes, and
-  `RLIMIT_NPROC` binds (it does not bind root), so a fork bomb stops at `max_processes`. After the run, any process
-  still running under that uid (one that left the process group with `setsid`) is killed. That uid must be able to
-  run the interpreter: `sys.executable` if a probe run as such a uid succeeds, else the system `python3` (a pyenv
-  Python under a private /root fails the probe); with neither, `run_python` refuses with a clear error.
-- **As an ordinary user** it runs as you. `RLIMIT_NPROC` then counts all your processes, so it usually cannot start
-  any at all.
-- **Landlock** (Linux ≥ 5.13; applied when the kernel has it, root or not): it may write, create and delete only
-  inside its directory (reading stays allowed everywhere); from ABI 4 (Linux 6.7) it cannot open or accept TCP
-  connections, from ABI 6 (Linux 6.12) it cannot signal processes outside its sandbox.
-Without root and without Landlock, nothing but convention (its cwd and HOME) keeps it away from your files: `isolation`
-says which case applies. It can always read what all users may read, use the CPU and memory its limits allow, and
-forge its own report stream (a verdict channel, not a security boundary).
+- **As root, with namespaces** (`namespaces_available()`: the kernel lets us `unshare`): fresh mount, network, PID,
+  IPC and UTS namespaces. It is PID 1 of its own PID namespace with its own /proc, so it sees no other process (not
+  ours, not their command lines), and when it ends the kernel kills everything it started. Its network namespace has
+  only a loopback that is down. Its directory is a tmpfs of `disk_bytes` (default 64 MiB) mounted over an empty
+  root-only directory: what it writes never reaches the disk and vanishes with it.
+- **As root**, it then runs under a fresh unprivileged uid and gid (random, above 10^9, no supplementary groups) that
+  owns only its directory: file permissions protect every other file, it cannot signal our processes, and
+  `RLIMIT_NPROC` binds, so a fork bomb stops at `max_processes`. After the run any process still running under that
+  uid is killed. That uid must be able to run the interpreter: `sys.executable` if a probe run as such a uid
+  succeeds, else the system `python3`; with neither, `run_python` refuses with a clear error.
+- **As an ordinary user** it runs as you, without namespaces; `RLIMIT_NPROC` then counts all your processes.
+- **Landlock** (Linux ≥ 5.13): it may write, create and delete only inside its directory; from ABI 4 no TCP, from
+  ABI 6 no signals outside its sandbox.
+- **seccomp** (x86_64, root or not; `SECCOMP_SYSCALLS`): no `socket` at all (TCP, UDP, unix, raw, netlink; a
+  `socketpair` stays), no extended attributes, no new namespaces (`unshare`, `setns`, `clone` with namespace flags),
+  no mounts, ptrace, `process_vm_*`, keyrings, BPF, io_uring, perf events or module loading.
+Without root and without Landlock, nothing but convention (its cwd and HOME) keeps it away from your files:
+`isolation` says which case applies. It can always read what all users may read and use the CPU and memory its limits
+allow. Its report stream is its own to write: a verdict that must not be forged comes from a process it cannot reach
+(see `ttlearn.envs._code_harness`).
 """
 
 from __future__ import annotations
@@ -51,20 +59,73 @@ SANDBOX_UIDS = range(1_000_000_000, 2_000_000_000)
 """Where a root parent draws each run's fresh uid (and gid) from: above any real account's."""
 _SYSTEM_PYTHONS = ("/usr/bin/python3", "/usr/local/bin/python3", "/bin/python3")
 _LANDLOCK_CREATE_RULESET, _LANDLOCK_VERSION_FLAG = 444, 1
+_NAMESPACES = 0x20000 | 0x4000000 | 0x8000000 | 0x20000000 | 0x40000000  # NEWNS, NEWUTS, NEWIPC, NEWPID, NEWNET
+SECCOMP_SYSCALLS = {
+    "x86_64": {
+        "denied": {
+            "socket": 41, "ptrace": 101, "pivot_root": 155, "chroot": 161, "mount": 165, "umount2": 166,
+            "init_module": 175, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
+            "lremovexattr": 198, "fremovexattr": 199, "kexec_load": 246, "add_key": 248, "request_key": 249,
+            "keyctl": 250, "unshare": 272, "perf_event_open": 298, "setns": 308, "process_vm_readv": 310,
+            "process_vm_writev": 311, "finit_module": 313, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
+            "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+            "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "mount_setattr": 442,
+            "setxattrat": 463, "removexattrat": 466,
+        },  # fmt: skip
+        "clone": 56,
+        "clone3": 435,
+    }
+}
+"""The system calls the seccomp filter refuses (EPERM), per architecture: no socket at all (`socketpair` stays), no
+extended attributes, namespaces, mounts, tracing, keyrings, BPF or io_uring; `clone` only without namespace flags and
+`clone3` answers ENOSYS (its flags sit behind a pointer), so the C library falls back to `clone`."""
 
-# The child's first statements: limits, then Landlock, then the program. Kept to the standard library and free of
-# our imports: it runs under a bare interpreter. Landlock's numbers are the kernel's uapi (linux/landlock.h).
+# The child's first statements, run by a bare interpreter (standard library only, none of our imports). As root:
+# fresh mount, network, PID, IPC and UTS namespaces; this process stays outside the new PID namespace to report how
+# the program ended (a wait status on STATUS) while a fork becomes its PID 1, mounts a /proc that shows only its own
+# processes and a size-capped tmpfs over its directory, and drops to the fresh uid. Then, for everyone: limits,
+# no-new-privileges, Landlock, seccomp, the program. Numbers are the kernel's uapi (sched.h, mount.h, landlock.h,
+# seccomp.h, filter.h).
 _BOOTSTRAP = r"""
-import os, resource, sys
-if REPORT[0] != REPORT[1]:
-    os.dup2(*REPORT)
-    os.close(REPORT[0])
-for _name, _value in LIMITS:
-    resource.setrlimit(getattr(resource, _name), (_value, _value))
+import ctypes, os, resource, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+
+def _check(result, what):
+    if result != 0:
+        raise OSError(ctypes.get_errno(), what)
+
+def _isolate(uid, disk, status, files):
+    with open("main.py", "rb") as source:
+        program = source.read()
+    folder = os.getcwd().encode()
+    # NEWNS | NEWUTS | NEWIPC | NEWPID | NEWNET
+    _check(libc.unshare(0x20000 | 0x4000000 | 0x8000000 | 0x20000000 | 0x40000000), "unshare")
+    _check(libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None), "make mounts private")  # MS_REC | MS_PRIVATE
+    pid = os.fork()
+    if pid:  # the reporter: outside the new PID namespace, holding nothing of the program's
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.closerange(3, status)
+        os.closerange(status + 1, 1 << 16)
+        os.write(status, str(os.waitpid(pid, 0)[1]).encode())
+        os._exit(0)
+    os.close(status)
+    _check(libc.prctl(1, 9, 0, 0, 0), "parent-death signal")  # PR_SET_PDEATHSIG, SIGKILL
+    _check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")  # NOSUID | NODEV | NOEXEC
+    options = f"size={disk},nr_inodes={max(64, disk // 4096)},mode=0700,uid={uid},gid={uid}".encode()
+    _check(libc.mount(b"tmpfs", folder, b"tmpfs", 2 | 4, options), "mount tmpfs")
+    os.chdir(folder)
+    with open("main.py", "wb") as copy:
+        copy.write(program)
+    os.chown("main.py", uid, uid)
+    for name, path in files.items():  # read-only bind mounts: MS_BIND, then MS_BIND | MS_REMOUNT | MS_RDONLY
+        open(name, "wb").close()
+        _check(libc.mount(path.encode(), name.encode(), None, 0x1000, None), f"bind {path}")
+        _check(libc.mount(None, name.encode(), None, 0x1000 | 0x20 | 0x1, None), f"read-only {path}")
 
 def _landlock():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
     abi = libc.syscall(444, None, 0, 1)
     if abi < 1:
         return
@@ -84,21 +145,50 @@ def _landlock():
     here = os.open(".", os.O_PATH | os.O_DIRECTORY)
     if ruleset < 0 or libc.syscall(445, ruleset, 1, ctypes.byref(PathBeneath(fs, here)), 0) != 0:
         raise OSError(ctypes.get_errno(), "landlock ruleset")
-    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.syscall(446, ruleset, 0) != 0:  # PR_SET_NO_NEW_PRIVS, restrict_self
-        raise OSError(ctypes.get_errno(), "landlock restrict_self")
+    _check(libc.syscall(446, ruleset, 0), "landlock restrict_self")
     os.close(here)
     os.close(ruleset)
 
+def _seccomp(denied, clone, clone3):
+    # x86_64 only (SECCOMP_SYSCALLS): any other architecture, and the x32 ABI, is killed outright
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+    load, equal, greater_equal, test, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x50000 | 1, 0x50000 | 38
+    code = [(load, 0, 0, 4), (equal, 1, 0, 0xC000003E), (ret, 0, 0, kill), (load, 0, 0, 0),
+            (greater_equal, 0, 1, 0x40000000), (ret, 0, 0, kill), (equal, 0, 1, clone3), (ret, 0, 0, enosys),
+            (equal, 0, 3, clone), (load, 0, 0, 16), (test, 0, len(denied) + 1, 0x7E020000), (ret, 0, 0, eperm)]
+    code += [(equal, len(denied) - i, 0, nr) for i, nr in enumerate(denied)]  # each jumps to the final EPERM
+    code += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    rules = (Filter * len(code))(*(Filter(*c) for c in code))
+    _check(libc.prctl(22, 2, ctypes.byref(Program(len(code), rules)), 0, 0), "seccomp")  # SET_SECCOMP, FILTER
+
+if REPORT[0] != REPORT[1]:
+    os.dup2(*REPORT)
+    os.close(REPORT[0])
+if UID is not None and ISOLATE:
+    _isolate(UID, DISK, STATUS, FILES)
+for _name, _value in LIMITS:
+    resource.setrlimit(getattr(resource, _name), (_value, _value))
+if UID is not None:
+    os.setgroups([])
+    os.setgid(UID)
+    os.setuid(UID)
 if sys.platform == "linux":
+    _check(libc.prctl(38, 1, 0, 0, 0), "no-new-privileges")
     _landlock()
-del _landlock, _name, _value, REPORT, LIMITS
+    if SECCOMP:
+        _seccomp(*SECCOMP)
+del _check, _isolate, _landlock, _seccomp, _name, _value, libc
+del REPORT, LIMITS, UID, ISOLATE, DISK, STATUS, SECCOMP, FILES
 sys.argv = ["main.py"]
 with open("main.py", encoding="utf-8") as _source:
     _code = compile(_source.read(), "main.py", "exec")
 del _source
 exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
 """
-
 
 @dataclass(frozen=True)
 class Limits:
@@ -111,6 +201,8 @@ class Limits:
     open_files: int = 64
     max_processes: int = 8
     output_bytes: int = 64 * 2**10
+    disk_bytes: int = 64 * 2**20
+    """What its directory may hold in all (a tmpfs this size, as root with namespaces; `file_bytes` caps one file)."""
 
     def rlimits(self) -> list[tuple[str, int]]:
         cpu = self.cpu_s if self.cpu_s is not None else max(1, math.ceil(self.wall_s))
@@ -187,15 +279,34 @@ def landlock_abi() -> int:
     return max(0, libc.syscall(_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_VERSION_FLAG))
 
 
+@cache
+def namespaces_available() -> bool:
+    """Whether we may give a child fresh mount, network and PID namespaces: root, on Linux, where the kernel (or a
+    container's policy) allows `unshare` (probed once)."""
+    if sys.platform != "linux" or os.geteuid() != 0:
+        return False
+    probe = f"import ctypes, os; os._exit(ctypes.CDLL(None).unshare({_NAMESPACES}) != 0)"
+    return subprocess.run([sys.executable, "-I", "-S", "-c", probe], check=False).returncode == 0
+
+
+def _seccomp_syscalls() -> dict | None:
+    return SECCOMP_SYSCALLS.get(os.uname().machine) if sys.platform == "linux" else None
+
+
 def isolation() -> dict[str, object]:
     """What keeps a sandboxed program away from the rest of the machine here (see the module docstring)."""
     root = os.geteuid() == 0
+    seccomp = _seccomp_syscalls() is not None
     return {
         "fresh_uid": root,
         "interpreter": _interpreter(),
         "landlock_abi": landlock_abi(),
+        "namespaces": namespaces_available(),
+        "seccomp": seccomp,
         "files_protected": root or landlock_abi() >= 1,
-        "network_blocked": landlock_abi() >= 4,
+        "network_blocked": seccomp or namespaces_available(),
+        "processes_hidden": namespaces_available(),
+        "disk_capped": namespaces_available(),
     }
 
 
@@ -241,37 +352,58 @@ def _kill_uid(uid: int) -> None:
         warnings.warn(f"sandbox uid {uid} still runs processes {survivors} after 10 rounds of SIGKILL", stacklevel=2)
 
 
-def run_python(program: str, limits: Limits = Limits()) -> SandboxResult:
-    """Run `program` as `main.py` in a fresh sandbox directory (data it needs travels inside it, as literals); see the
-    module docstring for what it can and cannot do. Output is decoded as UTF-8 with replacement characters."""
+def run_python(
+    program: str, limits: Limits = Limits(), stdin: bytes = b"", files: dict[str, str] | None = None
+) -> SandboxResult:
+    """Run `program` as `main.py` in a fresh sandbox directory, `stdin` on its standard input (data it needs travels
+    there or inside the program, as literals). Each of `files` (name: path of a file readable by all) appears in its
+    directory under that name: a read-only bind mount with namespaces, else a symbolic link. See the module docstring
+    for what it can and cannot do. Output is decoded as UTF-8 with replacement characters."""
     uid = SANDBOX_UIDS[secrets.randbelow(len(SANDBOX_UIDS))] if os.geteuid() == 0 else None
+    isolate = namespaces_available()
     interpreter = _interpreter()
-    with tempfile.TemporaryDirectory(prefix="ttlearn-sandbox-", ignore_cleanup_errors=True) as folder:
-        main = Path(folder, "main.py")
-        main.write_text(program, encoding="utf-8")
-        if uid is not None:
-            for path in (folder, main):
+    syscalls = _seccomp_syscalls()
+    seccomp = (tuple(syscalls["denied"].values()), syscalls["clone"], syscalls["clone3"]) if syscalls else None
+    folder = tempfile.mkdtemp(prefix="ttlearn-sandbox-")  # 0700: with namespaces, only the root bootstrap reads it
+    try:
+        Path(folder, "main.py").write_text(program, encoding="utf-8")
+        Path(folder, "stdin").write_bytes(stdin)
+        files = {name: os.path.abspath(path) for name, path in (files or {}).items()}
+        if not isolate:  # the program works in this very directory
+            for name, path in files.items():
+                os.symlink(path, Path(folder, name))
+            for path in (folder, Path(folder, "main.py")) if uid is not None else ():
                 os.chown(path, uid, uid)
         report_read, report_write = os.pipe()
-        bootstrap = f"LIMITS = {limits.rlimits()!r}\nREPORT = {(report_write, REPORT_FD)!r}\n{_BOOTSTRAP}"
+        status_read, status_write = os.pipe()
+        config = {
+            "LIMITS": limits.rlimits(),
+            "REPORT": (report_write, REPORT_FD),
+            "UID": uid,
+            "ISOLATE": isolate,
+            "DISK": limits.disk_bytes,
+            "STATUS": status_write,
+            "SECCOMP": seccomp,
+            "FILES": files,
+        }
+        bootstrap = "".join(f"{name} = {value!r}\n" for name, value in config.items()) + _BOOTSTRAP
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8"}
         started = time.perf_counter()
         try:
-            process = subprocess.Popen(
-                [interpreter, "-I", "-S", "-u", "-c", bootstrap],
-                cwd=folder,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                pass_fds=(report_write,),
-                start_new_session=True,
-                user=uid,
-                group=uid,
-                extra_groups=None if uid is None else [],
-            )
+            with open(Path(folder, "stdin"), "rb") as data:
+                process = subprocess.Popen(
+                    [interpreter, "-I", "-S", "-u", "-c", bootstrap],
+                    cwd=folder,
+                    env=env,
+                    stdin=data,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(report_write, status_write),
+                    start_new_session=True,
+                )
         finally:
             os.close(report_write)
+            os.close(status_write)
         assert process.stdout is not None  # stdout=PIPE
         streams = {process.stdout.fileno(): _Capped(limits.output_bytes), report_read: _Capped(limits.output_bytes)}
         try:
@@ -282,9 +414,15 @@ def run_python(program: str, limits: Limits = Limits()) -> SandboxResult:
                 _kill_uid(uid)
             elapsed = time.perf_counter() - started
             _pump(streams, time.perf_counter() + 1.0, None)  # what the killed processes left in the pipes
+            if isolate and not timed_out:  # the program's own wait status, as its reporter saw it
+                status = os.read(status_read, 64)
+                returncode = os.waitstatus_to_exitcode(int(status)) if status else returncode
         finally:
             os.close(report_read)
+            os.close(status_read)
             process.stdout.close()
+    finally:
+        remove_tree(folder)
     if timed_out:
         status = "timeout"
     elif returncode < 0:
@@ -295,6 +433,49 @@ def run_python(program: str, limits: Limits = Limits()) -> SandboxResult:
     return SandboxResult(
         status, output.text(), report.text(), returncode, elapsed, bool(output.dropped or report.dropped)
     )
+
+
+def remove_tree(top: str) -> None:
+    """Delete `top` and everything in it, however deep, without raising: each directory met is first moved up to
+    `top` itself, so neither recursion nor path length grows with depth (`shutil.rmtree` recurses and raises
+    RecursionError past ~1,000 levels). What cannot be deleted is warned about, never raised."""
+    try:
+        top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    pending, serial, tag = [None], 0, secrets.token_hex(8)  # directories to empty, by name in `top` (None: top)
+    try:
+        while pending:
+            name = pending[-1]
+            fd = top_fd if name is None else os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top_fd)
+            try:
+                moved = []
+                for entry in list(os.scandir(fd)):
+                    if entry.is_dir(follow_symlinks=False) and fd == top_fd:
+                        moved.append(entry.name)
+                    elif entry.is_dir(follow_symlinks=False):
+                        serial += 1
+                        os.rename(entry.name, f".rm-{tag}-{serial}", src_dir_fd=fd, dst_dir_fd=top_fd)
+                        moved.append(f".rm-{tag}-{serial}")
+                    else:
+                        os.unlink(entry.name, dir_fd=fd)
+            finally:
+                if fd != top_fd:
+                    os.close(fd)
+            if moved:
+                pending += moved
+            else:
+                pending.pop()
+                if name is not None:
+                    os.rmdir(name, dir_fd=top_fd)
+        os.close(top_fd)
+        top_fd = -1
+        os.rmdir(top)
+    except OSError as error:
+        warnings.warn(f"could not delete all of {top}: {error}", stacklevel=2)
+    finally:
+        if top_fd >= 0:
+            os.close(top_fd)
 
 
 def _pump(streams: dict[int, _Capped], deadline: float, process: subprocess.Popen[bytes] | None) -> bool:

@@ -9,3 +9,13 @@ DEFAULT_RATE = 50.0
 """Requests per second per key."""
 DEFAULT_BURST = 100.0
 """Requests a key may send at once before the rate applies."""
+DEFAULT_QUOTA = 100_000_000
+"""Bytes a namespace may hold, counted as about the size of its export (its texts, vectors and records)."""
+DEFAULT_AUTH_RATE = 1.0
+"""Failed authentications per second per client address (a wrong key answers 401; past the burst, 429)."""
+DEFAULT_AUTH_BURST = 10.0
+"""Failed authentications an address may make at once before the rate applies."""
+DEFAULT_READ_TIMEOUT_S = 10.0
+"""Seconds a request may take to arrive whole (head and body); a slower connection is closed."""
+DEFAULT_CONNECTIONS_PER_CLIENT = 32
+"""Connections one client address may hold at once; more are closed as soon as they are accepted."""

@@ -25,27 +25,44 @@ import numpy as np
 import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn import __version__
 from ttlearn.memory.embed import Embedder, make_embedder
-from ttlearn.memory.memrl import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
+from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.store import (
     DEFAULT_JOIN_THRESHOLD,
+    MAX_MAGNITUDE,
     EmbedderMismatchError,
     MemoryItem,
     MemoryStore,
     Namespace,
     NamespaceSnapshot,
     NewItem,
+    export_size,
 )
-from ttlearn.serve import DEFAULT_BURST, DEFAULT_MAX_BODY, DEFAULT_RATE
+from ttlearn.serve import (
+    DEFAULT_AUTH_BURST,
+    DEFAULT_AUTH_RATE,
+    DEFAULT_BURST,
+    DEFAULT_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_BODY,
+    DEFAULT_QUOTA,
+    DEFAULT_RATE,
+    DEFAULT_READ_TIMEOUT_S,
+)
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
+from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
+from ttlearn.serve.connections import guarded_h11
 from ttlearn.serve.limits import BodyLimit, RateLimiter
 
 _RETRIEVAL = RetrievalConfig()
 Finite = Annotated[float, Field(allow_inf_nan=False)]
+Value = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
+"""A number without bounds of its own: bounded all the same, so no score, Q or statistic overflows into a non-JSON
+inf (a field's own ge/le would replace these, so bounded fields use Finite and state both ends)."""
 NamespaceName = Annotated[str, PathParam(pattern=NAME_PATTERN, description="The namespace (its key opens it).")]
 
 
@@ -76,11 +93,14 @@ class NamespaceInfo(BaseModel):
 class MemoryIn(_Request):
     intent: str = Field(min_length=1, max_length=20_000, description="The situation it is about: its retrieval key.")
     experience: str = Field(min_length=1, max_length=500_000, description="What to show an agent in that situation.")
-    q: Finite = Field(0.0, description="Its starting Q-value (MemRL: 0).")
+    q: Value = Field(0.0, description="Its starting Q-value (MemRL: 0).")
     run_id: str | None = Field(None, max_length=200)
     episode: int | None = None
     join_threshold: Finite = Field(
-        DEFAULT_JOIN_THRESHOLD, gt=0, description="Join an intent key at least this similar (> 1: never join)."
+        DEFAULT_JOIN_THRESHOLD,
+        gt=0,
+        le=MAX_MAGNITUDE,
+        description="Join an intent key at least this similar (> 1: never join).",
     )
 
 
@@ -94,12 +114,12 @@ class RetrieveIn(_Request):
     query: str = Field(min_length=1, max_length=20_000, description="The agent's current situation.")
     k: int = Field(_RETRIEVAL.k2, ge=1, le=100, description="How many items to return (MemRL's k2).")
     k1: int | None = Field(None, ge=1, le=1000, description="Intent keys recalled in phase A (default max(5, k)).")
-    delta: Finite = Field(_RETRIEVAL.delta, description="Phase A keeps keys with similarity ≥ delta.")
-    q_min: Finite | None = Field(_RETRIEVAL.q_min, description="Phase B drops items with Q < q_min (null: none).")
-    w_sim: Finite = _RETRIEVAL.w_sim
-    w_q: Finite = _RETRIEVAL.w_q
-    sim_mean: Finite = _RETRIEVAL.sim_mean
-    sim_std: Finite = Field(_RETRIEVAL.sim_std, gt=0)
+    delta: Value = Field(_RETRIEVAL.delta, description="Phase A keeps keys with similarity ≥ delta.")
+    q_min: Value | None = Field(_RETRIEVAL.q_min, description="Phase B drops items with Q < q_min (null: none).")
+    w_sim: Value = _RETRIEVAL.w_sim
+    w_q: Value = _RETRIEVAL.w_q
+    sim_mean: Value = _RETRIEVAL.sim_mean
+    sim_std: Finite = Field(_RETRIEVAL.sim_std, ge=1e-6, le=MAX_MAGNITUDE)
     epsilon: Finite = Field(_RETRIEVAL.epsilon, ge=0, le=1, description="Probability of a random pick (exploration).")
     seed: int | None = Field(None, ge=0, lt=2**63, description="Makes exploration reproducible.")
 
@@ -121,8 +141,10 @@ class Retrieved(BaseModel):
 
 
 class FeedbackIn(_Request):
-    ids: list[int] = Field(min_length=1, max_length=1000, description="The items retrieved for the finished task.")
-    reward: Finite = Field(description="The task's reward r (MemRL: +1 success, -1 failure).")
+    ids: list[int] = Field(
+        min_length=1, max_length=1000, fail_fast=True, description="The items retrieved for the finished task."
+    )
+    reward: Value = Field(description="The task's reward r (MemRL: +1 success, -1 failure).")
     alpha: Finite = Field(DEFAULT_ALPHA, ge=0, le=1, description="Q ← (1 − α)·Q + α·r (MemRL's γ = 0).")
 
 
@@ -151,7 +173,21 @@ class Inspection(BaseModel):
     visited_items: int
     visits: int
     q: QStats | None
-    newest: list[MemoryItem]
+    newest: list[MemoryItem] = Field(description="The newest items: `limit` of them, fewer past 1 M characters.")
+
+
+INSPECT_TEXT = 1_000_000
+"""Characters of experience text an inspection shows at most (past its first item): its reply stays small."""
+
+
+def within_budget(sizes: list[int], budget: int) -> int:
+    """How many of `sizes`, taken in order, fit in `budget` together; always at least one when there is one."""
+    total = 0
+    for count, size in enumerate(sizes):
+        total += size
+        if total > budget and count > 0:
+            return count
+    return len(sizes)
 
 
 class Imported(BaseModel):
@@ -176,11 +212,15 @@ def _refusals() -> Iterator[None]:
 class MemoryService:
     """The store, the keys and the limits of one server process."""
 
-    def __init__(self, store_path: str | Path, admin_key: str, *, rate: float, burst: float) -> None:
+    def __init__(
+        self, store_path: str | Path, admin_key: str, *, rate: float, burst: float, quota: int, auth: RateLimiter
+    ) -> None:
         self.store = MemoryStore(store_path)
+        self.quota = quota
         self.keys = KeyRing(store_path)
         self.admin = AdminKey(admin_key)
         self.limiter = RateLimiter(rate, burst)
+        self.failures = auth
         self._store_lock = threading.Lock()
         self._embed_lock = threading.Lock()
         self._embedders: dict[str, Embedder] = {}
@@ -252,7 +292,10 @@ class MemoryService:
             ns = self._open(name)
         vector = self._embed(ns, body.intent)
         item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector)
+        text = len(body.experience.encode()) + len((body.run_id or "").encode())
+        growth = export_size(text, 1, len(body.intent.encode()), 1, len(vector))
         with self._store_lock:
+            self._within_quota(name, self.store.usage(name) + growth)
             added = ns.add(item, join_threshold=body.join_threshold)
         return MemoryAdded(id=added.item_id, intent_id=added.intent_id, joined=added.joined)
 
@@ -297,13 +340,25 @@ class MemoryService:
         with self._store_lock, _refusals():
             stats = self.store.stats(name)
             newest = self.store.inspect(name, limit=limit)
-        return Inspection(**stats, newest=newest)
+        return Inspection(**stats, newest=newest[: within_budget([len(m.experience) for m in newest], INSPECT_TEXT)])
 
     def export(self, name: str) -> dict[str, Any]:
         with self._store_lock, _refusals():
             return self.store.export_namespace(name)
 
+    def _within_quota(self, name: str, size: int) -> None:
+        """Refuse (507) a write that would make the namespace's export larger than the quota (0: no quota)."""
+        if 0 < self.quota < size:
+            raise HTTPException(
+                status.HTTP_507_INSUFFICIENT_STORAGE,
+                f"namespace {name!r} would hold about {size} bytes, over its quota of {self.quota} (ttlearn serve "
+                "--quota); export it and import what it should keep, or write to another namespace",
+            )
+
     def restore(self, name: str, snapshot: NamespaceSnapshot) -> Imported:
+        items = sum(len(m.experience.encode()) + len((m.run_id or "").encode()) for m in snapshot.items)
+        intents = sum(len(i.text.encode()) for i in snapshot.intents)
+        self._within_quota(name, export_size(items, len(snapshot.items), intents, len(snapshot.intents), snapshot.dim))
         with self._store_lock, _refusals():
             self.store.import_namespace(name, snapshot)
         return Imported(items=len(snapshot.items), intents=len(snapshot.intents))
@@ -319,24 +374,47 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+def _too_many(wait: float, detail: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_429_TOO_MANY_REQUESTS,
+        f"{detail}; retry in {wait:.2f} s",
+        headers={"Retry-After": str(max(1, math.ceil(wait)))},
+    )
+
+
 def _spend(service: MemoryService, key_id: str) -> None:
     wait = service.limiter.wait_s(key_id)
     if wait > 0:
-        raise HTTPException(
-            status.HTTP_429_TOO_MANY_REQUESTS,
-            f"over this key's limit of {service.limiter.rate:g} requests/s; retry in {wait:.2f} s",
-            headers={"Retry-After": str(max(1, math.ceil(wait)))},
-        )
+        raise _too_many(wait, f"over this key's limit of {service.limiter.rate:g} requests/s")
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _not_guessing(service: MemoryService, request: Request) -> None:
+    """429, before any key is looked at, while the caller's address has no failed-authentication token left:
+    keys cannot be guessed faster than the failure rate (tokens are spent by `_failed`)."""
+    wait = service.failures.wait_s(_address(request), take=False)
+    if wait > 0:
+        raise _too_many(wait, f"too many failed authentications from {_address(request)}")
+
+
+def _failed(service: MemoryService, request: Request, detail: str) -> HTTPException:
+    """A 401 for a wrong key, spending one of the address's failed-authentication tokens."""
+    service.failures.wait_s(_address(request))
+    return _unauthorized(detail)
 
 
 def admin_service(request: Request, credentials: Credentials) -> MemoryService:
     service: MemoryService = request.app.state.service
     if credentials is None:
         raise _unauthorized("no key: send the header 'Authorization: Bearer <admin key>'")
+    _not_guessing(service, request)
     if not service.admin.matches(credentials.credentials):
         if service.keys.owner(credentials.credentials) is not None:
             raise HTTPException(status.HTTP_403_FORBIDDEN, "a namespace key cannot manage namespaces")
-        raise _unauthorized("unknown key")
+        raise _failed(service, request, "unknown key")
     _spend(service, "admin")
     return service
 
@@ -345,9 +423,10 @@ def namespace_service(ns: NamespaceName, request: Request, credentials: Credenti
     service: MemoryService = request.app.state.service
     if credentials is None:
         raise _unauthorized("no key: send the header 'Authorization: Bearer <namespace key>'")
+    _not_guessing(service, request)
     owner = service.keys.owner(credentials.credentials)
     if owner is None:
-        raise _unauthorized("unknown or revoked key")
+        raise _failed(service, request, "unknown or revoked key")
     if owner.namespace != ns:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"this key does not open namespace {ns!r}")
     _spend(service, owner.key_id)
@@ -365,9 +444,13 @@ def create_app(
     max_body: int = DEFAULT_MAX_BODY,
     rate: float = DEFAULT_RATE,
     burst: float = DEFAULT_BURST,
+    quota: int = DEFAULT_QUOTA,
+    auth_rate: float = DEFAULT_AUTH_RATE,
+    auth_burst: float = DEFAULT_AUTH_BURST,
 ) -> FastAPI:
     """The service over the store file `store` (created if missing)."""
-    service = MemoryService(store, admin_key, rate=rate, burst=burst)
+    failures = RateLimiter(auth_rate, auth_burst)
+    service = MemoryService(store, admin_key, rate=rate, burst=burst, quota=quota, auth=failures)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -382,6 +465,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.router.route_class = ThreadedBodyRoute
+    app.add_exception_handler(RequestValidationError, short_validation_error)
     app.add_middleware(BodyLimit, max_bytes=max_body)
 
     @app.get("/v1/health", tags=["service"])
@@ -410,7 +495,8 @@ def create_app(
 
     @app.post("/v1/namespaces/{ns}/memories", status_code=status.HTTP_201_CREATED, tags=["memories"])
     def add_memory(ns: NamespaceName, body: MemoryIn, service: Owner) -> MemoryAdded:
-        """Write one experience under its intent (it joins an existing intent key when similar enough)."""
+        """Write one experience under its intent (it joins an existing intent key when similar enough); 507 when the
+        namespace is full (its quota)."""
         return service.add(ns, body)
 
     @app.post("/v1/namespaces/{ns}/retrieve", tags=["memories"])
@@ -425,8 +511,8 @@ def create_app(
         return service.feedback(ns, body)
 
     @app.get("/v1/namespaces/{ns}/inspect", tags=["memories"])
-    def inspect(ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=1000)] = 10) -> Inspection:
-        """Counts, Q statistics and the newest `limit` items."""
+    def inspect(ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=100)] = 10) -> Inspection:
+        """Counts, Q statistics and the newest `limit` items (at most 100, and fewer past 1 M characters of text)."""
         return service.inspect(ns, limit)
 
     @app.get("/v1/namespaces/{ns}/export", tags=["memories"])
@@ -436,7 +522,8 @@ def create_app(
 
     @app.post("/v1/namespaces/{ns}/import", tags=["memories"])
     def restore(ns: NamespaceName, body: NamespaceSnapshot, service: Owner) -> Imported:
-        """Replace the namespace's memories by a snapshot from export (same embedder), in one transaction."""
+        """Replace the namespace's memories by a snapshot from export (same embedder), in one transaction; 507 when
+        it is over the namespace quota."""
         return service.restore(ns, body)
 
     return app
@@ -448,19 +535,21 @@ def serve(
     host: str,
     port: int,
     admin_key: str,
-    max_body: int = DEFAULT_MAX_BODY,
-    rate: float = DEFAULT_RATE,
-    burst: float = DEFAULT_BURST,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    per_client: int = DEFAULT_CONNECTIONS_PER_CLIENT,
+    **limits: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
+    Connections are guarded by `guarded_h11(read_timeout_s, per_client)`; `limits` go to `create_app`.
 
     uvicorn hands a signal it stopped on back to the handler it found, so a clean exit there makes a requested stop
     end with status 0 (call from the main thread).
     """
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
-    app = create_app(store, admin_key=admin_key, max_body=max_body, rate=rate, burst=burst)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=30)).run()
+    app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_rate, auth_burst
+    http = guarded_h11(read_timeout_s, per_client)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=http, timeout_graceful_shutdown=30)).run()
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 """Namespace names: lower-case letters, digits, '_' and '-', at most 63 characters; nothing a path or SQL could use."""
-MIN_ADMIN_KEY_CHARS = 16
+MIN_ADMIN_KEY_CHARS = 32
+"""An admin key shorter than this could be guessed (token_urlsafe(32) makes 43 characters)."""
 ADMIN_KEY_ENV = "TTLEARN_ADMIN_KEY"
 
 _SCHEMA = """

@@ -1,4 +1,5 @@
-"""What one caller may cost the memory service: requests per second per key, and bytes per request body."""
+"""What one caller may cost the memory service: requests per second per key, failed authentications per second per
+address, and bytes per request body."""
 
 from __future__ import annotations
 
@@ -29,27 +30,45 @@ def take_token(tokens: float, elapsed_s: float, rate: float, burst: float) -> tu
 
 
 class RateLimiter:
-    """One token bucket per key, starting full; `rate` ≤ 0 turns limiting off."""
+    """One token bucket per key, starting full; `rate` ≤ 0 turns limiting off.
 
-    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+    Past `max_keys` buckets (callers' addresses are many), the buckets that have refilled are forgotten: a full
+    bucket and no bucket mean the same.
+    """
+
+    def __init__(
+        self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic, max_keys: int = 100_000
+    ) -> None:
         if rate > 0 and burst < 1:
             raise ValueError(f"a rate limit needs a burst of at least 1 request, got {burst}")
         self.rate = rate
         self.burst = burst
+        self.max_keys = max_keys
         self._clock = clock
         self._buckets: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def wait_s(self, key_id: str) -> float:
-        """Take a token for `key_id`: 0 when the request may pass, else the seconds to wait before retrying."""
+    def wait_s(self, key_id: str, *, take: bool = True) -> float:
+        """Take a token for `key_id` (only look when not `take`): 0 when the request may pass, else the seconds to
+        wait before retrying."""
         if self.rate <= 0:
             return 0.0
         with self._lock:
             now = self._clock()
             tokens, last = self._buckets.get(key_id, (self.burst, now))
             tokens, wait = take_token(tokens, now - last, self.rate, self.burst)
-            self._buckets[key_id] = (tokens, now)
+            if take:
+                self._buckets[key_id] = (tokens, now)
+                if len(self._buckets) > self.max_keys:
+                    self._forget_full(now)
         return wait
+
+    def _forget_full(self, now: float) -> None:
+        self._buckets = {
+            key: (tokens, last)
+            for key, (tokens, last) in self._buckets.items()
+            if tokens + self.rate * (now - last) < self.burst
+        }
 
 
 class BodyLimit:

@@ -121,28 +121,30 @@ def cross_episode_returns(
     gamma_step: float = 0.95,
     gamma_traj: float = 0.6,
 ) -> np.ndarray:
-    """LaMer's return over one trial (its attempts at one instance, in order), computed backwards:
+    """LaMer's cross-episode return of every step of one trial (its attempts at one instance, in order):
 
-    G_t = r_t + γ_step · G_{t'}   if the next action step t' is in the same attempt,
-    G_t = r_t + γ_traj · G_{t'}   if t' starts the next attempt,
-    G_t = r_t                     for the last action step of the trial,
+    G_t⁽ⁿ⁾ = g_t⁽ⁿ⁾ + Σ_{m>n} γ_trajᵐ⁻ⁿ g_0⁽ᵐ⁾,   g_t⁽ⁿ⁾ = Σ_{t′≥t} γ_stepᵗ′⁻ᵗ r_t′⁽ⁿ⁾  (t counted within attempt n),
 
-    so early attempts are credited for what later attempts achieve. A reflection step (written between attempts) takes
-    the return of the action step that follows it, undiscounted, and is skipped by the discount chain: it carries no
-    reward of its own (non-zero → ValueError). `attempts` gives each step's attempt index, non-decreasing (a
-    reflection may carry the index of either attempt it sits between).
+    computed backwards as g_t = r_t + γ_step · g_{t+1} inside an attempt and Σ_{m>n} … = γ_traj · G_0⁽ⁿ⁺¹⁾. Later
+    attempts credit every step of an earlier one by the same γ_traj-discounted amount, however far the step is from
+    the attempt's end (γ_step never crosses the boundary), so the first step's return is the trial's score R(τ)
+    (`discounted_score_terms`). A reflection step (written between attempts) takes the return of the action step that
+    follows it, undiscounted: it carries no reward of its own (non-zero → ValueError). `attempts` gives each step's
+    attempt index, non-decreasing (a reflection may carry the index of either attempt it sits between).
     """
     _check_gammas(gamma_step, gamma_traj)
     r, attempt, reflection = _trial_arrays(rewards, attempts, is_reflection)
     returns = np.zeros_like(r)
-    following_return, following_attempt = 0.0, None  # the next action step, seen from the back
+    head = 0.0  # G of the next action step, seen from the back
+    within, later, current = 0.0, 0.0, None  # g inside the current attempt; γ_traj · G_0 of the attempt after it
     for t in range(len(r) - 1, -1, -1):
         if reflection[t]:
-            returns[t] = following_return
+            returns[t] = head
             continue
-        gamma = gamma_step if following_attempt == attempt[t] else gamma_traj
-        returns[t] = r[t] + gamma * following_return
-        following_return, following_attempt = returns[t], attempt[t]
+        if attempt[t] != current:  # the last action step of an earlier attempt: head is G_0 of the one after
+            within, later, current = 0.0, (0.0 if current is None else gamma_traj * head), attempt[t]
+        within = r[t] + gamma_step * within
+        returns[t] = head = within + later
     return returns
 
 
@@ -159,8 +161,10 @@ def discounted_score_terms(
     R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾,  term of step t of the n-th attempt = γ_trajⁿ · γ_stepᵗ · rₜ⁽ⁿ⁾,
 
     n and t counted from 0 (n: the attempt's position in the trial; t: the action step's position in its attempt;
-    reflections are skipped and get 0). Summing the terms gives R(τ): a trial solved on its first attempt outscores
-    one that needs three, which the plain sum of rewards does not ensure.
+    reflections are skipped and get 0). Summing the terms gives R(τ), which is also the first step's
+    `cross_episode_returns`. Discounting favours solving early, but it does not guarantee it: with dense rewards a
+    late success can outscore an early one (Minesweeper, γ_traj 0.9: (2, 12) solved at once scores 13.4, while
+    (2, 2, −0.1) then (2, 2, 12) scores 3.81 + 0.9 · 14.73 = 17.07; at γ_traj 0.6 the late trial scores 12.65).
     """
     _check_gammas(gamma_step, gamma_traj)
     r, attempt, reflection = _trial_arrays(rewards, attempts, is_reflection)

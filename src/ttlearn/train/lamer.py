@@ -2,23 +2,26 @@
 
 One step: pick `tasks_per_step` instances from a fixed pool of `tasks`, play `group` trials of `attempts` attempts at
 each (`ttlearn.rollout.loop.play_trial`), with the policy both choosing the actions and writing the reflections between
-attempts; score every step with `cross_episode_returns` (γ_step inside an attempt, γ_traj across attempts, so an early
-attempt is credited for what the later ones achieve), turn returns into advantages by GiGPO or the GRPO variant, and
-take one clipped policy-gradient step (`policy_loss`) on the action and reflection tokens. The baselines `gigpo` and
-`grpo` play the same number of attempts per instance, all independent and without reflection (LaMer's 8 × 3 against
-24 × 1).
+attempts; score every step with `cross_episode_returns` (G_t⁽ⁿ⁾ = its attempt's γ_step-discounted return from t plus
+Σ_{m>n} γ_trajᵐ⁻ⁿ of each later attempt's discounted return, so an early attempt is credited for what the later ones
+achieve and the first step's return is the trial's score R(τ)), turn returns into advantages by GiGPO or the GRPO
+variant, and take one clipped policy-gradient step (`policy_loss`) on the action tokens and on the reflection tokens
+the next attempt sees. The baselines `gigpo` and `grpo` play the same number of attempts per instance, all
+independent and without reflection (LaMer's 8 × 3 against 24 × 1).
 
-A trial's score is LaMer's discounted R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ (`discounted_score_terms`), so a trial solved
-early outscores one solved late. GiGPO's step groups are anchored on (attempt, environment state) with the
-environment's `state_key()`, so the same board reached in several trials forms a group whatever the turn counter
-and log say; an environment without a state key falls back to the observation text.
+A trial's score is LaMer's discounted R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ (`discounted_score_terms`). GiGPO's step
+groups are anchored on (attempt, environment state) with the environment's `state_key()`, so the same board reached
+in several trials forms a group whatever the turn counter and log say; GiGPO is refused on an environment without a
+state key (observation texts carry turn counters and logs, so their anchors would never group).
 
-How actions get log-probs. The player scores the legal actions and samples one from
-π(a | s) = softmax_a(score(a) / T),  score(a) = Σ_k log p(a_k | prompt, a_<k)  (the action's tokens plus end-of-turn),
-which is exactly what the `hf` back end serves at temperature T, so the trained policy is the one that plays. Its
-log-prob is differentiable through every choice's score; free text would leave a 135M model with mostly unparseable
-moves. Each decision is a sequence of one "token", log π(a | s); each reflection is its sampled tokens at T. With one
-update per batch the PPO ratio is 1 and the clip inactive (TRL's default, num_iterations = 1).
+How the policy acts (`actions`). "text", LaMer's: one free-text reply per step, reasoning then the action in an
+<action> block, read by the environment's `parse_action`; a reply it cannot read is an invalid step with the
+environment's penalty (no retries), and every sampled token of the reply is trained. "choices": the player scores
+the legal actions and samples one from π(a | s) = softmax_a(score(a) / T), score(a) = Σ_k log p(a_k | prompt, a_<k)
+(the action's tokens plus end-of-turn), differentiable through every choice's score; it makes invalid moves
+impossible, which LaMer's agents do not enjoy, so it is the option for models too small to write a parseable move.
+Each choice is a sequence of one "token", log π(a | s); each text is its sampled tokens at T. With one update per
+batch the PPO ratio is 1 and the clip inactive (TRL's default, num_iterations = 1).
 
 The run directory, checkpoints and resume are the trainer base's (`ttlearn.train.base`); play the result with
 `hf:OUT/final`.
@@ -26,6 +29,7 @@ The run directory, checkpoints and resume are the trainer base's (`ttlearn.train
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -35,11 +39,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from ttlearn.envs.base import make_env
+from ttlearn.envs.base import Env, make_env
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import make_memory
+from ttlearn.memory.lamer import LamerMemory, seen_token_span
 from ttlearn.rollout.loop import Trial, play_trial
 from ttlearn.rollout.parts import make_player, resolve_moves_per_turn
 from ttlearn.seeding import derive_seed
@@ -57,8 +62,12 @@ if TYPE_CHECKING:
 
     from ttlearn.llm.hf import HFPolicy, Sample
 
-GAMMA_TRAJ = {"sokoban": 0.9}
-"""LaMer's cross-attempt discount: 0.9 for Sokoban, 0.6 for every other environment."""
+GAMMA_TRAJ = {"sokoban": 0.9, "minesweeper": 0.6}
+"""LaMer's cross-attempt discount per environment, as the authors' released training scripts set it
+(github.com/mlbio-epfl/LaMer, examples/sokoban/lamer_sokoban_qwen3_4b.sh: traj_gamma 0.9;
+examples/minesweeper/lamer_minesweeper_qwen3_4b.sh: traj_gamma 0.6; step_gamma 0.95 in both). The paper's ablation
+is summarised as "Minesweeper needs a higher γ_traj", which these released values do not show: docs/lamer.md has the
+discrepancy. Other environments have no published value: give `gamma_traj`."""
 
 
 class LamerTrainConfig(TrainConfig):
@@ -82,9 +91,18 @@ class LamerTrainConfig(TrainConfig):
     attempts: int = Field(3, ge=1, description="Attempts per trial.")
     gamma_step: float = Field(0.95, ge=0, le=1, description="Discount between steps of an attempt.")
     gamma_traj: float | None = Field(
-        None, ge=0, le=1, description="Discount between attempts; None: LaMer's (0.9 Sokoban, 0.6 others)."
+        None,
+        ge=0,
+        le=1,
+        description="Discount between attempts; None: LaMer's released value (0.9 Sokoban, 0.6 Minesweeper).",
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of actions and reflections.")
+    actions: Literal["text", "choices"] = Field(
+        "text",
+        description="text: LaMer's, one free-text reply per step (reasoning, then the action; unreadable = invalid"
+        " step); choices: score the legal actions and sample one (no invalid moves).",
+    )
+    reply_tokens: int = Field(64, ge=8, description="Most tokens of a free-text action reply (reasoning included).")
     lora_r: int = Field(8, ge=1, description="LoRA rank of a new adapter.")
     reflection_tokens: int = Field(64, ge=8, description="Most tokens of a reflection.")
     moves_per_turn: int | None = Field(
@@ -99,8 +117,21 @@ class LamerTrainConfig(TrainConfig):
         """(trials per instance, attempts per trial): the baselines spend the same attempts independently."""
         return (self.group, self.attempts) if self.reflects else (self.group * self.attempts, 1)
 
+    @model_validator(mode="after")
+    def _published_gamma_traj(self) -> LamerTrainConfig:
+        if self.gamma_traj is None and self.env not in GAMMA_TRAJ:
+            raise ValueError(
+                f"LaMer published no gamma_traj for {self.env!r} (only {', '.join(sorted(GAMMA_TRAJ))}):"
+                " give --gamma-traj"
+            )
+        return self
+
     def discount_across(self) -> float:
-        return GAMMA_TRAJ.get(self.env, 0.6) if self.gamma_traj is None else self.gamma_traj
+        return GAMMA_TRAJ[self.env] if self.gamma_traj is None else self.gamma_traj
+
+    @property
+    def uses_gigpo(self) -> bool:
+        return (self.advantage if self.reflects else self.algo) == "gigpo"
 
 
 # ---- the policy as the trial loop's LLM, keeping what the loss needs ---------------------------------------------
@@ -194,8 +225,8 @@ def trial_steps(
 ) -> list[TrainStep]:
     """The trial's steps in play order: each attempt's turns, then the reflection written after it (if any).
 
-    `states[(attempt, step)]` is the environment's `state_key()` when the step was decided; a step's GiGPO anchor is
-    (attempt, that state), or (attempt, its observation text) where the environment has no state key."""
+    `states[(attempt, step)]` is the environment's `state_key()` when the step was decided (None where it names
+    none); a step's GiGPO anchor is (attempt, that state)."""
     by_tag: dict[tuple[str, int, int], list[ActionRecord | TextRecord]] = {}
     for record in records:
         by_tag.setdefault(record.tag, []).append(record)
@@ -207,7 +238,7 @@ def trial_steps(
                     step.reward,
                     episode.index,
                     False,
-                    (episode.index, _first_known(states.get((episode.index, index)), step.observation)),
+                    (episode.index, states.get((episode.index, index))),
                     tuple(by_tag.get(("act", episode.index, index), ())),
                 )
             )
@@ -219,8 +250,32 @@ def trial_steps(
     return steps
 
 
-def _first_known(state: Hashable | None, fallback: str) -> Hashable:
-    return fallback if state is None else state
+def seen_reflection(policy: HFPolicy, record: TextRecord, max_chars: int) -> TextRecord | None:
+    """The reflection cut to the tokens the next attempt sees (`seen_token_span`): the tokens before the span join
+    the prompt, those after it are dropped, log-probs alike; None when nothing is seen."""
+    sample = record.sample
+    ids = sample.completion_ids
+    prefixes = [policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True) for k in range(len(ids))]
+    start, end = seen_token_span(prefixes, max_chars)
+    if start == end:
+        return None
+    seen = dataclasses.replace(
+        sample,
+        prompt_ids=sample.prompt_ids + ids[:start],
+        completion_ids=ids[start:end],
+        logprobs=sample.logprobs[start:end],
+    )
+    return TextRecord(record.tag, seen)
+
+
+def refuse_stateless_gigpo(config: LamerTrainConfig, env: Env) -> None:
+    """GiGPO groups steps by the state they act from; an environment without `state_key()` names none, and its
+    observation texts carry turn counters and logs, so such anchors would never group: refuse, say what to use."""
+    if config.uses_gigpo and type(env).state_key is Env.state_key:
+        raise ValueError(
+            f"GiGPO anchors steps on the environment's state, and {env.name!r} names none (no state_key());"
+            " use --advantage grpo (or --algo grpo)"
+        )
 
 
 def step_advantages(trials: list[tuple[Any, Any, list[TrainStep]]], config: LamerTrainConfig) -> np.ndarray:
@@ -308,6 +363,7 @@ def trial_metrics(trials: list[Trial]) -> dict[str, float]:
         "success_any": float(np.mean([s is not None for s in solved])),
         "reward_per_trial": float(np.mean([sum(e.score for e in t.attempts) for t in trials])),
         "attempts_per_trial": float(np.mean([len(t.attempts) for t in trials])),
+        "invalid_steps": float(np.mean([not s.valid for t in trials for e in t.attempts for s in e.steps])),
     }
 
 
@@ -328,11 +384,16 @@ class LamerTrainer(Trainer):
             raise ValueError("the lamer trainer runs in one process; start it without accelerate launch or torchrun")
         self.env = make_env(config.env, **{"seed": config.seed, **config.env_options})
         resolve_moves_per_turn(config.moves_per_turn, self.env)  # refuse a bad moves_per_turn before a model loads
+        refuse_stateless_gigpo(config, self.env)
         super().__init__(config, progress=progress, policy=policy)
 
     def next_command(self) -> str:
         final = self.out / "final"
-        return f"play it with: ttlearn run {self.config.env} --tasks 10 --memory lamer --policy {final}"
+        acting = f" --free-text {self.config.reply_tokens} --retries 0" if self.config.actions == "text" else ""
+        return (
+            f"play it with: ttlearn run {self.config.env} --tasks 10 --memory lamer --policy {final}"
+            f" --temperature {self.config.temperature:g}{acting}"
+        )
 
     def load_policy(self) -> HFPolicy:
         from ttlearn.llm.hf import ADAPTER_META, HFPolicy, LoraOptions
@@ -346,7 +407,15 @@ class LamerTrainer(Trainer):
         """Play every trial of one step; returns (instance, trial id, steps) per trial and the trials themselves."""
         config, env = self.config, self.env
         recorder = PolicyRecorder(self.policy)
-        player, _ = make_player(recorder.spec, lambda _spec: recorder, config.temperature, env, config.moves_per_turn)
+        player, _ = make_player(
+            recorder.spec,
+            lambda _spec: recorder,
+            config.temperature,
+            env,
+            config.moves_per_turn,
+            retries=0,  # LaMer: one reply per step, an unreadable one is an invalid step
+            free_text_tokens=config.reply_tokens if config.actions == "text" else None,
+        )
         states: dict[tuple[int, int], Hashable | None] = {}
 
         def mark(kind: str, attempt: int, index: int) -> None:
@@ -380,10 +449,17 @@ class LamerTrainer(Trainer):
                     mark=mark,
                     act_seed=lambda a, s, i=instance, j=j: derive_seed(config.seed, "train-act", step, i, j, a, s),
                 )
-                batch.append((instance, j, trial_steps(trial, recorder.take(), states)))
+                records = [self.trained_part(r, memory) for r in recorder.take()]
+                batch.append((instance, j, trial_steps(trial, [r for r in records if r is not None], states)))
                 trials.append(trial)
                 self.played.extend(trial.attempts)
         return batch, trials
+
+    def trained_part(self, record: ActionRecord | TextRecord, memory: Any) -> ActionRecord | TextRecord | None:
+        """What of a record is trained: a reflection only as far as the next attempt sees it, the rest whole."""
+        if record.tag[0] != "reflect" or not isinstance(record, TextRecord) or not isinstance(memory, LamerMemory):
+            return record
+        return seen_reflection(self.policy, record, memory.max_chars)
 
     def train_step(self, step: int) -> dict[str, Any]:
         start = time.perf_counter()
@@ -397,6 +473,6 @@ class LamerTrainer(Trainer):
         return {
             **update(self.policy, self.optimizer, rows, self.config),
             **trial_metrics(trials),
-            "reflections": sum(isinstance(r, TextRecord) for r, _ in rows),
+            "reflections": sum(r.tag[0] == "reflect" for r, _ in rows),
             "wall_s": time.perf_counter() - start,
         }

@@ -29,7 +29,8 @@ from pydantic import Field, model_validator
 
 from ttlearn.envs.base import Env, make_env
 from ttlearn.llm.base import make_llm
-from ttlearn.memory.memopilot import bound_memory, seen_token_count, writer_messages
+from ttlearn.memory.memopilot import seen_token_count, writer_messages
+from ttlearn.memory.text import bound_memory
 from ttlearn.players.base import Player
 from ttlearn.rollout.inflight import map_in_flight
 from ttlearn.rollout.loop import play_sequence_game

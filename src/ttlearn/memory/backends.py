@@ -1,0 +1,117 @@
+"""Where MemRL's memories live, behind one protocol: a SQLite store file this process opens (`LocalMemories`) or a
+namespace of a `ttlearn serve` memory service (`memory.remote.RemoteMemories`).
+
+The `memrl`, `memp` and `rag` memories hold one `MemoryBackend` and never ask which: retrieval, the Q update, new
+items and snapshots go through these seven methods, so a third place (another database, another service) is one class.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from abc import abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from ttlearn.memory.embed import make_embedder
+from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
+from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem
+
+
+class MemoryBackend(Protocol):
+    """The place a Q-valued episodic memory keeps its items. Implementations subclass it, so a missing method is an
+    error when the class is instantiated, not when a run first needs it."""
+
+    @abstractmethod
+    def bind_run(self, run_dir: Path) -> None:
+        """Where the run lives, for a place that defaults to a file in the run directory."""
+
+    @abstractmethod
+    def retrieve(
+        self, query: str, cfg: RetrievalConfig, rng: np.random.Generator, run_id: str | None
+    ) -> list[Candidate]:
+        """MemRL's two-phase retrieval with `cfg`; the chosen items, best first."""
+
+    @abstractmethod
+    def reinforce(self, item_ids: Sequence[int], reward: float, alpha: float) -> None:
+        """The Q update of the items retrieved for a finished task."""
+
+    @abstractmethod
+    def add(self, item: NewItem, join_threshold: float) -> None:
+        """Write one item (joining an intent key at least `join_threshold` similar)."""
+
+    @abstractmethod
+    def finish_episode(self, index: int) -> None:
+        """The episode whose retrievals came since the last call has ended with this index."""
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]:
+        """JSON-ready: the memories themselves, or where they live when they are shared."""
+
+    @abstractmethod
+    def load(self, state: dict[str, Any]) -> dict[int, int]:
+        """Restore `state()`; returns the new id of every item id whose id changed."""
+
+
+class LocalMemories(MemoryBackend):
+    """MemRL's memories in a SQLite store file that this process opens."""
+
+    def __init__(self, path: str | None, namespace: str, embedder: str) -> None:
+        self.path = path
+        self.namespace = namespace
+        self.embedder = embedder
+        self.log_ids: list[int] = []
+        """Retrievals logged during the unfinished episode; they learn its index when it ends."""
+        self._ns: Namespace | None = None
+
+    def bind_run(self, run_dir: Path) -> None:
+        if self.path is None:
+            self.path = str(run_dir / "memrl.sqlite")
+
+    @property
+    def ns(self) -> Namespace:
+        if self._ns is None:
+            if self.path is None:
+                self.path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
+            self._ns = MemoryStore(self.path).namespace(self.namespace, make_embedder(self.embedder))
+        return self._ns
+
+    def retrieve(
+        self, query: str, cfg: RetrievalConfig, rng: np.random.Generator, run_id: str | None
+    ) -> list[Candidate]:
+        """The two-phase retrieval, logged with every candidate's similarity, Q and score (`ttlearn memory explain`)."""
+        candidates, ranked = two_phase_retrieve(self.ns, query, cfg, rng)
+        chosen = [candidates[i].item_id for i in ranked.chosen]
+        log = [
+            {"id": c.item_id, "sim": round(c.sim, 4), "q": round(c.q_value, 4), "score": s}
+            for c, s in zip(candidates, ranked.scores)
+        ]
+        self.log_ids.append(self.ns.log_retrieval(query, log, chosen, explored=ranked.explored, run_id=run_id))
+        return [candidates[i] for i in ranked.chosen]
+
+    def reinforce(self, item_ids: Sequence[int], reward: float, alpha: float) -> None:
+        reinforce(self.ns, item_ids, reward, alpha)
+
+    def add(self, item: NewItem, join_threshold: float) -> None:
+        self.ns.add(item, join_threshold=join_threshold)
+
+    def finish_episode(self, index: int) -> None:
+        self.ns.assign_episode(self.log_ids, index)
+        self.log_ids = []
+
+    def state(self) -> dict[str, Any]:
+        return {"memories": self.ns.store.export_namespace(self.namespace), "log_ids": list(self.log_ids)}
+
+    def load(self, state: dict[str, Any]) -> dict[int, int]:
+        """Replace this namespace's memories by the state's; returns the new id of each of the state's item ids."""
+        if "memories" not in state:
+            source = state.get("url") or state.get("store")
+            raise ValueError(
+                f"this MemRL state holds no memories, only a pointer to {source!r} (a memory service, or a store file "
+                "as older snapshots had); a local memory cannot load it: give it the same url= or start afresh"
+            )
+        new_ids = self.ns.store.import_namespace(self.namespace, state["memories"])
+        self.log_ids = list(state["log_ids"])
+        return new_ids
