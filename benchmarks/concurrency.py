@@ -35,8 +35,9 @@ from urllib.parse import urlsplit
 from ttlearn.llm.local_server import llama_server
 from ttlearn.llm.models import model_path
 from ttlearn.llm.openai import CHOICE_FORMATS
-from ttlearn.rollout.session import open_session
-from ttlearn.runs import Run, RunConfig
+from ttlearn.rollout.parts import LLMPool
+from ttlearn.rollout.run import play, prepare
+from ttlearn.runs import RunConfig
 
 Call = dict[str, Any]
 
@@ -46,14 +47,15 @@ def play_session(player: str, games: int, rounds: int, concurrency: int, out: Pa
     config = RunConfig(
         env="rps", env_options={"opponent": "cycle3", "rounds": rounds}, memory="none", player=player, games=games
     )
-    run = Run.create(out, config)
-    session = open_session(run, concurrency=concurrency)
+    run = prepare(out, config, concurrency)
+    pool = LLMPool()
     try:
+        pool.get(player)  # loaded before the clock starts
         start = time.perf_counter()
-        session.play()
+        play(run, concurrency=concurrency, pool=pool)
         wall = time.perf_counter() - start
     finally:
-        session.close()
+        pool.close()
     return wall, [event for event in run.events() if event["type"] == "call"]
 
 

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from ttlearn.llm import make_llm
-from ttlearn.rollout.session import open_session
-from ttlearn.runs import Run, RunConfig
+from ttlearn.rollout.parts import LLMPool
+from ttlearn.rollout.run import play, prepare
+from ttlearn.runs import RunConfig
 
 
 def main() -> None:
@@ -35,14 +36,15 @@ def main() -> None:
             player=args.llm,
             games=args.games,
         )
-        run = Run.create(Path(tmp) / "run", config)
-        session = open_session(run)
+        run = prepare(Path(tmp) / "run", config)
+        pool = LLMPool()
+        pool.get(args.llm)  # loaded before the clock starts
         start = time.perf_counter()
-        session.play()
+        play(run, pool=pool)
         wall = time.perf_counter() - start
-        calls = [e for e in run.events() if e["type"] == "call"]
+        calls = run.calls()
         llm_s = sum(c["wall_s"] for c in calls)
-        session.close()
+        pool.close()
 
     raw = make_llm(args.llm)
     start = time.perf_counter()

@@ -46,7 +46,7 @@ def test_help_explains_the_commands():
             ["run", "sokoban", "--tasks", "2", "--memory", "history", "--carry-memory", "--concurrency", "2"],
             "tasks run one at a time",
         ),
-        (["run", "sokoban", "--tasks", "2", "--games", "3"], "--games and --memory-from belong to session mode"),
+        (["run", "sokoban", "--tasks", "2", "--games", "3"], "--games belong to session mode"),
         (["run", "rps", "--memory", "history", "--concurrency", "2"], "depend on each other"),
     ],
 )
@@ -101,7 +101,7 @@ def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
 def test_memrl_inspect_and_explain(tmp_path):
     from fakes import FakeLLM
 
-    from ttlearn.rollout.session import open_session
+    from ttlearn.rollout.run import play as play_units, prepare
     from ttlearn.runs import RunConfig
 
     config = RunConfig(
@@ -113,8 +113,8 @@ def test_memrl_inspect_and_explain(tmp_path):
         writer="smollm2",
         games=3,
     )  # validated, but built by the fake factory below
-    run = Run.create(tmp_path / "m", config)
-    open_session(run, llm_factory=lambda spec: FakeLLM(lambda prompt: "1. Play paper.")).play()
+    run = prepare(tmp_path / "m", config)
+    play_units(run, llm_factory=lambda spec: FakeLLM(lambda prompt: "1. Play paper."))
 
     listing = invoke("memory", "inspect", str(run.path))
     assert listing.exit_code == 0, listing.output

@@ -16,7 +16,7 @@ from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.players.basic import RandomPlayer
 from ttlearn.players.llm import MAX_OPTIONS, LLMPlayer, shortlist
 from ttlearn.rollout.loop import play_episode
-from ttlearn.rollout.session import validate
+from ttlearn.rollout.run import validate
 from ttlearn.runs import RunConfig
 from ttlearn.types import Completion, Observation, StepResult
 

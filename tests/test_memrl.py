@@ -269,7 +269,7 @@ def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Pa
 
 
 def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
-    from ttlearn.rollout.trials import run_trials
+    from ttlearn.rollout.run import play_run
     from ttlearn.runs import RunDir, TrialConfig, read_tasks
 
     config = TrialConfig(
@@ -283,7 +283,7 @@ def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
         attempts=2,
         carry_memory=False,  # the opt-out: memrl carries from task to task by default
     )
-    run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
+    play_run(tmp_path / "t", config, llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
     records = read_tasks(tmp_path / "t")
     # each task starts empty and holds its own observed attempts only (all but the last, which is not observed)
     counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in records]
@@ -292,7 +292,7 @@ def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
 
 
 def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
-    from ttlearn.rollout.session import open_session
+    from ttlearn.rollout.run import play as play_units, prepare
     from ttlearn.runs import Run, RunConfig, RunDir
 
     def play(out: Path, games: int, memory_from: str | None = None) -> Run:
@@ -306,8 +306,8 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
             games=games,
             memory_from=memory_from,
         )
-        run = Run.create(out, config)
-        open_session(run, llm_factory=lambda spec: FakeLLM(strategy_or_reflection)).play()
+        run = prepare(out, config)
+        play_units(run, llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
         return run
 
     origin = play(tmp_path / "origin", games=3)
@@ -384,24 +384,24 @@ def test_mini_batches_retrieve_from_the_frozen_memory_and_update_together(tmp_pa
 
 
 def test_learning_memories_carry_from_task_to_task_by_default() -> None:
-    from ttlearn.rollout.trials import with_defaults
+    from ttlearn.rollout.run import resolve
     from ttlearn.runs import TrialConfig
 
     base = {"env": "rps", "player": "scripted:random", "tasks": 2}
     for name in ("memrl", "memp", "rag", "expel", "cheatsheet"):
-        config = with_defaults(TrialConfig(**base, memory=name))
+        config = resolve(TrialConfig(**base, memory=name))
         assert (config.carry_memory, config.attempts) == (True, 1), name
-    lamer = with_defaults(TrialConfig(**base, memory="lamer"))
+    lamer = resolve(TrialConfig(**base, memory="lamer"))
     assert (lamer.carry_memory, lamer.attempts) == (False, 3)
-    opted_out = with_defaults(TrialConfig(**base, memory="memrl", carry_memory=False))
+    opted_out = resolve(TrialConfig(**base, memory="memrl", carry_memory=False))
     assert (opted_out.carry_memory, opted_out.attempts) == (False, 3)
-    sql = with_defaults(TrialConfig(**{**base, "env": "sql"}, memory="memrl", memory_options={"k2": 2}))
+    sql = resolve(TrialConfig(**{**base, "env": "sql"}, memory="memrl", memory_options={"k2": 2}))
     assert sql.memory_options == {"preset": "sql", "k2": 2}  # the family's preset, the user's option over it
 
 
 def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None:
-    from ttlearn.rollout.trials import run_trials
-    from ttlearn.runs import RunDir, TrialConfig, load_trial_config, read_tasks
+    from ttlearn.rollout.run import play_run
+    from ttlearn.runs import RunDir, TrialConfig, read_tasks
 
     config = TrialConfig(
         env="rps",
@@ -411,10 +411,10 @@ def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None
         player="scripted:random",
         tasks=3,
     )
-    run_trials(config, tmp_path / "t", llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
+    play_run(tmp_path / "t", config, llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
     counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in read_tasks(tmp_path / "t")]
     assert counts == [1, 2, 3]  # one attempt per task, every task's episode kept and carried on
-    saved = load_trial_config(tmp_path / "t")
+    saved = RunDir(tmp_path / "t").config()
     assert (saved.carry_memory, saved.attempts) == (True, 1)  # the resolved defaults are what the run records
 
 
@@ -445,12 +445,13 @@ def test_verified_answers_can_be_shown_as_earlier_exchanges(tmp_path: Path) -> N
 
 
 def test_a_run_recorded_before_the_defaults_resumes_as_recorded(tmp_path: Path) -> None:
-    from ttlearn.rollout.trials import resolved_for
+    from ttlearn.rollout.run import prepare
     from ttlearn.runs import TrialConfig
 
-    old = TrialConfig(env="sql", memory="memrl", player="scripted:random", tasks=2, carry_memory=False)
+    old = TrialConfig(env="sql", env_options={"dataset": "mini"}, memory="memrl", player="scripted:random", tasks=2,
+                      carry_memory=False)
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "trials.json").write_text(old.model_dump_json())  # as a run of last week wrote it
-    assert resolved_for(old, tmp_path / "old") == old  # no preset slipped in: the directory's config is kept
-    fresh = resolved_for(old, tmp_path / "new")
+    assert prepare(tmp_path / "old", old).config == old  # no preset slipped in: the directory's config is kept
+    fresh = prepare(tmp_path / "new", old).config
     assert fresh.memory_options == {"preset": "sql"} and fresh.attempts == 3

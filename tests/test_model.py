@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ttlearn.llm.cache import ReplayBook
-from ttlearn.rollout.session import open_session
+from ttlearn.rollout.run import play as play_units, prepare
 from ttlearn.runs import Run, RunConfig
 
 pytestmark = pytest.mark.model
@@ -42,10 +42,8 @@ def test_short_real_run_then_exact_replay(tmp_path):
         seed=11,
         temperature=0.7,
     )
-    run = Run.create(tmp_path / "real", config)
-    session = open_session(run)
-    session.play()
-    session.close()
+    run = prepare(tmp_path / "real", config)
+    play_units(run)
     calls = [e for e in run.events() if e["type"] == "call"]
     roles = [c["role"] for c in calls]
     assert roles.count("player") == 8 and roles.count("memory") == 2
@@ -53,8 +51,8 @@ def test_short_real_run_then_exact_replay(tmp_path):
     assert len(set(Run.open(run.path).memory_hashes)) == 2
     assert Run.open(run.path).snapshot(2)["state"]["memory"]["reflections"]
 
-    replayed = Run.create(tmp_path / "replay", config)
-    open_session(replayed, replay=ReplayBook(calls)).play()
+    replayed = prepare(tmp_path / "replay", config)
+    play_units(replayed, replay=ReplayBook(calls))
     assert [e.score for e in replayed.episodes] == [e.score for e in run.episodes]
     assert [s.action for e in replayed.episodes for s in e.steps] == [s.action for e in run.episodes for s in e.steps]
     assert all(c["cached"] for c in replayed.events() if c["type"] == "call")

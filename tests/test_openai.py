@@ -45,7 +45,7 @@ def test_choices_come_back_as_one_of_them(server):
 
 
 def test_a_short_session_over_the_server(server, tmp_path):
-    from ttlearn.rollout.session import open_session
+    from ttlearn.rollout.run import play as play_units, prepare
     from ttlearn.runs import Run, RunConfig
 
     config = RunConfig(
@@ -55,8 +55,8 @@ def test_a_short_session_over_the_server(server, tmp_path):
         player=f"openai:{server}#smollm2",
         games=1,
     )
-    run = Run.create(tmp_path / "r", config)
-    open_session(run).play()
+    run = prepare(tmp_path / "r", config)
+    play_units(run)
     calls = [e for e in run.events() if e["type"] == "call"]
     assert len(calls) == 3 and all(c["completion"]["latency_s"] > 0 for c in calls)
 
@@ -184,7 +184,7 @@ def test_many_threads_share_one_client_through_faults(proxy):
 
 
 def test_a_run_stopped_by_a_dead_server_resumes_to_the_same_scores(proxy, tmp_path):
-    from ttlearn.rollout.session import open_session
+    from ttlearn.rollout.run import play as play_units, prepare
     from ttlearn.runs import Run, RunConfig
 
     def config() -> RunConfig:
@@ -193,15 +193,15 @@ def test_a_run_stopped_by_a_dead_server_resumes_to_the_same_scores(proxy, tmp_pa
         return RunConfig(env="rps", env_options=options, memory="none", player=player, games=2)
 
     proxy.schedule([])
-    clean = Run.create(tmp_path / "clean", config())
-    open_session(clean).play()
+    clean = prepare(tmp_path / "clean", config())
+    play_units(clean)
     first_game_requests = len(proxy.log) - sum(1 for e in clean.events(2) if e["type"] == "call")
     proxy.schedule(["pass"] * first_game_requests + ["drop"] * 50)  # the server dies after the first game
-    broken = Run.create(tmp_path / "broken", config())
+    broken = prepare(tmp_path / "broken", config())
     with pytest.raises(ServerUnavailable, match="after 2 tries"):
-        open_session(broken).play()
+        play_units(broken)
     assert len(Run.open(broken.path).episodes) == 1
     proxy.schedule([])  # the server is back
     resumed = Run.open(broken.path)
-    open_session(resumed).play()
+    play_units(resumed)
     assert [e.score for e in resumed.episodes] == [e.score for e in clean.episodes]

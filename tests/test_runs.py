@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ttlearn.rollout.session import open_session
-from ttlearn.runs import Run, RunConfig, SnapshotStore, canonical_hash
+from ttlearn.rollout.run import play as play_units, prepare
+from ttlearn.runs import Run, RunConfig, RunDir, SnapshotStore, canonical_hash
 
 
 def scripted_config(**overrides) -> RunConfig:
@@ -29,15 +29,16 @@ def scripted_config(**overrides) -> RunConfig:
 
 
 def play(path: Path, config: RunConfig) -> Run:
-    run = Run.create(path, config)
-    open_session(run).play()
+    run = prepare(path, config)
+    play_units(run)
     return run
 
 
 def test_run_directory_holds_config_events_snapshots(tmp_path):
     run = play(tmp_path / "r", scripted_config())
     assert json.loads((run.path / "config.json").read_text())["env"] == "rps"
-    assert sorted(p.name for p in run.path.iterdir()) == ["config.json", "events.jsonl", "snapshots.jsonl"]
+    files = ["config.json", "events.jsonl", "snapshots.jsonl", "summary.json"]
+    assert sorted(p.name for p in run.path.iterdir()) == files
     kinds = [e["type"] for e in run.events()]
     assert kinds.count("game") == 4 and kinds.count("step") == 40
     snap = run.snapshot(4)
@@ -93,7 +94,7 @@ def test_torn_tail_is_dropped_and_the_game_replayed(tmp_path):
     reopened = Run.open(torn.path)
     assert len(reopened.episodes) == 2
     reopened.config = scripted_config()  # extend the run to the full length
-    open_session(reopened).play()
+    play_units(reopened)
     again = Run.open(torn.path)
     assert [e.index for e in again.episodes] == [1, 2, 3, 4]
     assert [e.score for e in again.episodes] == [e.score for e in full.episodes]
@@ -196,7 +197,7 @@ def test_kill_9_mid_flight_with_concurrency_resumes_exactly_as_a_sequential_run(
 
 def test_concurrency_is_refused_where_games_depend_on_each_other(tmp_path):
     with pytest.raises(ValueError, match="depend on each other"):
-        open_session(Run.create(tmp_path / "r", scripted_config()), concurrency=2)
+        prepare(tmp_path / "r", scripted_config(), concurrency=2)
 
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
@@ -221,7 +222,7 @@ def test_an_old_session_still_reads_replays_and_resumes(tmp_path):
     config = json.loads((copy / "config.json").read_text())
     (copy / "config.json").write_text(json.dumps({**config, "games": 4}))
     run = Run.open(copy)
-    open_session(run).play()
+    play_units(run)
     reread = Run.open(copy)
     assert reread.snapshot(2)["state"] == files[1]["state"] and len(reread.snapshot(4)["state"]["memory"]["logs"]) == 2
     assert (copy / "snapshots.jsonl").exists()  # game 4 went into the content store, games 1-3 stay in their files
@@ -230,8 +231,8 @@ def test_an_old_session_still_reads_replays_and_resumes(tmp_path):
 def test_an_old_trial_run_still_reads_and_resumes_where_it_stopped(tmp_path):
     import shutil
 
-    from ttlearn.rollout.trials import run_trials
-    from ttlearn.runs import RunDir, load_trial_config, read_tasks
+    from ttlearn.rollout.run import play_run
+    from ttlearn.runs import RunDir, read_tasks
 
     old = read_tasks(LEGACY / "trials", repair=False)
     assert [RunDir(LEGACY / "trials").task_memory(r) for r in old] == [r["memory"] for r in old]
@@ -239,7 +240,7 @@ def test_an_old_trial_run_still_reads_and_resumes_where_it_stopped(tmp_path):
     copy = tmp_path / "t"
     shutil.copytree(LEGACY / "trials", copy)
     (copy / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old[:2]))  # stopped after task 2
-    run_trials(load_trial_config(copy), copy)
+    play_run(copy)
     resumed = read_tasks(copy)
     def played(record: dict) -> list:
         return [(a["steps"], a["score"], a["info"]["context"]) for a in record["attempts"]]
@@ -259,4 +260,60 @@ def test_every_committed_trial_config_still_loads():
 def test_a_memory_that_needs_trials_is_refused_in_a_session_whoever_builds_it(tmp_path):
     """The memory declares it (`needs_trials`); the check is in the session's validation, not a name list in the CLI."""
     with pytest.raises(ValueError, match="add --tasks K"):
-        open_session(Run.create(tmp_path / "r", scripted_config(memory="lamer")))
+        prepare(tmp_path / "r", scripted_config(memory="lamer"))
+
+
+def test_a_config_checks_itself_and_names_the_flags_of_the_other_kind():
+    """What needs no plug-in is checked by the config, wherever it is built (CLI, library, arena)."""
+    from ttlearn.runs import TrialConfig, parse_config
+
+    assert isinstance(parse_config({"env": "rps"}), RunConfig)
+    assert isinstance(parse_config({"kind": "trials", "env": "sokoban"}), TrialConfig)
+    with pytest.raises(ValueError, match=r"^--carry-memory, --control belong to trial mode: add --tasks K"):
+        parse_config({"env": "rps", "carry_memory": True, "control": True})
+    with pytest.raises(ValueError, match=r"^--games, --memory-from belong to session mode"):
+        parse_config({"kind": "trials", "env": "rps", "games": 2, "memory_from": "x"})
+    with pytest.raises(ValueError, match="what memory 'none' already does"):
+        TrialConfig(env="sokoban", memory="none", control=True)
+    with pytest.raises(ValueError, match="^games: Input should be greater than or equal to 1$"):
+        parse_config({"env": "rps", "games": 0})
+
+
+def test_a_trial_run_builds_its_environment_once_to_validate_and_once_to_play(tmp_path, monkeypatch):
+    """Validation happens once, in one place: `ttlearn run --tasks` checks the config once before it plays."""
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+    from ttlearn.rollout import parts
+
+    built = []
+    make_env = parts.make_env
+    monkeypatch.setattr(parts, "make_env", lambda *args, **kwargs: built.append(args) or make_env(*args, **kwargs))
+    args = ["run", "minesweeper", "--tasks", "2", "--attempts", "1", "--llm", "scripted:random"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "t")])
+    assert result.exit_code == 0, result.output
+    assert len(built) == 2  # one for the check, one for the worker that plays
+
+
+@pytest.mark.parametrize("kind", ["--games", "--tasks"])
+def test_every_command_reads_either_kind_of_run(tmp_path, kind):
+    """run, show, show --game, resume, replay and memory diff / fork take a session and a trial run alike."""
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+
+    def ok(*args: str) -> str:
+        result = CliRunner().invoke(app, list(args), env={"COLUMNS": "160"})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    out = str(tmp_path / "r")
+    ok("run", "minesweeper", "--memory", "history", kind, "3", "--llm", "scripted:random", "--out", out)
+    unit = "game" if kind == "--games" else "task"
+    assert f"3 of 3 {unit}s finished" in ok("show", out)
+    assert "step 1:" in ok("show", out, "--game", "2")
+    assert "already complete" in ok("resume", out)
+    assert "reproduced exactly" in ok("replay", out, "--out", str(tmp_path / "again"))
+    assert f"after {unit} 3" in ok("memory", "diff", out, "--from", "1", "--to", "3")
+    ok("memory", "fork", out, "--game", "2", "--out", str(tmp_path / "fork"))
+    assert Run.open(out).snapshot(2)["state"] == RunDir(tmp_path / "fork").latest_state()

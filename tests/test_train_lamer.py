@@ -155,6 +155,8 @@ def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer, actions) 
     assert any(not torch.equal(before[n], after[n]) for n in before)
     assert (tmp_path / "run" / "step_0001" / "trainer_state.pt").is_file()
     assert (tmp_path / "run" / "final" / "ttlearn_adapter.json").is_file()
+    played = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert {p["step"] for p in played} == {1} and 2 <= len(played) <= 4  # 2 trials of 1 or 2 attempts, recorded
 
     resumed: list[int] = []
     fresh = tiny_policy(tokenizer)
@@ -164,3 +166,5 @@ def test_one_step_changes_the_adapter_and_resumes(tmp_path, tokenizer, actions) 
     assert resumed == [2]  # step 1 was not replayed: its adapter was loaded instead
     lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2]
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    assert steps[: len(played)] == [1] * len(played) and set(steps[len(played) :]) == {2}

@@ -10,7 +10,7 @@ from fakes import FakeLLM
 
 from ttlearn.envs.base import make_env
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
-from ttlearn.eval.trials import compare_trials, summarize_trials
+from ttlearn.eval.summary import compare_trials, summarize_trials
 from ttlearn.memory.base import make_memory
 from ttlearn.memory import lamer as lamer_memory
 from ttlearn.memory.lamer import extract_reflection
@@ -18,7 +18,7 @@ from ttlearn.players.basic import RandomPlayer
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.players.turn import TurnPlayer
 from ttlearn.rollout.loop import play_trial
-from ttlearn.rollout.trials import run_trials, validate_trials
+from ttlearn.rollout.run import play_run, validate
 from ttlearn.runs import RunDir, TrialConfig, read_tasks
 from ttlearn.types import Completion, Episode, Step
 
@@ -61,9 +61,9 @@ def test_restart_replays_the_same_instance_in_every_attempt() -> None:
 
 def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
     fake = FakeLLM(scripted_reply)
-    summary = run_trials(
-        TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
+    summary = play_run(
         tmp_path / "run",
+        TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
         llm_factory=lambda spec: fake,
     )
     assert summary["success_at_k"] == [1.0, 1.0, 1.0]
@@ -72,7 +72,7 @@ def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
 
 
 def test_without_memory_every_attempt_is_played_for_pass_at_k(tmp_path) -> None:
-    summary = run_trials(TrialConfig(env="sokoban", memory="none", player="scripted:oracle", tasks=2), tmp_path / "run")
+    summary = play_run(tmp_path / "run", TrialConfig(env="sokoban", memory="none", player="scripted:oracle", tasks=2))
     assert summary["mean_attempts"] == 3.0 and summary["pass_at_k"] == [1.0, 1.0, 1.0]
 
 
@@ -87,7 +87,7 @@ def _lamer_run(tmp_path, mode: str) -> tuple[list[dict], FakeLLM]:
         tasks=1,
         attempts=2,
     )  # served by the fake
-    run_trials(config, tmp_path / mode, llm_factory=lambda spec: fake)
+    play_run(tmp_path / mode, config, llm_factory=lambda spec: fake)
     return memories(tmp_path / mode), fake
 
 
@@ -162,9 +162,9 @@ def test_a_memory_service_namespace_cannot_be_reset_so_those_runs_are_refused(op
     service = {"url": "http://127.0.0.1:9"}  # its key comes from TTLEARN_MEMORY_KEY, never from a config
     config = TrialConfig(env="sokoban", memory="memrl", memory_options=service, player="scripted:oracle", **options)
     with pytest.raises(ValueError, match="cannot reset"):
-        validate_trials(config)
+        validate(config)
     # carried from task to task with no held-out pass, the shared namespace is what the run means to train
-    validate_trials(TrialConfig(**{**config.model_dump(), "carry_memory": True, "validation_tasks": 0}))
+    validate(TrialConfig(**{**config.model_dump(), "carry_memory": True, "validation_tasks": 0}))
 
 
 def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -> dict:
@@ -217,25 +217,25 @@ def test_paired_comparison_counts_discordant_tasks_by_seed() -> None:
 def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
     config = TrialConfig(env="minesweeper", memory="none", player="scripted:random", tasks=3, attempts=2)
     out = tmp_path / "run"
-    full = run_trials(config, out)
+    full = play_run(out, config)
     tasks = RunDir(out).tasks
     lines = tasks.read_text().splitlines(keepends=True)
     tasks.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write
     torn = tasks.read_bytes()
     assert len(read_tasks(out, repair=False)) == 2 and tasks.read_bytes() == torn  # readers never cut
     played: list[int] = []
-    resumed = run_trials(config, out, progress=lambda done, total, record: played.append(record["task"]))
+    resumed = play_run(out, config, progress=lambda done, total, record: played.append(record["task"]))
     assert played == [3]
     again = tasks.read_text().splitlines()
     assert len(again) == 3 and json.loads(again[2])["attempts"] == json.loads(lines[2])["attempts"]
     assert resumed["success_at_k"] == full["success_at_k"]
     with pytest.raises(FileExistsError, match="different trial run"):
-        run_trials(config.model_copy(update={"attempts": 3}), out)
+        play_run(out, config.model_copy(update={"attempts": 3}))
 
 
 def test_bad_config_is_refused_before_anything_runs(tmp_path) -> None:
     with pytest.raises(ValueError, match="moves_per_turn=4 exceeds"):
-        run_trials(TrialConfig(env="sokoban", player="scripted:random", moves_per_turn=4), tmp_path / "x")
+        play_run(tmp_path / "x", TrialConfig(env="sokoban", player="scripted:random", moves_per_turn=4))
     with pytest.raises(ValueError, match="lamer mode"):
         make_memory("lamer", FakeLLM(scripted_reply), mode="diary")
     assert not (tmp_path / "x").exists()
@@ -245,7 +245,7 @@ def test_epochs_carry_the_memory_and_report_memrl_protocol_metrics(tmp_path):
     config = TrialConfig(
         env="minesweeper", memory="history", player="scripted:random", tasks=2, attempts=1, epochs=3, seed=4
     )
-    summary = run_trials(config, tmp_path / "epochs")
+    summary = play_run(tmp_path / "epochs", config)
     records = memories(tmp_path / "epochs")
     assert [(r["epoch"], r["task"]) for r in records] == [(e, t) for e in (1, 2, 3) for t in (1, 2)]
     assert [r["seed"] for r in records[:2]] == [r["seed"] for r in records[2:4]]  # the same task set every epoch
@@ -271,7 +271,7 @@ def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_p
         validation_env_options={"mines": 4},
         seed=4,
     )
-    summary = run_trials(config, tmp_path / "v")
+    summary = play_run(tmp_path / "v", config)
     records = memories(tmp_path / "v")
     assert [(r["type"], r["epoch"], r["task"]) for r in records] == [
         (kind, e, t) for e in (1, 2) for kind in ("task", "validation") for t in (1, 2)
@@ -289,7 +289,7 @@ def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_p
 
 
 def test_memory_gain_against_the_greedy_control_by_hand() -> None:
-    from ttlearn.eval.trials import greedy_control_applies, memory_gain
+    from ttlearn.eval.summary import greedy_control_applies, memory_gain
 
     # first successes 1, 2, never, 3, 1 of 3 attempts: the control (attempt 1 repeated) solves 2 of 5, the memory
     # adds 2 more; McNemar with b = 2, c = 0: p = 2 · C(2, 0) / 2² = 0.5
@@ -334,7 +334,7 @@ def carried_sql_config() -> TrialConfig:
 def test_carried_memory_with_its_paired_control(tmp_path) -> None:
     config = carried_sql_config()
     fake = GoldWithMemoryFake()
-    summary = run_trials(config, tmp_path / "c", llm_factory=lambda spec: fake)
+    summary = play_run(tmp_path / "c", config, llm_factory=lambda spec: fake)
     records = read_tasks(tmp_path / "c")
     contexts = [r["attempts"][0]["info"]["context"] for r in records]
     assert contexts[0] == "" and contexts[1] and contexts[2]  # the memory carries from task to task
@@ -350,7 +350,7 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
     }
     assert "memory_gain" not in summary
     with pytest.raises(ValueError, match="what memory 'none' already does"):
-        run_trials(config.model_copy(update={"memory": "none"}), tmp_path / "n")
+        play_run(tmp_path / "n", config.model_copy(update={"memory": "none"}))
     assert not (tmp_path / "n").exists()
 
 
@@ -366,7 +366,7 @@ def test_the_control_pairs_each_instance_once_over_epochs(tmp_path) -> None:
         control=True,
     )
     fake = GoldWithMemoryFake()
-    summary = run_trials(config, tmp_path / "e", llm_factory=lambda spec: fake)
+    summary = play_run(tmp_path / "e", config, llm_factory=lambda spec: fake)
     records = read_tasks(tmp_path / "e")
     assert ["control_first_success" in r for r in records] == [False] * 3 + [True] * 3  # the last epoch only
     assert len(fake.calls) == 9  # six memory decisions, three control ones
@@ -384,7 +384,7 @@ def test_a_trial_run_replays_from_its_recorded_calls(tmp_path) -> None:
     from ttlearn.cli import app
 
     config = carried_sql_config()
-    run_trials(config, tmp_path / "c", llm_factory=lambda spec: GoldWithMemoryFake())
+    play_run(tmp_path / "c", config, llm_factory=lambda spec: GoldWithMemoryFake())
     replayed = CliRunner().invoke(app, ["replay", str(tmp_path / "c"), "--out", str(tmp_path / "r")])
     assert replayed.exit_code == 0 and "reproduced exactly" in replayed.output, replayed.output
     assert [r["first_success"] for r in read_tasks(tmp_path / "r")] == [None, 1, 1]

@@ -1,8 +1,8 @@
-"""Run records: the configs and the append-only directories that sessions and trial runs write, so that runs resume
-exactly and every number can be recomputed offline. This is the layer both the playing code and `eval` stand on, and
-`RunDir` is the one place that knows a run directory's layout.
+"""Run records: the configs and the append-only directories that runs write, so that runs resume exactly and every
+number can be recomputed offline. This is the layer both the playing code and `eval` stand on: `RunDir` is the one
+place that knows a run directory's layout, and `Run` reads and appends a run of either kind, one record per unit.
 
-A session (a sequence of games, the memory carried over):
+A config's `kind` says what a run's unit is. A session (kind "session", its unit a game; the memory carried over):
 
     RUN_DIR/
       config.json            the RunConfig that built the session
@@ -15,7 +15,8 @@ A game becomes durable when its "game" record is on disk: its events are buffere
 written in one append, snapshot first. A process killed mid-game leaves at worst a torn last line, which `open`
 truncates; the game is then replayed from its own seed, so no game is ever lost or duplicated.
 
-A trial run (K task instances, N attempts each, LaMer's reflections in between; MemRL's epochs):
+A trial run (kind "trials", its unit a task: K task instances, N attempts each, LaMer's reflections in between;
+MemRL's epochs):
 
     OUT/trials.json       the TrialConfig
     OUT/tasks.jsonl       one record per finished instance: its attempts (steps, rewards, success), LLM calls, facts,
@@ -24,6 +25,9 @@ A trial run (K task instances, N attempts each, LaMer's reflections in between; 
     OUT/summary.json      success@1..N, pass@1..N (memory off), trajectory entropy, instance-set ceilings
 
 A task becomes durable in one appended line; a killed run leaves at most a torn last line, which reopening drops.
+
+A trainer's directory (`ttlearn.train.base`) holds `episodes.jsonl`, every episode its steps played
+(`RunDir.record_played`).
 
 Older directories still read: sessions that kept one `snapshots/game_NNNN.json` per game, trial records that embed
 their memory state ("memory"), and forks holding one such snapshot file (`RunDir` reads all three).
@@ -36,9 +40,18 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal, Mapping, Sequence, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
@@ -57,7 +70,7 @@ need no record: they are found wherever they are installed."""
 
 class PartsConfig(BaseModel):
     """What every way of playing shares: the environment, the memory, the player and writer LLMs, seed and
-    temperature. `session.validate_parts` checks these before any model loads."""
+    temperature. `rollout.run.validate` checks the names against the registries before any model loads."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -70,6 +83,9 @@ class PartsConfig(BaseModel):
     """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
     seed: int = 0
     temperature: float = Field(0.0, ge=0.0)
+    moves_per_turn: int | None = Field(None, ge=1)
+    """Scored decisions per turn for LLM players on choice-scoring back ends (Sokoban takes up to 3 moves a turn,
+    scoring picks one); None: the environment's `actions_per_turn` (1 where it has none)."""
     retries: int = Field(2, ge=0)
     """LLM players on generated text: more replies asked for before a move counts invalid (LaMer: 0)."""
     free_text_tokens: int | None = Field(None, ge=1)
@@ -89,9 +105,19 @@ class PartsConfig(BaseModel):
         return options
 
 
-class TrialConfig(PartsConfig):
-    """A multi-attempt run: `tasks` instances, `attempts` attempts each. Validated before any model loads."""
+def _refuse_fields_of(other: type[BaseModel], own: type[BaseModel], data: Any, message: str) -> Any:
+    """`data` for a config of kind `own`, refused when it sets fields only the other kind has (by their flags)."""
+    given = [n for n in other.model_fields if n not in own.model_fields and n in data] if isinstance(data, dict) else []
+    if given:
+        raise ValueError(", ".join("--" + name.replace("_", "-") for name in given) + message)
+    return data
 
+
+class TrialConfig(PartsConfig):
+    """A trial run, whose unit is a task: `tasks` instances, `attempts` attempts each (LaMer's reflections in
+    between; MemRL's epochs and held-out validation). Validated before any model loads."""
+
+    kind: Literal["trials"] = "trials"
     memory: str = "lamer"
     tasks: int = Field(10, ge=1)
     attempts: int = Field(3, ge=1)
@@ -115,13 +141,25 @@ class TrialConfig(PartsConfig):
     (their own writes are not carried on); the summary adds best-validation success. Implies a carried memory."""
     validation_env_options: dict[str, Any] = Field(default_factory=dict)
     """Environment options of the held-out instances, over `env_options` (e.g. {"split": "test"})."""
-    moves_per_turn: int | None = Field(None, ge=1)
-    """Scored decisions per turn for LLM players on choice-scoring back ends (Sokoban takes up to 3 moves a turn,
-    scoring picks one); None: the environment's `actions_per_turn` (1 where it has none)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_session_fields(cls, data: Any) -> Any:
+        return _refuse_fields_of(RunConfig, cls, data, " belong to session mode; trial mode (--tasks) plays tasks")
+
+    @model_validator(mode="after")
+    def _control_needs_a_memory(self) -> TrialConfig:
+        if self.control and self.memory == "none":
+            raise ValueError("--control plays every task without memory, which is what memory 'none' already does")
+        return self
 
     @property
     def carries_memory(self) -> bool:
         return bool(self.carry_memory) or self.epochs > 1 or self.validation_tasks > 0
+
+    @property
+    def name(self) -> str:
+        return "session" if self.unit == "game" else "trial run"
 
     @property
     def total(self) -> int:
@@ -144,12 +182,36 @@ class TrialConfig(PartsConfig):
 
 
 class RunConfig(PartsConfig):
-    """Everything needed to rebuild a session. Validated, so a bad value fails before any model loads."""
+    """A session, whose unit is a game: one sequence of games, the memory carried from each to the next. Validated,
+    so a bad value fails before any model loads."""
 
+    kind: Literal["session"] = "session"
     games: int = Field(6, ge=1)
     memory_from: str | None = None
     """A snapshot file or run directory whose latest memory state seeds this run."""
     version: str = __version__
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_trial_fields(cls, data: Any) -> Any:
+        message = " belong to trial mode: add --tasks K (how many task instances)"
+        return _refuse_fields_of(TrialConfig, cls, data, message)
+
+
+AnyConfig = Annotated[Union[RunConfig, TrialConfig], Field(discriminator="kind")]
+"""A run's config; its `kind` says what the run's unit is (a game of a session, a task of a trial run)."""
+_ANY_CONFIG: TypeAdapter[RunConfig | TrialConfig] = TypeAdapter(AnyConfig)
+
+
+def parse_config(data: dict[str, Any]) -> RunConfig | TrialConfig:
+    """The config of `data["kind"]` ("session" by default), a bad value reported in one line."""
+    try:
+        return _ANY_CONFIG.validate_python({"kind": "session", **data})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"][1:])
+        message = str(error["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{where}: {message}" if where else message) from None
 
 
 def canonical_hash(data: Any) -> str:
@@ -297,29 +359,39 @@ class RunDir:
     SNAPSHOTS: ClassVar[str] = "snapshots.jsonl"
     SUMMARY: ClassVar[str] = "summary.json"
     FORK: ClassVar[str] = "fork.json"
+    PLAYED: ClassVar[str] = "episodes.jsonl"
+    """A trainer's run directory: every episode it played, one record each with its training step."""
     LOCK: ClassVar[str] = ".lock"
     LEGACY_SNAPSHOTS: ClassVar[str] = "snapshots"
     """Sessions before content-addressed snapshots: snapshots/game_NNNN.json, one file per game."""
+    FILES: ClassVar[dict[str, tuple[str, str]]] = {"session": (SESSION_CONFIG, EVENTS), "trials": (TRIAL_CONFIG, TASKS)}
+    """Per kind of run: its config file and its records file."""
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.store = SnapshotStore(self.path / self.SNAPSHOTS)
 
+    def config_file(self, kind: str) -> Path:
+        return self.path / self.FILES[kind][0]
+
+    def records_file(self, kind: str) -> Path:
+        return self.path / self.FILES[kind][1]
+
     @property
     def session_config(self) -> Path:
-        return self.path / self.SESSION_CONFIG
+        return self.config_file("session")
 
     @property
     def trial_config(self) -> Path:
-        return self.path / self.TRIAL_CONFIG
+        return self.config_file("trials")
 
     @property
     def events(self) -> Path:
-        return self.path / self.EVENTS
+        return self.records_file("session")
 
     @property
     def tasks(self) -> Path:
-        return self.path / self.TASKS
+        return self.records_file("trials")
 
     @property
     def summary(self) -> Path:
@@ -333,25 +405,34 @@ class RunDir:
     def lock(self) -> Path:
         return self.path / self.LOCK
 
+    @property
+    def played(self) -> Path:
+        return self.path / self.PLAYED
+
+    def record_played(self, step: int, episodes: Sequence[Episode]) -> None:
+        """The episodes a trainer played in `step`, made durable in one append (`read_durable` drops a torn tail;
+        the trainer cuts the lines of steps after its last checkpoint when it resumes)."""
+        append_durable(self.played, [{"type": "episode", "step": step, "episode": e.to_json()} for e in episodes])
+
     def legacy_snapshot(self, game: int) -> Path:
         return self.path / self.LEGACY_SNAPSHOTS / f"game_{game:04d}.json"
 
     @property
     def kind(self) -> str | None:
         """"trials", "session", "fork", or None where the directory holds no run."""
-        for kind, path in (("trials", self.trial_config), ("session", self.session_config), ("fork", self.fork)):
-            if path.is_file():
+        for kind in ("trials", "session"):
+            if self.config_file(kind).is_file():
                 return kind
-        return None
+        return "fork" if self.fork.is_file() else None
 
     def config(self) -> RunConfig | TrialConfig:
-        """The config of a session or trial run."""
+        """The config of a session or trial run (configs written before `kind` existed take it from the file)."""
         kind = self.kind
-        if kind == "trials":
-            return TrialConfig.model_validate_json(self.trial_config.read_text())
-        if kind == "session":
-            return RunConfig.model_validate_json(self.session_config.read_text())
-        raise FileNotFoundError(f"{self.path} is not a run directory (no {self.SESSION_CONFIG} or {self.TRIAL_CONFIG})")
+        if kind not in self.FILES:
+            raise FileNotFoundError(
+                f"{self.path} is not a run directory (no {self.SESSION_CONFIG} or {self.TRIAL_CONFIG})"
+            )
+        return parse_config({**json.loads(self.config_file(kind).read_text()), "kind": kind})
 
     def snapshot(self, key: str, legacy_game: int | None = None) -> dict[str, Any]:
         """The state stored under `key`; in an old session, the file of game `legacy_game` instead."""
@@ -368,36 +449,24 @@ class RunDir:
         return record["memory"] if "memory" in record else self.store.get(record["memory_hash"])
 
     def memory_after(self, index: int) -> dict[str, Any]:
-        """The memory after game `index` of a session or finished task `index` of a trial run, as {"hash", "state"}
-        with state {"memory": …} (and "player" for sessions): what `memory fork` copies and `memory diff` compares."""
-        if self.kind == "trials":
-            records = read_tasks(self.path, repair=False)
-            if not 1 <= index <= len(records):
-                count = len(records)
-                raise ValueError(f"{self.path} has {count} finished tasks; pick one between 1 and {count}")
-            state = {"memory": self.task_memory(records[index - 1])}
-            return {"hash": canonical_hash(state), "state": state}
+        """The memory after unit `index` (a session's game, a trial run's finished task), as {"hash", "state"}: what
+        `memory fork` copies and `memory diff` compares."""
         return Run.open(self.path, repair=False).snapshot(index)
 
     def latest_state(self) -> dict[str, Any]:
         """The state a run starting `--memory-from` this directory starts from: a fork's state, or the state after
-        the last finished game or task."""
-        kind = self.kind
-        if kind == "fork":
+        the last finished unit."""
+        if self.kind == "fork":
             key = json.loads(self.fork.read_text())["hash"]
             if key in self.store:
                 return self.store.get(key)
             legacy = sorted((self.path / self.LEGACY_SNAPSHOTS).glob("game_*.json"))  # a fork of the old layout
             if legacy:
                 return json.loads(legacy[-1].read_text())["state"]
-        elif kind == "trials":
-            records = read_tasks(self.path, repair=False)
-            if records:
-                return self.memory_after(len(records))["state"]
-        elif kind == "session":
+        elif self.kind is not None:
             run = Run.open(self.path, repair=False)
-            if run.episodes:
-                return run.snapshot(len(run.episodes))["state"]
+            if run.records:
+                return run.snapshot(run.done)["state"]
         raise FileNotFoundError(f"{self.path} holds no memory snapshot")
 
     def write_fork(self, source: Path, index: int, snapshot: dict[str, Any]) -> None:
@@ -415,78 +484,163 @@ def latest_state(source: Path) -> dict[str, Any]:
     return RunDir(source).latest_state()
 
 
+
 @dataclass
 class Run:
+    """One run of either kind, read from and appended to its directory: the config and one record per finished unit
+    (a session's "game" records, a trial run's task records). Every driver, reader and summary goes through it."""
+
     path: Path
-    config: RunConfig
-    episodes: list[Episode] = field(default_factory=list)
-    memory_hashes: list[str] = field(default_factory=list)
-    """The content hash of the state after each finished game."""
+    config: RunConfig | TrialConfig
+    records: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.dir = RunDir(self.path)
 
     # ---- creation and reopening -------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, config: RunConfig) -> Run:
+    def create(cls, path: Path, config: RunConfig | TrialConfig) -> Run:
+        """A new run directory holding `config` (refused where any run or other file already is)."""
         run_dir = RunDir(path)
-        if run_dir.session_config.exists():
+        if run_dir.kind is not None:
             raise FileExistsError(f"{path} already holds a run; use `ttlearn resume {path}` or another --out")
+        leftovers = (RunDir.LOCK, RunDir.SESSION_CONFIG + ".tmp", RunDir.TRIAL_CONFIG + ".tmp")  # a creation killed
+        if run_dir.path.exists() and any(p.name not in leftovers for p in run_dir.path.iterdir()):
+            raise FileExistsError(f"{path} exists and is not a run directory; use another --out")
         run_dir.path.mkdir(parents=True, exist_ok=True)
-        write_atomic(run_dir.session_config, config.model_dump_json(indent=2))
-        run_dir.events.touch()
+        write_atomic(run_dir.config_file(config.kind), config.model_dump_json(indent=2))
+        run_dir.records_file(config.kind).touch()
         return cls(run_dir.path, config)
 
     @classmethod
+    def create_or_open(cls, path: Path, config: RunConfig | TrialConfig) -> Run:
+        """Reopen the run at `path` when it holds `config` (to resume it; the ttlearn version aside), else create
+        it."""
+        if RunDir(path).kind is None:
+            return cls.create(path, config)
+        run = cls.open(path)
+        differ = sorted(k for k, v in config.model_dump(exclude={"version"}).items() if run.config_dump().get(k) != v)
+        if differ:
+            raise FileExistsError(
+                f"{path} holds a different {run.name} (other {', '.join(differ)}); resume it with its own config "
+                "or use another --out"
+            )
+        return run
+
+    @classmethod
     def open(cls, path: Path, repair: bool = True) -> Run:
-        """Reopen a run, dropping any torn tail after its last finished game.
+        """Reopen a run, dropping any torn tail after its last finished unit.
 
         Readers of a run that may still be playing (reports) pass `repair=False`: they skip the tail, never cut it.
         """
-        run_dir = RunDir(path)
-        if not run_dir.session_config.exists():
-            raise FileNotFoundError(f"{path} is not a run directory (no {RunDir.SESSION_CONFIG})")
-        run = cls(run_dir.path, RunConfig.model_validate_json(run_dir.session_config.read_text()))
-        games = [r for r in read_durable(run_dir.events, repair=repair, ends_block=_is_game) if _is_game(r)]
-        run.episodes = [Episode.from_json(r["episode"]) for r in games]
-        run.memory_hashes = [r["memory_hash"] for r in games]
+        run = cls(Path(path), RunDir(path).config())
+        records_file = run.dir.records_file(run.config.kind)
+        ends = _is_game if run.unit == "game" else lambda record: True  # a task is one line; a game many
+        found = read_durable(records_file, repair=repair, ends_block=ends) if records_file.exists() else []
+        run.records = [r for r in found if ends(r)]
         return run
 
+    def config_dump(self) -> dict[str, Any]:
+        return self.config.model_dump(exclude={"version"})
+
+    # ---- what a run is made of ---------------------------------------------------------------------------------
+    @property
+    def unit(self) -> str:
+        """What one record is: a "game" (session) or a "task" (trial run)."""
+        return "game" if self.config.kind == "session" else "task"
+
+    @property
+    def name(self) -> str:
+        return "session" if self.unit == "game" else "trial run"
+
+    @property
+    def total(self) -> int:
+        return self.config.games if isinstance(self.config, RunConfig) else self.config.total
+
+    @property
+    def done(self) -> int:
+        return len(self.records)
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+    @property
+    def episodes(self) -> list[Episode]:
+        """A session's games (a trial run's attempts live in its task records)."""
+        return [Episode.from_json(r["episode"]) for r in self.records if r.get("type") == "game"]
+
+    @property
+    def memory_hashes(self) -> list[str]:
+        """The content hash of the state after each finished unit (None for old records that embed it)."""
+        return [r.get("memory_hash") for r in self.records]
+
     # ---- recording -------------------------------------------------------------------------------------------
+    def finish(self, record: dict[str, Any], state: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> None:
+        """Make the next unit durable: its state into the snapshot store, then its events (a session's LLM calls and
+        steps) and its record, which names the state by hash, in one append. Units are appended in order, whoever
+        played them."""
+        index = record.get("game", self.done + 1)
+        if index != self.done + 1:
+            raise ValueError(f"{self.unit} {index} finished out of order; {self.unit} {self.done + 1} is next")
+        record = {**record, "memory_hash": self.dir.store.put(state)}
+        block = [{"game": index, **event} for event in events]
+        append_durable(self.dir.records_file(self.config.kind), [*block, record])
+        self.records.append(record)
+
     def finish_game(self, episode: Episode, state: dict[str, Any], events: Sequence[dict[str, Any]] = ()) -> None:
-        """Make the next game durable: snapshot, then its events (LLM calls, steps) and game record in one append.
-        Games are appended in order, whoever played them."""
-        if episode.index != len(self.episodes) + 1:
-            raise ValueError(f"game {episode.index} finished out of order; game {len(self.episodes) + 1} is next")
-        key = self.dir.store.put(state)
-        block = [{"game": episode.index, **event} for event in events]
-        block.append({"type": "game", "game": episode.index, "episode": episode.to_json(), "memory_hash": key})
-        append_durable(self.dir.events, block)
-        self.episodes.append(episode)
-        self.memory_hashes.append(key)
+        """A session's next game: its episode and the memory (and player) state after it."""
+        self.finish({"type": "game", "game": episode.index, "episode": episode.to_json()}, state, events)
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_atomic(self.dir.summary, json.dumps(summary, indent=2))
 
     # ---- reading ---------------------------------------------------------------------------------------------
-    def snapshot(self, game: int) -> dict[str, Any]:
-        """The memory (and player) state after `game`, as {"game", "hash", "state"}."""
-        if not 1 <= game <= len(self.memory_hashes):
-            count = len(self.memory_hashes)
-            raise ValueError(f"{self.path} has {count} finished games; pick one between 1 and {count}")
-        key = self.memory_hashes[game - 1]
-        return {"game": game, "hash": key, "state": self.dir.snapshot(key, legacy_game=game)}
+    def state_after(self, index: int) -> dict[str, Any]:
+        """The stored state after unit `index` (1-based; a trial task's is its memory alone)."""
+        record = self.records[index - 1]
+        if self.unit == "task":
+            return self.dir.task_memory(record)
+        return self.dir.snapshot(record["memory_hash"], legacy_game=index)
+
+    def snapshot(self, index: int) -> dict[str, Any]:
+        """The memory (and, in a session, player) state after unit `index`, as {unit, "hash", "state"} with state
+        {"memory": …}: what `memory fork` copies, `memory diff` compares and a resumed run starts from."""
+        if not 1 <= index <= self.done:
+            raise ValueError(f"{self.path} has {self.done} finished {self.unit}s; pick one between 1 and {self.done}")
+        state = self.state_after(index)
+        if self.unit == "task":
+            state = {"memory": state}
+            return {"task": index, "hash": canonical_hash(state), "state": state}
+        return {"game": index, "hash": self.records[index - 1]["memory_hash"], "state": state}
 
     def events(self, game: int | None = None) -> Iterator[dict[str, Any]]:
+        """A session's records file line by line (calls, steps, game records), of one game or all."""
         with open(self.dir.events, encoding="utf-8") as fh:
             for line in fh:
                 record = json.loads(line)
                 if game is None or record.get("game") == game:
                     yield record
 
-    @property
-    def finished(self) -> bool:
-        return len(self.episodes) >= self.config.games
+    def calls(self, index: int | None = None) -> list[dict[str, Any]]:
+        """The recorded LLM calls of finished unit `index`, or of every finished unit (what `replay` answers from),
+        in order."""
+        if self.unit == "task":
+            records = self.records if index is None else [self.records[index - 1]]
+            found = [c for r in records for c in r["calls"]]
+        else:
+            found = [e for e in self.events(index) if e.get("game", 0) <= self.done]
+        return [c for c in found if c.get("type") == "call"]
+
+    def outcomes(self) -> list[Any]:
+        """What a replay must reproduce, unit by unit: a game's score; a task's first success (and its control's)
+        and attempt scores."""
+        if self.unit == "game":
+            return [e.score for e in self.episodes]
+        return [
+            (r["first_success"], r.get("control_first_success"), [a["score"] for a in r["attempts"]])
+            for r in self.records
+        ]
 
 
 # ---- arenas ------------------------------------------------------------------------------------------------------
@@ -497,54 +651,11 @@ NO_OPPONENT = "default"
 """The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
 
 
-# ---- trial runs ------------------------------------------------------------------------------------------------
 def read_tasks(out: Path, *, repair: bool = True) -> list[dict[str, Any]]:
-    """The finished task records of a run directory (`read_durable`: a torn last line is dropped, and cut only when
-    `repair`)."""
+    """The finished task records of a trial run directory (`read_durable`: a torn last line is dropped, and cut only
+    when `repair`)."""
     path = RunDir(out).tasks
     return read_durable(path, repair=repair) if path.exists() else []
-
-
-def append_task(run_dir: RunDir, record: dict[str, Any]) -> dict[str, Any]:
-    """Make a finished task durable: its memory state ("memory") into the snapshot store, then the record, which
-    names the state by hash. Returns the record as written."""
-    stored = {k: v for k, v in record.items() if k != "memory"}
-    stored["memory_hash"] = run_dir.store.put(record["memory"])
-    append_durable(run_dir.tasks, [stored])
-    return stored
-
-
-def open_trial_dir(out: Path, config: TrialConfig) -> list[dict[str, Any]]:
-    """Create the directory, or reopen it when it holds the same config; returns the tasks already finished."""
-    run_dir = RunDir(out)
-    if run_dir.trial_config.exists():
-        saved = TrialConfig.model_validate_json(run_dir.trial_config.read_text())
-        if saved != config:
-            raise FileExistsError(
-                f"{out} holds a different trial run; resume it with its own config or use another --out"
-            )
-        return read_tasks(out)
-    if run_dir.path.exists() and any(run_dir.path.iterdir()):
-        raise FileExistsError(f"{out} exists and is not a trial run directory")
-    run_dir.path.mkdir(parents=True, exist_ok=True)
-    run_dir.trial_config.write_text(config.model_dump_json(indent=2))
-    return []
-
-
-def write_trial_summary(out: Path, summary: dict[str, Any]) -> None:
-    write_atomic(RunDir(out).summary, json.dumps(summary, indent=2))
-
-
-def load_trial_config(out: Path) -> TrialConfig:
-    """The config of a trial run directory, to resume it with `run_trials(load_trial_config(out), out)`."""
-    path = RunDir(out).trial_config
-    if not path.exists():
-        raise FileNotFoundError(f"{out} is not a trial run directory (no {RunDir.TRIAL_CONFIG})")
-    return TrialConfig.model_validate_json(path.read_text())
-
-
-def is_trial_dir(path: Path) -> bool:
-    return RunDir(path).kind == "trials"
 
 
 # ---- credentials -------------------------------------------------------------------------------------------------

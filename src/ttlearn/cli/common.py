@@ -100,8 +100,19 @@ def stage_bars() -> Iterator[Callable[[str, int, int], None]]:
         yield report
 
 
-def print_summary(summary: dict[str, Any], path: Path) -> None:
-    """A session's games as a table, then the totals and where the run lives."""
+def print_summary(summary: dict[str, Any]) -> None:
+    """Any run's summary: the sections it holds (a session's games table, a trial run's success@k), how much of
+    the run is done, and where it lives."""
+    if "games" in summary:
+        print_games(summary)
+    if "success_at_k" in summary:
+        console.print(format_trial_summary(summary), markup=False, highlight=False)
+    console.print(f"{summary['done']} of {summary['total']} {summary['unit']}s finished")
+    console.print(f"run directory: [bold]{summary['run_dir']}[/]")
+
+
+def print_games(summary: dict[str, Any]) -> None:
+    """A session's games as a table, then the totals."""
     config = summary["config"]
     table = Table(title=f"{config['env']} · memory {config['memory']} · {config['player']}")
     for column in ("game", "score", "cumulative", "steps", "invalid", "tokens", "LLM s", "wall s"):
@@ -123,7 +134,14 @@ def print_summary(summary: dict[str, Any], path: Path) -> None:
         f"mean score {summary['mean_score']:+.2f} · invalid actions {summary['invalid_rate']:.1%} · "
         f"{summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s of {summary['played_s']:.1f}s played ({share:.0%})"
     )
-    console.print(f"run directory: [bold]{path}[/]")
+
+
+def progress_line(record: dict[str, Any]) -> str:
+    """The progress bar's note on a finished unit: a game's score, or whether a task was solved."""
+    if "episode" in record:
+        return f"game {record['game']}: {record['episode']['score']:+g}"
+    solved = record["first_success"]
+    return f"task {record['task']}: {'solved at ' + str(solved) if solved else 'unsolved'}"
 
 
 def print_call(call: dict[str, Any], prompts: bool) -> None:
@@ -177,20 +195,24 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_task(record: dict[str, Any]) -> str:
-    """One finished task as plain text: its instance facts, then each attempt's context, moves and outcome."""
-    lines = [
-        f"task {record['task']} (epoch {record['epoch']}, seed {record['seed']}) · {json.dumps(record['instance'])}"
-    ]
-    for attempt in record["attempts"]:
-        outcome = "solved" if attempt["success"] else "unsolved"
-        lines.append(f"attempt {attempt['index']}: score {attempt['score']:+g}, {outcome}")
+def format_unit(record: dict[str, Any]) -> str:
+    """One finished unit as plain text: a game's score, or a task's instance facts; then each attempt's context (a
+    game is one attempt), moves and outcome."""
+    if "episode" in record:
+        attempts, lines = [record["episode"]], [f"game {record['game']} score {record['episode']['score']:+g}"]
+    else:
+        facts = f"(epoch {record['epoch']}, seed {record['seed']}) · {json.dumps(record['instance'])}"
+        attempts, lines = record["attempts"], [f"task {record['task']} {facts}"]
+    for attempt in attempts:
+        if "attempts" in record:
+            outcome = "solved" if attempt["success"] else "unsolved"
+            lines.append(f"attempt {attempt['index']}: score {attempt['score']:+g}, {outcome}")
         context = attempt["info"].get("context", "")
         if context:
             lines.append("  saw: " + " ".join(context.split()))
-        for step in attempt["steps"]:
+        for number, step in enumerate(attempt["steps"], start=1):
             flag = "" if step["valid"] else " (invalid)"
-            lines.append(f"  {step['action'] or '(no move)'} → {step['reward']:+g}{flag}")
+            lines.append(f"  step {number}: {step['action'] or '(no move)'} → {step['reward']:+g}{flag}")
     return "\n".join(lines)
 
 

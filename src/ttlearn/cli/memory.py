@@ -12,11 +12,11 @@ from rich.table import Table
 
 from ttlearn.cli.common import console, friendly
 from ttlearn.eval.retrievals import q_effect
-from ttlearn.runs import RunDir
+from ttlearn.runs import Run, RunDir
 
 
 def _unit(run_dir: Path) -> str:
-    return "task" if RunDir(run_dir).kind == "trials" else "game"
+    return Run.open(run_dir, repair=False).unit
 
 memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)
 

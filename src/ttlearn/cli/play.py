@@ -1,77 +1,56 @@
 """`ttlearn run`, `resume` and `replay`: play into a run directory, finish an interrupted one, or re-play a recording.
 
-`run` has two modes, named by their flags: a *session* (`--games N`: one sequence of games, the memory carried from
-each game to the next) and a *trial run* (`--tasks K`: K task instances, each tried up to `--attempts` times with the
-memory's reflections in between; LaMer, and MemRL's protocol with `--epochs`). Trial-only flags without `--tasks`
-are an error, never a silent switch of mode.
+`run` plays either kind of run, named by its flags: a *session* (`--games N`: one sequence of games, the memory
+carried from each game to the next) or a *trial run* (`--tasks K`: K task instances, each tried up to `--attempts`
+times with the memory's reflections in between; LaMer, and MemRL's protocol with `--epochs`). The flags become one
+config, which checks itself (trial-only flags without `--tasks` are an error, never a silent switch of kind); the
+driver (`rollout.run`) checks the rest once and plays. Nothing here depends on the kind.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
 from ttlearn.cli.common import (
     console,
-    format_trial_summary,
     friendly,
     keep_key_out,
     parse_options,
     print_summary,
     progress_bar,
+    progress_line,
 )
 from ttlearn.envs.base import ENVS
-from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
-from ttlearn.rollout.session import open_session, validate
-from ttlearn.rollout.trials import resolved_for, run_trials, validate_trials
-from ttlearn.runs import Run, RunConfig, TrialConfig, check_trusted, is_trial_dir, load_trial_config, read_tasks
+from ttlearn.rollout.run import Config, play, prepare
+from ttlearn.runs import Run, check_trusted, parse_config
 
 TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
 
 
-def play_session(run: Run, replay: ReplayBook | None = None, concurrency: int = 1) -> None:
-    """Play the missing games of `run` with a progress bar, then print and store the summary."""
-    with console.status("loading models…"):
-        session = open_session(run, replay, concurrency=concurrency)
-    start = time.perf_counter()
+def play_with_progress(out: Path, config: Config | None, concurrency: int = 1, replay: ReplayBook | None = None) -> Run:
+    """Create (or resume) the run at `out`, play its missing units with a progress bar, then print its summary."""
+    run = prepare(out, config, concurrency)
+    title = f"{run.config.env} · {run.config.memory}"
     try:
-        with progress_bar(f"{run.config.env} · {run.config.memory}", run.config.games, len(run.episodes)) as update:
-            session.play(lambda ep: update(advance=1, last=f"game {ep.index}: {ep.score:+g}"))
+        with progress_bar(title, run.total, run.done) as update:
+            summary = play(
+                run,
+                lambda done, total, record: update(completed=done, last=progress_line(record)),
+                concurrency=concurrency,
+                replay=replay,
+            )
     except KeyboardInterrupt:
-        console.print(
-            f"[yellow]interrupted after {len(run.episodes)} games; continue with:[/] ttlearn resume {run.path}"
-        )
+        console.print(f"[yellow]interrupted after {run.done} {run.unit}s; continue with:[/] ttlearn resume {out}")
         raise typer.Exit(130) from None
-    finally:
-        session.close()
-    summary = summarize(run, wall_s=time.perf_counter() - start)
-    run.write_summary(summary)
-    print_summary(summary, run.path)
-
-
-def play_trials(config: TrialConfig, out: Path, concurrency: int = 1, replay: ReplayBook | None = None) -> None:
-    """Run (or resume) a trial run with a progress bar, then print success@k."""
-    config = resolved_for(config, out)
-    validate_trials(config, concurrency)
-    with progress_bar(f"{config.env} · {config.memory} · {config.attempts} attempts", config.total) as update:
-
-        def advance(done: int, total: int, record: dict[str, Any]) -> None:
-            solved = record.get("first_success")
-            update(completed=done, last=f"task {done}: {'solved at ' + str(solved) if solved else 'unsolved'}")
-
-        try:
-            summary = run_trials(config, out, progress=advance, concurrency=concurrency, replay=replay)
-        except KeyboardInterrupt:
-            console.print(f"[yellow]interrupted; continue with:[/] ttlearn resume {out}")
-            raise typer.Exit(130) from None
-    console.print(format_trial_summary(summary), markup=False, highlight=False)
-    console.print(f"run directory: [bold]{out}[/]")
+    print_summary(summary)
+    return run
 
 
 def warn_inexact(env: str, how: str) -> None:
@@ -131,7 +110,7 @@ def run(
         [], "--validation-opt", help="Environment option of the held-out instances, KEY=VALUE (e.g. split=test)."
     ),
     policy: Optional[Path] = typer.Option(
-        None, help="Trial mode: play with a trained LaMer policy folder (hf adapter)."
+        None, help="Play with a trained LaMer policy folder (an hf adapter): the same as --llm hf:FOLDER."
     ),
     llm: Optional[str] = typer.Option(
         None,
@@ -159,56 +138,33 @@ def run(
 ) -> None:
     """Play a session of games (--games) or a trial run (--tasks) with a frozen player and a memory; record everything
     in a run directory that `resume`, `show` and `replay` read."""
-    llm = llm or default_player(env)
-    env_options = parse_options(env_opt, "--env-opt")
-    for key, value in {"opponent": opponent, "rounds": rounds, "hands": hands, "duplicate": duplicate}.items():
-        if value is not None:
-            env_options[key] = value
-    if writer and Path(writer).is_dir():
-        writer = f"hf:{writer}"
-    parts = dict(
-        env=env,
-        env_options=env_options,
-        memory=memory,
-        memory_options=keep_key_out(parse_options(memory_opt, "--memory-opt")),
-        writer=writer,
-        seed=seed,
-        temperature=temperature,
-        retries=retries,
-        free_text_tokens=free_text,
-    )
-    out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
-    trial_flags = {
-        "--attempts": attempts,
-        "--epochs": epochs,
-        "--carry-memory": carry_memory,
-        "--control": control,
-        "--policy": policy,
-        "--validation-tasks": validation_tasks,
-        "--validation-opt": validation_opt or None,
+    options = {"opponent": opponent, "rounds": rounds, "hands": hands, "duplicate": duplicate}
+    env_options = {**parse_options(env_opt, "--env-opt"), **{k: v for k, v in options.items() if v is not None}}
+    fields = {
+        "kind": "session" if tasks is None else "trials",
+        "env": env,
+        "env_options": env_options,
+        "memory": memory,
+        "memory_options": keep_key_out(parse_options(memory_opt, "--memory-opt")),
+        "player": f"hf:{policy}" if policy else llm or default_player(env),
+        "writer": f"hf:{writer}" if writer and Path(writer).is_dir() else writer,
+        "seed": seed,
+        "temperature": temperature,
+        "retries": retries,
+        "free_text_tokens": free_text,
+        "games": games,
+        "memory_from": str(memory_from) if memory_from else None,
+        "tasks": tasks,
+        "attempts": attempts,
+        "epochs": epochs,
+        "carry_memory": carry_memory,
+        "control": control,
+        "validation_tasks": validation_tasks,
+        "validation_env_options": parse_options(validation_opt, "--validation-opt") or None,
     }
-    if tasks is None:
-        given = [flag for flag, value in trial_flags.items() if value is not None]
-        if given:
-            raise ValueError(f"{', '.join(given)} belong to trial mode: add --tasks K (how many task instances)")
-        config = RunConfig(**parts, player=llm, games=games or 6, memory_from=str(memory_from) if memory_from else None)
-        validate(config, concurrency)
-        play_session(Run.create(out, config), concurrency=concurrency)
-        return
-    if games is not None or memory_from is not None:
-        raise ValueError("--games and --memory-from belong to session mode; trial mode (--tasks) plays tasks")
-    config = TrialConfig(
-        **parts,
-        player=f"hf:{policy}" if policy else llm,
-        tasks=tasks,
-        **({"attempts": attempts} if attempts else {}),
-        epochs=epochs or 1,
-        carry_memory=carry_memory,
-        control=bool(control),
-        validation_tasks=validation_tasks or 0,
-        validation_env_options=parse_options(validation_opt, "--validation-opt"),
-    )
-    play_trials(config, out, concurrency)
+    config = parse_config({k: v for k, v in fields.items() if v is not None})
+    out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
+    play_with_progress(out, config, concurrency)
 
 
 def resume(
@@ -221,21 +177,14 @@ def resume(
     named again with --trust-url: the run directory may have been written by anyone."""
     if keep_key_out(parse_options(memory_opt, "--memory-opt")):
         raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
-    if is_trial_dir(run_dir):
-        config = load_trial_config(run_dir)
-        warn_inexact(config.env, "resumed")
-        check_trusted(config, trust_url, run_dir)
-        play_trials(config, run_dir, concurrency)
-        return
     run = Run.open(run_dir)
     warn_inexact(run.config.env, "resumed")
     check_trusted(run.config, trust_url, run_dir)
     if run.finished:
-        console.print(f"{run_dir} is already complete ({len(run.episodes)} games).")
-        print_summary(summarize(run), run.path)
-        return
-    console.print(f"resuming {run_dir} at game {len(run.episodes) + 1} of {run.config.games}")
-    play_session(run, concurrency=concurrency)
+        console.print(f"{run_dir} is already complete ({run.done} {run.unit}s).")
+    else:
+        console.print(f"resuming {run_dir} at {run.unit} {run.done + 1} of {run.total}")
+    play_with_progress(run_dir, None, concurrency)
 
 
 def replay(
@@ -243,32 +192,16 @@ def replay(
     out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
     trust_url: list[str] = typer.Option([], help=TRUST_HELP),
 ) -> None:
-    """Re-run a recorded session or trial run without calling any model, and check that every score is reproduced."""
+    """Re-run a recorded session or trial run without calling any model, and check that every outcome is
+    reproduced."""
     out = out or Path(f"{run_dir}-replay")
-    if is_trial_dir(run_dir):
-        config, recorded = load_trial_config(run_dir), read_tasks(run_dir, repair=False)
-        warn_inexact(config.env, "replayed")
-        check_trusted(config, trust_url, run_dir)
-        if len(recorded) < config.total:
-            raise ValueError(f"{run_dir} is unfinished ({len(recorded)} of {config.total} tasks); resume it first")
-        book = ReplayBook(c for r in recorded for c in r["calls"] if c.get("type") == "call")
-        play_trials(config, out, replay=book)
-        same = _trial_scores(recorded) == _trial_scores(read_tasks(out))
-    else:
-        source = Run.open(run_dir)
-        warn_inexact(source.config.env, "replayed")
-        check_trusted(source.config, trust_url, run_dir)
-        book = ReplayBook(e for e in source.events() if e.get("type") == "call")
-        target = Run.create(out, source.config)
-        play_session(target, replay=book)
-        same = [a.score for a in source.episodes] == [b.score for b in target.episodes]
+    source = Run.open(run_dir, repair=False)
+    warn_inexact(source.config.env, "replayed")
+    check_trusted(source.config, trust_url, run_dir)
+    if not source.finished:
+        raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} {source.unit}s); resume it first")
+    target = play_with_progress(out, source.config, replay=ReplayBook(source.calls()))
+    same = source.outcomes() == target.outcomes()
     console.print("[green]scores reproduced exactly[/]" if same else "[red]scores differ from the recording[/]")
     if not same:
         raise typer.Exit(1)
-
-
-def _trial_scores(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    """What a trial replay must reproduce: each task's first success (and its control's) and attempt scores."""
-    return [
-        (r["first_success"], r.get("control_first_success"), [a["score"] for a in r["attempts"]]) for r in records
-    ]

@@ -1,24 +1,50 @@
-"""The end-of-run summary of a session, computed from its recorded episodes alone (so `show` and `resume` agree with
-`run`)."""
+"""One summariser for every run, from its records alone (so `show`, `resume` and `run` agree): what every run has,
+then the sections its records hold — a session's games (score, cumulative performance, cost), a trial run's
+success@k with Wilson intervals, pass@k of independent attempts, trajectory entropy, instance-set ceilings, MemRL's
+protocol metrics and the paired control. Also the paired comparison of two trial runs."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ttlearn.eval.metrics import cumulative_performance
-from ttlearn.runs import Run
+import numpy as np
+
+from ttlearn.eval.metrics import (
+    cumulative_performance,
+    mcnemar_exact,
+    mean_pass_at_k,
+    mean_trajectory_entropy,
+    run_protocol,
+    success_at_k,
+    wilson_interval,
+)
+from ttlearn.runs import Run, TrialConfig
+from ttlearn.types import Episode
 
 
 def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
-    episodes = run.episodes
+    """What every run has (its kind, directory, config, how many of its units are done), then its sections."""
+    head = {
+        "kind": run.config.kind,
+        "run_dir": str(run.path),
+        "config": run.config.model_dump(),
+        "unit": run.unit,
+        "done": run.done,
+        "total": run.total,
+    }
+    if run.unit == "game":
+        return {**head, **summarize_games(run.episodes, wall_s)}
+    return {**head, **summarize_trials(run.records, run.config)}
+
+
+def summarize_games(episodes: list[Episode], wall_s: float | None = None) -> dict[str, Any]:
+    """A session's section: every game's score, cumulative performance and cost, and the totals."""
     scores = [e.score for e in episodes]
     steps = sum(len(e.steps) for e in episodes)
     invalid = sum(e.invalid_actions for e in episodes)
     played_s = sum(e.info.get("wall_s", 0.0) for e in episodes)
     llm_s = sum(e.info.get("llm_s", 0.0) for e in episodes)
     return {
-        "run_dir": str(run.path),
-        "config": run.config.model_dump(),
         "games": [
             {
                 "game": e.index,
@@ -40,3 +66,155 @@ def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
         "played_s": played_s,
         "wall_s": wall_s if wall_s is not None else played_s,
     }
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"mean": float(np.mean(values)), "min": float(min(values)), "max": float(max(values))}
+
+
+def instance_summary(instances: list[dict[str, Any]]) -> dict[str, Any]:
+    """Ceilings of the instance set: optimal-length / fewest-reveals stats, the no-guess rate, and the share of
+    instances whose need (optimal moves, fewest reveals) fits in an attempt's move budget at all."""
+    out: dict[str, Any] = {}
+    for name in ("optimal_length", "min_reveals"):
+        values = [i[name] for i in instances if name in i]
+        if values:
+            out[name] = _stats(values)
+            budgets = [(i[name], i["budget"]) for i in instances if name in i and "budget" in i]
+            if budgets:
+                out["within_budget_rate"] = float(np.mean([need <= budget for need, budget in budgets]))
+    flags = [i["no_guess"] for i in instances if "no_guess" in i]
+    if flags:
+        out["no_guess_rate"] = float(np.mean(flags))
+    return out
+
+
+def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict[str, Any]:
+    """Everything the table shows, from task records alone.
+
+    success@k: solved within the first k sequential attempts, with its 95 % Wilson interval over the tasks.
+    pass@k: the unbiased estimator over the n attempts of each task, reported only when they are independent samples
+    (memory "none") and all were played (no early stop).
+    Trajectory entropy: per instance, the Shannon entropy (bits) of the distribution of distinct action sequences
+    over its attempts, averaged over instances.
+    Held-out (validation) records count only towards MemRL's best-validation success.
+    """
+    held_out = [r for r in records if r.get("type") == "validation"]
+    records = [r for r in records if r.get("type", "task") == "task"]
+    if not records:
+        raise ValueError("no finished tasks to summarise")
+    n = config.attempts
+    attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in records]
+    first = [next((e.index for e in eps if e.success), None) for eps in attempts]
+    summary: dict[str, Any] = {
+        "env": config.env,
+        "memory": config.memory,
+        "memory_options": config.memory_options,
+        "player": config.player,
+        "tasks": len(records),
+        "attempts": n,
+        "success_at_k": success_at_k(first, n).tolist(),
+        "success_at_k_ci95": [
+            list(wilson_interval(sum(a is not None and a <= k for a in first), len(first))) for k in range(1, n + 1)
+        ],
+        "trajectory_entropy": mean_trajectory_entropy(
+            [[tuple(s.action for s in e.steps) for e in eps] for eps in attempts]
+        ),
+        "mean_attempts": float(np.mean([len(eps) for eps in attempts])),
+        "first_attempt_score": float(np.mean([eps[0].score for eps in attempts])),
+        "invalid_rate": float(np.mean([not s.valid for eps in attempts for e in eps for s in e.steps])),
+        "wall_s_per_task": float(np.mean([r["wall_s"] for r in records])),
+        "instances": instance_summary([r["instance"] for r in records]),
+        "pass_at_k": None,
+    }
+    if config.epochs > 1 or held_out:
+        per_epoch: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
+        validation: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
+        for record in records:
+            per_epoch[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
+        for record in held_out:
+            validation[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
+        protocol = run_protocol([e for e in per_epoch if e], [v for v in validation if v])
+        summary["protocol"] = {
+            "epoch_success": protocol.per_epoch,
+            "last_epoch_success": protocol.last_epoch_success,
+            "cumulative_success": protocol.cumulative_success,
+            "validation_success": [sum(v.values()) / len(v) for v in validation if v],
+            "best_validation_success": protocol.best_validation_success,
+        }
+    if config.memory == "none" and all(len(eps) == n for eps in attempts):
+        samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
+        summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
+    controlled = [r for r in records if "control_first_success" in r]
+    if controlled:
+        # Each instance once: the control's epoch (the last one; older runs played it in every epoch), never pooled.
+        epoch = max(r["epoch"] for r in controlled)
+        paired = [r for r in controlled if r["epoch"] == epoch]
+        pairs = [(r["first_success"], r["control_first_success"]) for r in paired]
+        summary["control"] = {**paired_success(pairs, n), "epoch": epoch}
+        if all("control_steps" in r for r in paired):
+            steps = [s for r in paired for a in r["attempts"] for s in a["steps"]]
+            summary["control"]["invalid_rate"] = {
+                "memory": sum(not s["valid"] for s in steps) / len(steps),
+                "control": sum(r["control_invalid_steps"] for r in paired) / sum(r["control_steps"] for r in paired),
+            }
+    elif greedy_control_applies(config) and n > 1:
+        summary["memory_gain"] = memory_gain(first, n)
+    return summary
+
+
+def greedy_control_applies(config: TrialConfig) -> bool:
+    """A greedy LLM player with no memory answers every attempt of an instance as it answered the first (same
+    prompt, argmax decoding), so its success@k equals success@1: the paired control is attempt 1 itself. It needs
+    greedy decoding and a deterministic player — not a scripted one, which may play differently on a restart."""
+    return config.temperature == 0 and config.memory != "none" and not config.player.startswith("scripted:")
+
+
+def memory_gain(first_success: list[int | None], attempts: int) -> dict[str, Any]:
+    """success@N − success@1 against the greedy no-memory control, with the exact McNemar test on the paired
+    instances: the control solves exactly the instances attempt 1 solved, so the discordant pairs are the instances
+    solved only after the memory spoke (b) — none can be solved by the control alone (c = 0)."""
+    tasks = len(first_success)
+    at_one = sum(a == 1 for a in first_success)
+    later = sum(a is not None and 1 < a <= attempts for a in first_success)
+    return {
+        "k": attempts,
+        "control": at_one / tasks,
+        "with_memory": (at_one + later) / tasks,
+        "solved_only_with_memory": later,
+        "p_value": mcnemar_exact(later, 0),
+    }
+
+
+def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
+    """success@k of two runs on the tasks both finished (paired by seed, so the same instances), with the
+    discordant counts and the exact McNemar p-value per k: the honest test of "A beats B" on one task set."""
+
+    def key(record: dict[str, Any]) -> tuple[str, int, int]:
+        return record.get("type", "task"), record["epoch"], record["seed"]
+
+    first_b = {key(r): r["first_success"] for r in b}
+    pairs = [(r["first_success"], first_b[key(r)]) for r in a if key(r) in first_b]
+    if not pairs:
+        raise ValueError("the two runs share no finished task (compare runs of the same env, seed and task set)")
+    return paired_success(pairs, attempts)
+
+
+def paired_success(pairs: list[tuple[int | None, int | None]], attempts: int) -> dict[str, Any]:
+    """success@k of A and B on paired tasks, given each task's first successful attempt under A and under B (None:
+    never), with the discordant counts and the exact McNemar p-value per k."""
+    rows = []
+    for k in range(1, attempts + 1):
+        hits = [(x is not None and x <= k, y is not None and y <= k) for x, y in pairs]
+        only_a, only_b = sum(x and not y for x, y in hits), sum(y and not x for x, y in hits)
+        rows.append(
+            {
+                "k": k,
+                "a": sum(x for x, _ in hits) / len(hits),
+                "b": sum(y for _, y in hits) / len(hits),
+                "only_a": only_a,
+                "only_b": only_b,
+                "p_value": mcnemar_exact(only_a, only_b),
+            }
+        )
+    return {"tasks": len(pairs), "rows": rows}

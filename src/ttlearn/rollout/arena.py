@@ -23,7 +23,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from contextlib import contextmanager
@@ -36,11 +35,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ttlearn import __version__
-from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import DEFAULT_LLM
-from ttlearn.rollout.parts import LLMPool
-from ttlearn.rollout.session import open_session, validate
 from ttlearn.registry import loaded_plugins
+from ttlearn.rollout.parts import LLMPool
+from ttlearn.rollout.run import play, prepare as prepare_run, validate
 from ttlearn.runs import (
     ARENA_FILE,
     NO_OPPONENT,
@@ -198,10 +196,10 @@ def is_finished(item: PlanItem) -> bool:
     orphaned worker may still be appending to an unfinished run. Refuses a run directory of another config (the
     ttlearn version aside: the report lists the versions of all runs)."""
     run_dir = RunDir(item.path)
-    if not run_dir.session_config.exists():
+    if run_dir.kind is None:
         return False
-    recorded = RunConfig.model_validate_json(run_dir.session_config.read_text()).model_dump(exclude={"version"})
-    changed = sorted(k for k, v in item.config.model_dump(exclude={"version"}).items() if recorded[k] != v)
+    recorded = Run.open(item.path, repair=False).config_dump()
+    changed = sorted(k for k, v in item.config.model_dump(exclude={"version"}).items() if recorded.get(k) != v)
     if changed:
         raise ValueError(f"{item.path} holds a run with other {', '.join(changed)}; use another --out for this arena")
     return run_dir.summary.exists()
@@ -262,24 +260,15 @@ def _locked(path: Path) -> Iterator[None]:
 
 def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[str, Any]:
     """Create or resume one run and play its missing games; returns what the progress bar shows. `pool`: back ends
-    shared with other runs in flight in this process."""
+    shared with other runs in flight in this process. The arena validated its plan before handing it out."""
     run_dir, config = RunDir(Path(path)), RunConfig.model_validate_json(config_json)
     run_dir.path.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
     with _locked(run_dir.lock):
-        run = Run.open(run_dir.path) if run_dir.session_config.exists() else Run.create(run_dir.path, config)
+        run = prepare_run(run_dir.path, config, check=False)
         check_trusted(run.config, credential_urls(config), run_dir.path)  # credentials go where the command says only
-        already = len(run.episodes)
-        if not run.finished:
-            session = open_session(run, pool=pool)
-            try:
-                session.play()
-            finally:
-                if pool is None:
-                    session.close()
-        summary = summarize(run, wall_s=time.perf_counter() - start)
-        run.write_summary(summary)
-    return {"played": len(run.episodes) - already, "mean_score": summary["mean_score"], "wall_s": summary["wall_s"]}
+        already = run.done
+        summary = play(run, pool=pool)
+    return {"played": run.done - already, "mean_score": summary["mean_score"], "wall_s": summary["wall_s"]}
 
 
 # ---- executing a plan ---------------------------------------------------------------------------------------------

@@ -146,13 +146,7 @@ def make_player(
     return (TurnPlayer(player, moves) if moves > 1 else player), moves
 
 
-def build_parts(
-    cfg: PartsConfig,
-    pool: LLMPool,
-    *,
-    run_dir: Path | None = None,
-    moves_per_turn: int | None = None,
-) -> Parts:
+def build_parts(cfg: PartsConfig, pool: LLMPool, *, run_dir: Path | None = None) -> Parts:
     """Live parts for `cfg`, their LLMs drawn from `pool` and recorded into the parts' own `events`; the memory is
     bound to `run_dir` (where memories that keep files put them)."""
     env = _checked_env(cfg)
@@ -165,7 +159,7 @@ def build_parts(
         lambda spec: recorded(spec, "player"),
         cfg.temperature,
         env,
-        moves_per_turn,
+        cfg.moves_per_turn,
         retries=cfg.retries,
         free_text_tokens=cfg.free_text_tokens,
     )

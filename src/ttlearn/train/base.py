@@ -6,6 +6,8 @@ A run directory OUT holds
                     `resumable` fields (how long to train, how often to save) is refused: it is another experiment
     metrics.jsonl   one JSON line per step, appended durably (`runs.append_durable`): a crash leaves at most a torn
                     last line, and lines of steps after the last checkpoint are dropped on resume
+    episodes.jsonl  every episode the step played (a trainer adds them to `self.played`), written by the run
+                    writer (`RunDir.record_played`) before the step's metrics and cut on resume alike
     step_0004/      a checkpoint: the LoRA adapter (peft) + trainer_state.pt (step, optimiser, torch / python / numpy
                     RNG states), written to a scratch directory and renamed, so it is complete or absent
     final/          the adapter after the last step; play it with `hf:OUT/final`
@@ -42,7 +44,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn.registry import Registry
-from ttlearn.runs import append_durable, read_durable
+from ttlearn.runs import RunDir, append_durable, read_durable
+from ttlearn.types import Episode
 
 if TYPE_CHECKING:
     from ttlearn.llm.hf import HFPolicy
@@ -210,6 +213,8 @@ class Trainer(ABC):
             raise ValueError(f"the {self.name} trainer trains LoRA adapters; give it a policy with one")
         self.params = self.policy.trainable_parameters()
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
+        self.played: list[Episode] = []
+        """The episodes the step in progress played (rank 0's are recorded)."""
         self.step = self._resume()
 
     def next_command(self) -> str:
@@ -228,13 +233,14 @@ class Trainer(ABC):
         """Run steps `self.step + 1 .. config.steps`; returns their metrics (also appended to metrics.jsonl)."""
         done: list[dict[str, Any]] = []
         while self.step < self.config.steps:
-            start = time.perf_counter()
+            start, self.played = time.perf_counter(), []
             metrics = {"step": self.step + 1, **self.train_step(self.step + 1)}
             metrics.setdefault("wall_s", time.perf_counter() - start)
             if not np.isfinite(metrics.get("loss", 0.0)):
                 raise FloatingPointError(f"non-finite loss at step {self.step + 1}: {metrics}")
             self.step += 1
             if self.rank == 0:  # logged before the checkpoint: a crash in between replays the step, losing nothing
+                RunDir(self.out).record_played(self.step, self.played)
                 append_durable(self.out / METRICS_FILE, [metrics])
             if self.step % self.config.save_every == 0 or self.step == self.config.steps:
                 self.save_checkpoint()
@@ -275,9 +281,11 @@ class Trainer(ABC):
             random.setstate(state["python_rng"])
             np.random.set_state(state["numpy_rng"])
             step = int(state["step"])
-        log = self.out / METRICS_FILE
-        if log.exists():  # the block ends at the last line of a checkpointed step; later lines are cut
-            self._on_rank0(lambda: read_durable(log, repair=True, ends_block=lambda record: record["step"] <= step))
+        for log in (self.out / METRICS_FILE, RunDir(self.out).played):
+            if log.exists():  # the block ends at the last line of a checkpointed step; later lines are cut
+                self._on_rank0(
+                    lambda log=log: read_durable(log, repair=True, ends_block=lambda record: record["step"] <= step)
+                )
         return step
 
     def _claim_run_directory(self) -> None:

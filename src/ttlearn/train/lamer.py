@@ -452,6 +452,7 @@ class LamerTrainer(Trainer):
                 records = [self.trained_part(r, memory) for r in recorder.take()]
                 batch.append((instance, j, trial_steps(trial, [r for r in records if r is not None], states)))
                 trials.append(trial)
+                self.played.extend(trial.attempts)
         return batch, trials
 
     def trained_part(self, record: ActionRecord | TextRecord, memory: Any) -> ActionRecord | TextRecord | None:

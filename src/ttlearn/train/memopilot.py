@@ -334,6 +334,7 @@ class MemoPilotTrainer(Trainer):
         envs = [self.make_env(cfg, opponent, seed) for _ in rollouts]
         first = play_sequence_game(envs[0], self.player, fixed_memory(""), seed, 1)  # no memory: same in every rollout
         episodes, memories = [first] * len(rollouts), [""] * len(rollouts)
+        self.played.append(first)
         rewards = np.zeros((len(rollouts), cfg.games - 1))
         writes: list[Write] = []
         for turn in range(1, cfg.games):
@@ -350,6 +351,7 @@ class MemoPilotTrainer(Trainer):
                 list(zip(envs, memories)),
                 cfg.concurrency,
             )
+            self.played.extend(episodes)
             rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes]
             seen = [seen_part(self.policy, s, cfg.memory_chars) for s in samples]
             writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, seen)]
