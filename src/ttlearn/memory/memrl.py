@@ -65,30 +65,6 @@ KEEP_MODES = ("all", "successes")
 
 # -- the settings -----------------------------------------------------------------------------------------------
 
-TUNING: dict[str, Any] = {
-    "k1": 5,
-    "k2": 5,
-    "delta": 0.5,
-    "q_min": -0.8,
-    "w_sim": 0.5,
-    "w_q": 0.5,
-    "sim_mean": None,
-    "sim_std": None,
-    "epsilon": 0.1,
-    "alpha": DEFAULT_ALPHA,
-    "q_init": 0.0,
-    "reward_success": 1.0,
-    "reward_failure": -1.0,
-    "join_threshold": 0.9,
-    "batch": 1,
-    "write": "notes",
-    "keep": "all",
-    "show": "notes",
-}
-"""Every tunable option and its value when neither the user nor a preset sets it: the released BigCodeBench
-configuration (`PRESETS["bcb"]`), except the similarity statistics, which belong to the embedder (None: the
-embedder's calibrated `SIMILARITY_STATS`)."""
-
 PRESETS: dict[str, dict[str, Any]] = {
     # The official repository's configs/rl_*_config.yaml (MemTensor/MemRL): k1 = memory.k_retrieve, k2 =
     # rl_config.topk, delta = rl_config.sim_threshold, q_min = q_min_threshold, sim_mean/std = memory.sim_norm_*,
@@ -124,10 +100,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         "batch": 1, "write": "answer", "keep": "successes",
     },
 }
-PRESETS["code"] = PRESETS["sql"]
+PRESETS["code"] = dict(PRESETS["sql"])
 """HumanEval shares the SQL setting: one verified function, the same bar (no separate development measurement)."""
 PRESETS["household"] = {**PRESETS["sql"], "write": "trajectory"}
 """A household game's verified answer is its action sequence; `trajectory` keeps the observations beside it."""
+
+TUNING: dict[str, Any] = {
+    **PRESETS["bcb"],
+    "sim_mean": None,
+    "sim_std": None,
+    "write": "notes",
+    "keep": "all",
+    "show": "notes",
+}
+"""Every tunable option and its value when neither the user nor a preset sets it: the released BigCodeBench
+configuration, except the similarity statistics, which belong to the embedder (None: the embedder's calibrated
+`SIMILARITY_STATS`), and the paper's items (notes on every episode, shown as notes)."""
 
 
 def resolve_settings(preset: str | None, given: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
@@ -239,7 +227,6 @@ class MemRLMemory(Memory):
         super().__init__(llm)
         given = {name: value for name, value in locals().items() if name in TUNING}
         settings = resolve_settings(preset, given, self.fixed)
-        self.preset = preset
         if gamma != 0.0:
             raise ValueError(
                 f"memrl supports gamma = 0 only (got {gamma}): tasks are independent, so there is no next state whose "
@@ -248,12 +235,9 @@ class MemRLMemory(Memory):
         self.alpha = settings["alpha"]
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {self.alpha}")
-        if settings["write"] not in WRITE_MODES:
-            raise ValueError(f"write must be one of {', '.join(WRITE_MODES)}, got {settings['write']!r}")
-        if settings["keep"] not in KEEP_MODES:
-            raise ValueError(f"keep must be one of {', '.join(KEEP_MODES)}, got {settings['keep']!r}")
-        if settings["show"] not in SHOW_MODES:
-            raise ValueError(f"show must be one of {', '.join(SHOW_MODES)}, got {settings['show']!r}")
+        for option, modes in (("write", WRITE_MODES), ("keep", KEEP_MODES), ("show", SHOW_MODES)):
+            if settings[option] not in modes:
+                raise ValueError(f"{option} must be one of {', '.join(modes)}, got {settings[option]!r}")
         if settings["batch"] < 1:
             raise ValueError(f"batch must be at least 1, got {settings['batch']}")
         self.write, self.keep, self.batch = settings["write"], settings["keep"], settings["batch"]
