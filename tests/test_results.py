@@ -3,7 +3,9 @@ made."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,28 @@ def test_every_result_folder_says_its_command_commit_date_and_records():
     for folder in folders:
         text = (folder / "README.md").read_text()
         assert all(word in text for word in ("ttlearn ", "Commit: ", "Date: ", "Records: ")), folder
+
+
+RECORDED = sorted(p.parent for p in (ROOT / "results").glob("*/tasks.jsonl.gz"))
+VARIES = {"kind", "run_dir", "config", "unit", "done", "total", "wall_s_per_task"}
+"""Summary keys that say where and how fast a run was played, or that older summaries did not have."""
+
+
+@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
+def test_a_result_with_records_recomputes_its_summary(folder: Path, tmp_path: Path) -> None:
+    from ttlearn.eval.summary import summarize
+    from ttlearn.runs import Run
+
+    for path in folder.iterdir():
+        if path.suffix == ".gz":
+            (tmp_path / path.stem).write_bytes(gzip.decompress(path.read_bytes()))
+        elif path.name != "summary.json":
+            shutil.copy(path, tmp_path / path.name)
+    recomputed = summarize(Run.open(tmp_path, repair=False))
+    committed = json.loads((folder / "summary.json").read_text())
+    assert {k: v for k, v in recomputed.items() if k in committed and k not in VARIES} == {
+        k: v for k, v in committed.items() if k not in VARIES
+    }
 
 
 def _trial_result(root: Path, name: str, summary: dict) -> None:
