@@ -15,6 +15,14 @@ def test_q_effect_counts_by_hand() -> None:
         ([cand(1, 0.95, 1.0), cand(2, 0.91, 0.2)], [1], False),  # Q agrees with similarity
         ([cand(1, 0.95, None), cand(2, 0.91, 0.2)], [2], False),  # the filter hid the most similar item
         ([cand(3, 0.93, -0.4), cand(4, 0.92, 0.9)], [4], False),  # Q outranked similarity
+        ([cand(7, 0.94, -0.4), cand(8, 0.94, 0.3)], [8], False),  # Q chose between two items of one key
         ([cand(5, 0.99, 0.1), cand(6, 0.90, 0.0)], [6], True),  # an ε-random pick: neither ranking decided
     ]
-    assert q_effect(logs) == {"retrievals": 5, "with_candidates": 4, "filtered": 1, "reordered": 2, "explored": 1}
+    assert q_effect(logs) == {
+        "retrievals": 6,
+        "with_candidates": 5,
+        "filtered": 1,
+        "less_similar": 2,
+        "tie_broken": 1,
+        "explored": 1,
+    }

@@ -100,8 +100,9 @@ def memory_explain(
         records = store.retrievals(namespace, run_id=run_id)
         counts = q_effect((r.candidates, r.chosen, r.explored) for r in records)
         console.print(
-            f"{counts['retrievals']} retrievals, {counts['with_candidates']} with a candidate above δ: Q changed what "
-            f"was shown in {counts['reordered']} (its q_min filter hid a candidate in {counts['filtered']}); "
+            f"{counts['retrievals']} retrievals, {counts['with_candidates']} with a candidate above δ: Q made the "
+            f"memory show a less similar item in {counts['less_similar']} and chose among equally similar ones in "
+            f"{counts['tie_broken']}; its q_min filter hid a candidate in {counts['filtered']}; "
             f"{counts['explored']} were ε-random picks"
         )
         return
