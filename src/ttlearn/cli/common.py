@@ -158,8 +158,11 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
     """A plain-text table of success@k (and pass@k) of a trial run."""
     options = "".join(f" {k}={v}" for k, v in summary.get("memory_options", {}).items())
     memory = f"{summary['memory']}{f' ({options.strip()})' if options else ''}"
-    lines = [f"{summary['env']} · memory {memory} · {summary['player']} · {summary['tasks']} tasks"]
-    lines.append((f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")).rstrip())
+    epochs = len(summary["protocol"]["epoch_success"]) if summary.get("protocol") else 1
+    count = f"{summary['tasks']} tasks" if epochs == 1 else f"{summary['tasks'] // epochs} tasks × {epochs} epochs"
+    lines = [f"{summary['env']} · memory {memory} · {summary['player']} · {count}"]
+    head = f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")
+    lines.append(head.rstrip() + ("   (all epochs)" if epochs > 1 else ""))
     for k, value in enumerate(summary["success_at_k"], start=1):
         low, high = summary["success_at_k_ci95"][k - 1]
         extra = f"{summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
