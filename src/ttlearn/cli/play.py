@@ -101,7 +101,8 @@ def run(
     control: Optional[bool] = typer.Option(
         None,
         "--control",
-        help="Trial mode: also play every task without memory (same seeds) and report the paired difference.",
+        help="Trial mode: also play every task without memory (same seeds; with --epochs, in the last epoch) and report "
+        "the paired difference and both arms' invalid replies.",
     ),
     validation_tasks: Optional[int] = typer.Option(
         None, min=1, help="Trial mode, MemRL protocol: after each epoch, play N held-out instances from its memory."
