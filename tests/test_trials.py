@@ -355,16 +355,7 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
 
 
 def test_the_control_pairs_each_instance_once_over_epochs(tmp_path) -> None:
-    config = TrialConfig(
-        env="sql",
-        env_options={"dataset": "mini"},
-        memory="history",
-        player="qwen-coder",
-        tasks=3,
-        attempts=1,
-        epochs=2,
-        control=True,
-    )
+    config = carried_sql_config().model_copy(update={"carry_memory": None, "epochs": 2})
     fake = GoldWithMemoryFake()
     summary = play_run(tmp_path / "e", config, llm_factory=lambda spec: fake)
     records = read_tasks(tmp_path / "e")
