@@ -12,7 +12,7 @@ What a sandboxed program gets, on Linux:
 - output capped: stdout and stderr together, plus the report stream on file descriptor 3, each read up to a byte
   budget and the rest discarded.
 
-What stops it from harming anything outside its directory (each part measured by `tests/test_sandbox.py`):
+What stops it from harming anything outside its directory (each part measured by `tests/sandbox/test_sandbox.py`):
 - **As root, with namespaces** (`namespaces_available()`: the kernel lets us `unshare`): fresh mount, network, PID,
   IPC and UTS namespaces. It is PID 1 of its own PID namespace with its own /proc, so it sees no other process (not
   ours, not their command lines), and when it ends the kernel kills everything it started. Its network namespace has

@@ -60,7 +60,7 @@ def test_short_real_run_then_exact_replay(tmp_path):
 
 def test_cli_run_prints_summary_and_writes_the_run(tmp_path):
     out = tmp_path / "cli"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src"), "COLUMNS": "120"}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src"), "COLUMNS": "120"}
     done = subprocess.run(
         [
             sys.executable,

@@ -107,7 +107,7 @@ def test_existing_run_is_not_overwritten(tmp_path):
 
 
 def cli(*args: str, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
     return subprocess.Popen(
         [sys.executable, "-m", "ttlearn", *args],
         env=env,
@@ -200,7 +200,7 @@ def test_concurrency_is_refused_where_games_depend_on_each_other(tmp_path):
         prepare(tmp_path / "r", scripted_config(), concurrency=2)
 
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 """Run directories written before snapshots were stored by content (by ttlearn at commit 677f6c8): a session with
 snapshots/game_NNNN.json, a fork of its game 2, and a carried trial run whose records embed their memory."""
 
@@ -252,7 +252,7 @@ def test_an_old_trial_run_still_reads_and_resumes_where_it_stopped(tmp_path):
 def test_every_committed_trial_config_still_loads():
     from ttlearn.runs import RunDir, TrialConfig
 
-    configs = sorted(Path(__file__).parents[1].glob("**/trials.json"))
+    configs = sorted(Path(__file__).parents[2].glob("**/trials.json"))
     assert len(configs) > 20
     assert all(isinstance(RunDir(c.parent).config(), TrialConfig) for c in configs)
 

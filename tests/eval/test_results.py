@@ -13,7 +13,7 @@ import pytest
 from ttlearn.eval.metrics import mcnemar_exact
 from ttlearn.eval.results import BEGIN, END, render, replace_table, row_cells
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_the_readme_table_is_the_one_rebuilt_from_results():

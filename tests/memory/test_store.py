@@ -19,7 +19,7 @@ import pytest
 from ttlearn.memory.embed import HashEmbedder, make_embedder
 from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from ttlearn.memory.remote import MemoryClient, MemoryServiceError  # noqa: E402
 from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.types import Episode, Step  # noqa: E402
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
 ENV = {**os.environ, "PYTHONPATH": SRC, "TTLEARN_ADMIN_KEY": ADMIN, "OMP_NUM_THREADS": "1"}
 

@@ -16,7 +16,7 @@ import pytest
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.store import MemoryStore, NewItem
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 DIM = 32
 EMBEDDER = HashEmbedder(DIM)  # vectors are given explicitly; the embedder only names the namespace
 THRESHOLD = 100  # HNSW from 100 intents on, so small stores exercise it

@@ -35,7 +35,7 @@ from ttlearn.train.lamer import (  # noqa: E402
 from ttlearn.train.memopilot import MemoPilotTrainConfig, Write, policy_update  # noqa: E402
 
 torch.set_num_threads(1)
-SRC = Path(__file__).resolve().parents[1] / "src" / "ttlearn"
+SRC = Path(__file__).resolve().parents[2] / "src" / "ttlearn"
 PROMPTS = [[{"role": "user", "content": "Say hi."}], [{"role": "user", "content": "Rock, paper or scissors?"}]]
 MOVES = ["rock", "paper", "scissors"]
 

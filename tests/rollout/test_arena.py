@@ -168,7 +168,7 @@ def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
         "--out",
         str(out),
     ]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
     victim = subprocess.Popen(
         [sys.executable, "-m", "ttlearn", *args, "--workers", "1"],
         env=env,
