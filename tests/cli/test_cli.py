@@ -148,6 +148,12 @@ def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
     assert "between 1 and 3" in invoke("show", str(out), "--game", "4").output
     same = invoke("show", str(out), "--against", str(out))
     assert same.exit_code == 0 and "paired on 3 shared tasks" in same.output and "+0.000" in same.output
+    epochs = tmp_path / "e"
+    args = ["run", "minesweeper", "--memory", "history", "--tasks", "3", "--epochs", "2", "--llm", "scripted:random"]
+    assert invoke(*args, "--out", str(epochs)).exit_code == 0
+    assert "paired on 6 shared tasks" in invoke("show", str(epochs), "--against", str(epochs)).output
+    assert "paired on 3 shared tasks" in invoke("show", str(epochs), "--against", str(epochs), "--epoch", "2").output
+    assert "--epoch goes with --against" in invoke("show", str(epochs), "--epoch", "2").output
 
 
 def test_train_commands_come_from_the_trainer_registry(tmp_path):

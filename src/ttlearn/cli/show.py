@@ -20,12 +20,15 @@ def show(
     against: Optional[Path] = typer.Option(
         None, help="Trial runs: another run on the same tasks; prints paired success@k with McNemar p-values."
     ),
+    epoch: Optional[int] = typer.Option(None, min=1, help="With --against: pair this epoch's tasks only."),
 ) -> None:
     """Print a run's summary, or one game's prompts and replies (in a trial run: one task's attempts). Reads a live
     run without changing it."""
     run = Run.open(run_dir, repair=False)
     if against is not None:
-        show_against(run, Run.open(against, repair=False))
+        show_against(run, Run.open(against, repair=False), epoch)
+    elif epoch is not None:
+        raise ValueError("--epoch goes with --against (the summary already reports every epoch)")
     elif game is None:
         print_summary(summarize(run))
     else:
@@ -36,12 +39,13 @@ def show(
             print_call(call, prompts)
 
 
-def show_against(run: Run, other: Run) -> None:
-    """Paired success@k of two trial runs on the instances both played."""
+def show_against(run: Run, other: Run, epoch: int | None = None) -> None:
+    """Paired success@k of two trial runs on the instances both played (in `epoch` only, when given)."""
     a, b = run.config, other.config
     if run.unit != "task" or other.unit != "task":
         raise ValueError("--against compares trial runs (ttlearn run ENV --tasks K)")
     if (a.env, a.env_options, a.seed) != (b.env, b.env_options, b.seed):
         raise ValueError(f"{other.path} plays other instances (env, env options or seed differ)")
-    comparison = compare_trials(run.records, other.records, min(a.attempts, b.attempts))
+    records = [r for r in run.records if epoch is None or r["epoch"] == epoch]
+    comparison = compare_trials(records, other.records, min(a.attempts, b.attempts))
     console.print(format_comparison(comparison, str(run.path), str(other.path)), highlight=False)
