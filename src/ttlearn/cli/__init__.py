@@ -33,6 +33,7 @@ def plugins(
 app.callback()(friendly(plugins))
 play.register(app)
 app.command()(friendly(show.show))
+app.command()(friendly(show.rejudge))
 app.command()(friendly(serve.serve))
 app.command()(friendly(results.results))
 arena.register(app)

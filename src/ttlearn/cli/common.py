@@ -195,6 +195,11 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
         )
     if summary["instances"]:
         lines.append("instances: " + json.dumps(summary["instances"]))
+    if summary.get("rejudged"):
+        lines.append(
+            f"verdicts: judged again with {summary['rejudged']} from the recorded replies (`ttlearn rejudge`); the "
+            "memory learned from the verdicts it was played with"
+        )
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ Rules the runners rely on:
 
 from __future__ import annotations
 
+import inspect
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -101,6 +102,14 @@ class Env(ABC):
     """True when `legal_actions()` is a hint — some of the commands `step` accepts, possibly thousands — rather than
     all of them. `step` must then answer any command (one it cannot apply as the simulator would: "nothing
     happens"), and the default `parse_action` passes a reply that names no listed action on as a command."""
+
+    reply_prefix: str = ""
+    """The opening every free-text reply should start with (sql: the ```sql fence), or "": a player may write it
+    into the reply itself (a prefill) so that a small model answers in the format instead of about it."""
+    legacy_options: ClassVar[dict[str, Any]] = {}
+    """Options whose default changed, with the value a run recorded before the change played (sql: `metric`). A new
+    run records today's default of each (`recorded_defaults`), so an old run rebuilds its environment as it played
+    and a new one keeps today's rules."""
 
     @abstractmethod
     def describe(self) -> str:
@@ -184,6 +193,12 @@ class Env(ABC):
         """The best action with full knowledge (bot policy, solver, gold answer); `scripted:oracle` plays it."""
         raise NotImplementedError(f"environment {self.name!r} has no oracle; use another scripted player")
 
+    def rejudge(self, instance: dict[str, Any], action: str) -> bool:
+        """Whether `action`, the whole of one attempt, solves the recorded instance (`instance_stats()` as a record
+        keeps it) by this environment's rules as configured: `ttlearn rejudge` judges old records by a new metric
+        without replaying them. Only for environments whose attempt is one answer."""
+        raise NotImplementedError(f"environment {self.name!r} cannot judge a recorded answer again")
+
     @property
     def has_oracle(self) -> bool:
         return type(self).oracle_action is not Env.oracle_action
@@ -195,6 +210,13 @@ class Env(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the environment started (a JVM, a worker process); the runners call it when done."""
+
+
+def recorded_defaults(name: str) -> dict[str, Any]:
+    """Today's default of each of the environment's `legacy_options`: what a new run records explicitly."""
+    cls = ENVS.get(name)
+    parameters = inspect.signature(cls).parameters
+    return {option: parameters[option].default for option in cls.legacy_options}
 
 
 def make_env(name: str, **options: Any) -> Env:

@@ -99,13 +99,18 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     over its attempts, averaged over instances.
     Held-out (validation) records count only towards MemRL's best-validation success.
     """
+    rejudged = {r["rejudged"]["metric"] for r in records if "rejudged" in r}
+    records = [as_rejudged(r) for r in records]
     held_out = [r for r in records if r.get("type") == "validation"]
     records = [r for r in records if r.get("type", "task") == "task"]
     if not records:
         raise ValueError("no finished tasks to summarise")
     n = config.attempts
     attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in records]
-    first = [next((e.index for e in eps if e.success), None) for eps in attempts]
+    first = [
+        r["first_success"] if "rejudged" in r else next((e.index for e in eps if e.success), None)
+        for r, eps in zip(records, attempts)
+    ]
     summary: dict[str, Any] = {
         "env": config.env,
         "memory": config.memory,
@@ -160,7 +165,18 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
             }
     elif greedy_control_applies(config) and n > 1:
         summary["memory_gain"] = memory_gain(first, n)
+    if rejudged:
+        summary["rejudged"] = ", ".join(sorted(rejudged))
     return summary
+
+
+def as_rejudged(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with the verdicts of a later judge (`ttlearn rejudge`: the recorded replies judged again by
+    another metric) in place of the ones it was played with; the record itself keeps both."""
+    if "rejudged" not in record:
+        return record
+    verdicts = {k: v for k, v in record["rejudged"].items() if k in ("first_success", "control_first_success")}
+    return {**record, **verdicts}
 
 
 def greedy_control_applies(config: TrialConfig) -> bool:
@@ -193,6 +209,7 @@ def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: i
     def key(record: dict[str, Any]) -> tuple[str, int, int]:
         return record.get("type", "task"), record["epoch"], record["seed"]
 
+    a, b = [as_rejudged(r) for r in a], [as_rejudged(r) for r in b]
     first_b = {key(r): r["first_success"] for r in b}
     pairs = [(r["first_success"], first_b[key(r)]) for r in a if key(r) in first_b]
     if not pairs:

@@ -125,6 +125,9 @@ class LLMPlayer(Player):
             )
             if reply.text in obs.legal_actions:
                 return Decision(reply.text, True, reply.text)
+        prefill = "" if options else env.reply_prefix
+        if prefill:
+            messages = [*messages, {"role": "assistant", "content": prefill}]
         raws = []
         for attempt in range(self.retries + 1 if options else 1):
             reply = self.llm.complete(
@@ -133,8 +136,10 @@ class LLMPlayer(Player):
                 seed=seed + attempt,
                 max_tokens=self.free_text_tokens or env.reply_tokens,
             )
-            raws.append(reply.text)
-            action = env.parse_action(reply.text, obs.legal_actions)
+            # The reply as the model wrote it, prefill included (a server that ignores prefills repeats it itself).
+            text = reply.text if reply.text.startswith(prefill.strip()) else prefill + reply.text
+            raws.append(text)
+            action = env.parse_action(text, obs.legal_actions)
             if action is not None:
-                return Decision(action, True, reply.text, {"attempts": attempt + 1})
+                return Decision(action, True, text, {"attempts": attempt + 1})
         return Decision("", False, " | ".join(raws), {"attempts": len(raws)})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ttlearn.envs.base import Env, make_env
+from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm, split_spec
 from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
@@ -53,7 +53,8 @@ def validate_parts(cfg: PartsConfig) -> Iterator[Env]:
 
 def _checked_env(cfg: PartsConfig) -> Env:
     """The config's environment, once its memory, player and writer specs are known to name registered parts."""
-    env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
+    # A run recorded before an option's default changed plays as it was recorded (new runs record the option).
+    env = make_env(cfg.env, **{"seed": cfg.seed, **ENVS.get(cfg.env).legacy_options, **cfg.env_options})
     try:
         MEMORIES.check(cfg.memory, cfg.memory_options, reserved=("llm",))
         for spec in (cfg.player, cfg.writer):
