@@ -169,7 +169,7 @@ _ANSWER_LABELS = ("Verified answer", "Answer that failed")
 def render_answer(task: str, answer: str, verified: bool) -> str:
     """An item as a small model can use it (`write=answer`): the task and the agent's own answer, labelled by what the
     environment said of it, nothing else. Shown alone, a paraphrase's verified answer lifted the 0.5B coder model
-    from 19 to 29 of 30 Spider questions (REFERENCE §10)."""
+    from 19 to 29 of 30 Spider questions (the oracle-retrieval probe in docs/memrl.md)."""
     return f"Task: {task}\n{_ANSWER_LABELS[0] if verified else _ANSWER_LABELS[1]}:\n{answer}"
 
 
