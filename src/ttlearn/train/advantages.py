@@ -244,7 +244,8 @@ def gigpo_advantages(
     trials: Iterable[Hashable],
     anchors: Iterable[Hashable],
 ) -> np.ndarray:
-    """LaMer's GiGPO advantage per step, without std normalisation: A = A_episode + A_step, where
+    """LaMer's GiGPO advantage per step as its paper defines it (the released code's: `released_gigpo_advantages`),
+    without std normalisation: A = A_episode + A_step, where
 
     A_episode = R(τ) − mean_{τ' in the group} R(τ'),  R(τ) = Σ score_terms of the step's trial τ (each trial once),
     A_step    = G_t − mean{G_s : s in the same group with the same anchor},
