@@ -27,6 +27,7 @@ rewrite count, as many rows up to its last id as it holds, and that last row's e
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import random
@@ -181,6 +182,7 @@ class RetrievalRecord:
 
 
 SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
+STORE_EXPORT_FORMAT = "ttlearn-memrl-store/1"
 MAX_MAGNITUDE = 1e12
 """The largest |value| of a snapshot's numbers: Q statistics over them cannot overflow (time stamps are ~2e9)."""
 _Finite = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
@@ -562,6 +564,53 @@ class MemoryStore:
         ns_id, item_map = self._write(restore)
         self._indexes.pop(ns_id, None)  # keys were deleted: the append-only catch-up does not apply
         return item_map
+
+    def export_all(self) -> dict[str, Any]:
+        """Every namespace's memories and retrieval log, JSON-ready (`ttlearn memory export`): with `import_all`
+        into an empty store, SQLite or PostgreSQL, the store comes back id for id."""
+        namespaces = []
+        for info in self.namespaces():
+            logs = [dataclasses.asdict(r) for r in self.retrievals(info["name"])]
+            namespaces.append({"name": info["name"], **self.export_namespace(info["name"]), "retrievals": logs})
+        return {"format": STORE_EXPORT_FORMAT, "namespaces": namespaces}
+
+    def import_all(self, data: dict[str, Any]) -> int:
+        """Add the namespaces of an `export_all` dump (none of which this store may hold yet); returns how many.
+        Ids are kept where free, and retrieval logs follow the items that had to take new ids."""
+        if not isinstance(data, dict) or data.get("format") != STORE_EXPORT_FORMAT:
+            raise ValueError(f"not a store export (format {STORE_EXPORT_FORMAT!r}); make one with ttlearn memory export")
+        names = [ns["name"] for ns in data["namespaces"]]
+        clashes = sorted({n for n in names if self.embedder_of(n) is not None})
+        if clashes:
+            raise ValueError(f"{self.path} already has namespaces {clashes}; import into an empty store or drop them")
+        for ns in data["namespaces"]:
+            snapshot = {k: v for k, v in ns.items() if k not in ("name", "retrievals")}
+            moved = self.import_namespace(ns["name"], snapshot)
+            self._import_retrievals(self._namespace_id(ns["name"]), ns["retrievals"], moved)
+        return len(names)
+
+    def _import_retrievals(self, ns_id: int, records: list[dict[str, Any]], moved: dict[int, int]) -> None:
+        def new(i: int) -> int:
+            return moved.get(i, i)
+
+        rows = [
+            (
+                r["id"],
+                (
+                    ns_id, r["run_id"], r["episode"], r["query"],
+                    json.dumps([{**c, "id": new(c["id"])} for c in r["candidates"]]),
+                    json.dumps([new(i) for i in r["chosen"]]), int(r["explored"]), r["created"],
+                ),
+            )
+            for r in records
+        ]  # fmt: skip
+        columns = ("namespace_id", "run_id", "episode", "query", "candidates", "chosen", "explored", "created")
+
+        def write(conn: sqlite3.Connection) -> None:
+            _insert_keeping_ids(conn, "retrievals", columns, rows)
+            self._ids_kept(conn, "retrievals")
+
+        self._write(write)
 
     # -- the vector index ------------------------------------------------------------------------------------------
 
