@@ -38,7 +38,8 @@ import numpy as np
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.postgres import temporary_server
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, two_phase_retrieve
-from ttlearn.memory.store import NewItem, open_store
+from ttlearn.memory.backends import open_store
+from ttlearn.memory.store import NewItem
 
 ADMIN = "benchmark-admin-key-0123456789abcdefghijkl"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -53,7 +54,7 @@ if url.startswith("http"):
 else:
     from ttlearn.memory.embed import HashEmbedder
     from ttlearn.memory.retrieval import reinforce
-    from ttlearn.memory.store import open_store
+    from ttlearn.memory.backends import open_store
     ns = open_store(url).namespace("bench", HashEmbedder(32))
     send = lambda ids, r: reinforce(ns, ids, r, ALPHA)
 answers = []

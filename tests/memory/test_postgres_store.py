@@ -17,7 +17,8 @@ pytest.importorskip("psycopg")
 
 from ttlearn.memory.embed import HashEmbedder  # noqa: E402
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, q_update, reinforce, two_phase_retrieve  # noqa: E402
-from ttlearn.memory.store import MemoryStore, NewItem, open_store  # noqa: E402
+from ttlearn.memory.backends import open_store  # noqa: E402
+from ttlearn.memory.store import MemoryStore, NewItem  # noqa: E402
 
 SRC = str(Path(__file__).parents[2] / "src")
 INTENTS = ["rock paper scissors against a cycler", "count the singers per country", "list every concert in 2014"]
@@ -67,7 +68,8 @@ _WRITER = """
 import json, sys
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.retrieval import reinforce
-from ttlearn.memory.store import NewItem, open_store
+from ttlearn.memory.backends import open_store
+from ttlearn.memory.store import NewItem
 url, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 ns = open_store(url).namespace("shared", HashEmbedder(32))
 answers = []

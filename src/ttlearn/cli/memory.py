@@ -52,7 +52,8 @@ def memory_diff(
 
 def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
     """The MemRL store of a run, its namespace and the run id the session gave it."""
-    from ttlearn.memory.store import is_database_url, open_store
+    from ttlearn.memory.backends import open_store
+    from ttlearn.memory.store import is_database_url
 
     run = RunDir(run_dir)
     options = run.config().memory_options
@@ -147,7 +148,8 @@ def memory_export(
 ) -> None:
     """Write every namespace of a store (items, Q, visits, provenance, vectors, retrieval logs) to one JSON file,
     to move it between SQLite and PostgreSQL with `ttlearn memory import`."""
-    from ttlearn.memory.store import is_database_url, open_store
+    from ttlearn.memory.backends import open_store
+    from ttlearn.memory.store import is_database_url
 
     if not is_database_url(store) and not Path(store).exists():
         raise FileNotFoundError(f"no store at {store}")
@@ -168,7 +170,7 @@ def memory_import(
     dump: Path = typer.Argument(..., help="A file written by `ttlearn memory export`."),
 ) -> None:
     """Add the namespaces of an export to a store that does not hold them yet (ids are kept where free)."""
-    from ttlearn.memory.store import open_store
+    from ttlearn.memory.backends import open_store
 
     data = json.loads(dump.read_text())
     with open_store(store) as target:

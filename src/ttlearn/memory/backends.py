@@ -18,7 +18,7 @@ import numpy as np
 
 from ttlearn.memory.embed import make_embedder
 from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
-from ttlearn.memory.store import Candidate, Namespace, NewItem, is_database_url, open_store
+from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem, is_database_url
 
 
 class MemoryBackend(Protocol):
@@ -54,6 +54,16 @@ class MemoryBackend(Protocol):
     @abstractmethod
     def load(self, state: dict[str, Any]) -> dict[int, int]:
         """Restore `state()`; returns the new id of every item id whose id changed."""
+
+
+def open_store(location: str | Path, **options: Any) -> MemoryStore:
+    """The store at `location`: a SQLite file, or a PostgreSQL database given as postgresql://… (`memory.postgres`,
+    imported only then: it needs the `postgres` extra)."""
+    if is_database_url(location):
+        from ttlearn.memory.postgres import PostgresStore
+
+        return PostgresStore(str(location), **options)
+    return MemoryStore(location, **options)
 
 
 def store_memories(store: str | None, namespace: str, embedder: str) -> LocalMemories:

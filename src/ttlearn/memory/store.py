@@ -685,16 +685,6 @@ def is_database_url(location: str | Path) -> bool:
     return str(location).startswith(("postgresql://", "postgres://"))
 
 
-def open_store(location: str | Path, **options: Any) -> MemoryStore:
-    """The store at `location`: a SQLite file, or a PostgreSQL database given as postgresql://… (`memory.postgres`,
-    imported only then: it needs the `postgres` extra)."""
-    if is_database_url(location):
-        from ttlearn.memory.postgres import PostgresStore
-
-        return PostgresStore(str(location), **options)
-    return MemoryStore(location, **options)
-
-
 class Namespace:
     """Read/write access to one namespace with the embedder that owns it."""
 

@@ -43,8 +43,8 @@ from ttlearn.memory.store import (
     NamespaceSnapshot,
     NewItem,
     export_size,
-    open_store,
 )
+from ttlearn.memory.backends import open_store
 from ttlearn.serve import (
     DEFAULT_AUTH_BURST,
     DEFAULT_AUTH_RATE,
