@@ -475,3 +475,29 @@ def test_a_run_recorded_before_the_defaults_resumes_as_recorded(tmp_path: Path) 
     assert prepare(tmp_path / "old", old).config == old  # no preset slipped in: the directory's config is kept
     fresh = prepare(tmp_path / "new", old).config
     assert fresh.memory_options == {"preset": "sql"} and fresh.attempts == 3
+
+
+def test_a_memrl_run_on_postgresql_matches_sqlite_and_snapshots_point_at_it(postgres_url: str, tmp_path: Path) -> None:
+    """`-m store=postgresql://…`: the same contexts, items and Q as the SQLite store over a sequential run with
+    ε-exploration; the memory is shared, so a snapshot names the database and loading one overwrites nothing."""
+    pytest.importorskip("psycopg")
+    tasks = [f"rock paper scissors; opponent plays {m}" for m in ("rock", "paper", "rock", "scissors")] * 4
+    runs = []
+    for store in (str(tmp_path / "m.sqlite"), postgres_url):
+        mem = memory(tmp_path, store=store, epsilon=0.3, k2=2)
+        shown = []
+        for index, task in enumerate(tasks):
+            shown.append(mem.context(task))
+            mem.observe(episode(index, task, success=index % 3 != 0))
+        items = [(m.id, m.intent, m.experience, m.q_value, m.visits) for m in mem.ns.store.inspect("default")]
+        runs.append((shown, items, mem))
+    (lite_shown, lite_items, _), (pg_shown, pg_items, shared) = runs
+    assert pg_shown == lite_shown and any(pg_shown)
+    assert [m[:3] + m[4:] for m in pg_items] == [m[:3] + m[4:] for m in lite_items]
+    assert max(abs(p[3] - s[3]) for p, s in zip(pg_items, lite_items)) <= 1e-9
+    state = shared.state()
+    assert state["store"] == postgres_url and "memories" not in state
+    shared.load(state)
+    assert len(shared.ns) == len(pg_items)
+    with pytest.raises(ValueError, match="never overwrites them"):
+        shared.load(runs[0][2].state())

@@ -52,14 +52,15 @@ def memory_diff(
 
 def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
     """The MemRL store of a run, its namespace and the run id the session gave it."""
-    from ttlearn.memory.store import MemoryStore
+    from ttlearn.memory.backends import open_store
+    from ttlearn.memory.store import is_database_url
 
     run = RunDir(run_dir)
     options = run.config().memory_options
-    path = Path(options.get("store") or run.path / "memrl.sqlite")
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir} has no MemRL store ({path}); was it run with --memory memrl/memp/rag?")
-    return MemoryStore(path), options.get("namespace", "default"), run.path.name
+    location = options.get("store") or str(run.path / "memrl.sqlite")
+    if not is_database_url(location) and not Path(location).exists():
+        raise FileNotFoundError(f"{run_dir} has no MemRL store ({location}); was it run with --memory memrl/memp/rag?")
+    return open_store(location), options.get("namespace", "default"), run.path.name
 
 
 @memory_app.command("inspect")
@@ -137,3 +138,42 @@ def memory_reembed(
         raise FileNotFoundError(f"no store at {store}")
     count = MemoryStore(store).reembed(namespace, make_embedder(embedder))
     console.print(f"re-embedded {count} intent keys of {namespace!r} with {embedder}")
+
+
+@memory_app.command("export")
+@friendly
+def memory_export(
+    store: str = typer.Argument(..., help="A MemRL store: a SQLite file or postgresql://USER@HOST/DB."),
+    out: Path = typer.Option(..., help="The JSON file to write (refused if it exists)."),
+) -> None:
+    """Write every namespace of a store (items, Q, visits, provenance, vectors, retrieval logs) to one JSON file,
+    to move it between SQLite and PostgreSQL with `ttlearn memory import`."""
+    from ttlearn.memory.backends import open_store
+    from ttlearn.memory.store import is_database_url
+
+    if not is_database_url(store) and not Path(store).exists():
+        raise FileNotFoundError(f"no store at {store}")
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; export into a new file")
+    with open_store(store) as source:
+        dump = source.export_all()
+    partial = out.with_name(f".{out.name}.partial")
+    partial.write_text(json.dumps(dump))
+    partial.replace(out)
+    console.print(f"exported {len(dump['namespaces'])} namespaces of {store} → {out}")
+
+
+@memory_app.command("import")
+@friendly
+def memory_import(
+    store: str = typer.Argument(..., help="The store to fill: a SQLite file (created) or postgresql://USER@HOST/DB."),
+    dump: Path = typer.Argument(..., help="A file written by `ttlearn memory export`."),
+) -> None:
+    """Add the namespaces of an export to a store that does not hold them yet (ids are kept where free)."""
+    from ttlearn.memory.backends import open_store
+
+    data = json.loads(dump.read_text())
+    with open_store(store) as target:
+        count = target.import_all(data)
+    console.print(f"imported {count} namespaces from {dump} → {store}")
+

@@ -15,6 +15,8 @@ The retrieval and the Q update are pure functions in `memory/retrieval.py`, shar
 Where the memories live (a `memory/backends.py` `MemoryBackend`). By default in a SQLite store file (`store=`, else
 `<run_dir>/memrl.sqlite`); with `url=` (and `key=`, or the TTLEARN_MEMORY_KEY environment variable) in a namespace
 of a `ttlearn serve` memory service, which runs, trials and several agents share and train together.
+With `store=postgresql://…` in a PostgreSQL database (`memory/postgres.py`) that workers on many machines share
+directly, snapshots then pointing at it as they do at a service.
 
 Snapshots. With a store file, `state()` carries the memories themselves (`MemoryStore.export_namespace`: intent
 keys with their vectors, items with Q) plus the items retrieved during the unfinished episode and the exploration
@@ -52,7 +54,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ttlearn.llm.base import LLM
-from ttlearn.memory.backends import LocalMemories, MemoryBackend
+from ttlearn.memory.backends import LocalMemories, MemoryBackend, store_memories
 from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.memory.embed import SIMILARITY_STATS
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
@@ -300,7 +302,7 @@ class MemRLMemory(Memory):
         if url is None:
             if key is not None:
                 raise ValueError(f"memory {self.name!r}: key= goes with url= (a memory service); add url= or drop key=")
-            self.memories = LocalMemories(store, namespace, embedder)
+            self.memories = store_memories(store, namespace, embedder)
         elif store is not None:
             raise ValueError(f"memory {self.name!r} takes store= (a local file) or url= (a memory service), not both")
         else:
