@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from ttlearn.cli import arena, data, memory, play, results, serve, show, train
-from ttlearn.cli.common import console, friendly
+from ttlearn.cli import arena, check, data, memory, play, results, serve, show, train
+from ttlearn.cli.common import console, friendly, load_plugin_flags
 
 app = typer.Typer(
     help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
@@ -25,9 +25,7 @@ def plugins(
     ),
 ) -> None:
     """Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory."""
-    from ttlearn.registry import load_plugins
-
-    load_plugins(plugin)
+    load_plugin_flags(plugin)
 
 
 app.callback()(friendly(plugins))
@@ -35,6 +33,7 @@ play.register(app)
 app.command()(friendly(show.show))
 app.command()(friendly(serve.serve))
 app.command()(friendly(results.results))
+app.command()(friendly(check.check))
 arena.register(app)
 app.add_typer(memory.memory_app, name="memory")
 app.add_typer(train.train_app, name="train")

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ttlearn.llm.base import LLMError
-from ttlearn.registry import UnknownNameError
+from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.runs import MEMORY_KEY_ENV
 from ttlearn.types import REJECTED, Step
 
@@ -41,6 +42,15 @@ def friendly(command: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def load_plugin_flags(specs: list[str]) -> None:
+    """Import the `--plugin` modules, printing a yellow line for each name one takes over (`PluginShadowWarning`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PluginShadowWarning)
+        load_plugins(specs)
+    for warning in caught:
+        console.print(f"[yellow]warning:[/] {warning.message}", markup=True, highlight=False)
 
 
 def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
