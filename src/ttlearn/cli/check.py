@@ -4,6 +4,7 @@ and the shortlist the LLM player would show on its first observation."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import typer
@@ -12,6 +13,9 @@ from ttlearn.cli.common import console, load_plugin_flags, parse_options
 from ttlearn.envs.base import Env, make_env
 from ttlearn.envs.check import ContractError, check_env
 from ttlearn.players.llm import MAX_OPTIONS, shortlist
+
+PREVIEW = 12
+"""How many of the shortlist's actions the report names."""
 
 
 def check(
@@ -68,8 +72,11 @@ def print_actions(env: Env, report: dict[str, Any], max_options: int) -> None:
         return
     options = shortlist(obs.legal_actions, obs.text, max_options, env.action_tier)
     hidden = sum(env.action_tier(a) is None for a in obs.legal_actions)
+    tiers = Counter(env.action_tier(a) for a in options)
+    by_tier = ", ".join(f"tier {tier}: {count}" for tier, count in sorted(tiers.items()))
+    first = ", ".join(options[:PREVIEW]) + (", …" if len(options) > PREVIEW else "")
     console.print(
         f"the LLM player's shortlist on seed {report['seeds'][0]}'s first observation: {len(options)} of "
-        f"{len(obs.legal_actions)} ({hidden} hidden by action_tier), best first: {', '.join(options)}",
+        f"{len(obs.legal_actions)} actions ({by_tier}; {hidden} hidden by action_tier): {first}",
         highlight=False,
     )
