@@ -158,13 +158,13 @@ class Registry(Generic[T]):
         return decorate
 
     def _warn_if_shadowing(self, name: str, obj: Any) -> None:
-        """A module registering a name that the package or an installed distribution defines elsewhere takes it over
-        in this process: say so (`PluginShadowWarning`), since the run then plays something other than the name's
+        """A module registering a name that the package or an installed distribution defines in another top-level
+        package takes it over in this process: say so (`PluginShadowWarning`), since the run then plays something other than the name's
         usual meaning."""
         source = self.table.get(name) or self.external().get(name)
-        module = getattr(obj, "__module__", None)
-        if source is None or module == source.partition(":")[0]:
-            return
+        module = getattr(obj, "__module__", None) or "?"
+        if source is None or module.split(".")[0] == source.split(".")[0].partition(":")[0]:
+            return  # the package that defines the name, registering it (perhaps from a submodule)
         whose = "ttlearn's own" if name in self.table else "the installed entry point"
         warnings.warn(
             f"{self.kind} {name!r} from {module} shadows {whose} {name!r} ({source}); this process uses {module}'s",
