@@ -7,12 +7,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
 
 SIMLAB = str(Path(__file__).resolve().parents[1] / "plugins" / "simlab.py")
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """simlab caches its task list in ttlearn's cache: a fresh one per test."""
+    monkeypatch.setenv("TTLEARN_CACHE", str(tmp_path / "cache"))
 
 
 def invoke(*args: str):
@@ -27,7 +34,7 @@ def test_check_reports_every_rule_the_time_and_the_ranked_shortlist():
     result = invoke("check", "simlab")
     assert result.exit_code == 0, result.output
     assert "on seeds 0–2, 2 restart(s) each" in result.output
-    assert re.search(r"14 passed · 0 skipped · 0 failed in \d+\.\d\d s", result.output)
+    assert re.search(r"16 passed · 0 skipped · 0 failed in \d+\.\d\d s", result.output)
     assert "passed  reset(seed) must give the same instance again after other seeds were played" in result.output
     assert "legal actions: up to 533 a step (a partial list" in result.output
     ranked = shortlist_line(result.output)

@@ -1,6 +1,7 @@
 """A ScienceWorld-sized stand-in simulator, as a one-file plug-in (`ttlearn --plugin tests/plugins/simlab.py …`).
 
-`simlab`: three rooms; the task names an object in the kitchen or the workshop, and is solved by focusing on it.
+`simlab`: three rooms; the task names one of 16 things in the kitchen or the workshop (the task list comes from the
+simulator, so it is cached in a file: `task_list`), and is solved by focusing on it.
 The hallway offers 533 actions a step — `connect X to Y` for every pair of the 22 things in it, `examine`, `pick up`
 and `focus on` each, `look around`, `inventory`, `task`, and `open door to …` — of which a handful matter: the doors,
 then `go to …`, then the one right `focus on`. Every `focus on` ends the task (the wrong one unsolved). Like the real
@@ -15,9 +16,11 @@ cache would, while still declaring itself deterministic (`ttlearn check` must ca
 
 from __future__ import annotations
 
-import random
+import json
+import os
 from collections.abc import Sequence
 
+from ttlearn.cache import cache_root
 from ttlearn.envs.base import ENVS, Env
 from ttlearn.llm.base import LLM, LLMS, ContextOverflow, Message
 from ttlearn.types import Completion, Observation, StepResult
@@ -40,6 +43,29 @@ CONTENTS = {
 DOORS = {"hallway": ("kitchen", "workshop"), "kitchen": ("hallway",), "workshop": ("hallway",)}
 UNKNOWN = "No known action matches that input."
 TURNS = 30
+SIMULATOR_VERSION = "1.0"
+simulator_starts = 0
+"""How often the (pretend) simulator was started to list its tasks: once per cache, never per environment built."""
+
+
+def ask_simulator_for_tasks() -> list[tuple[str, str]]:
+    """What the real simulator answers only once it is running (ScienceWorld: a task's variations): slow."""
+    global simulator_starts
+    simulator_starts += 1
+    return [(room, thing) for room in ("kitchen", "workshop") for thing in CONTENTS[room]]
+
+
+def task_list() -> list[tuple[str, str]]:
+    """The (room, thing) tasks, from a file in ttlearn's cache keyed by the simulator's version, written once (by a
+    rename, so a killed process leaves no half file): building the environment and `instance_count()` stay cheap in
+    every later process, and validation starts no simulator."""
+    path = cache_root() / "plugins" / f"simlab-tasks-{SIMULATOR_VERSION}.json"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(ask_simulator_for_tasks()))
+        partial.replace(path)
+    return [(room, thing) for room, thing in json.loads(path.read_text())]
 
 
 @ENVS.register("simlab")
@@ -68,9 +94,11 @@ class SimLab(Env):
     def task(self) -> str:
         return f"Your task is to find the {self.target} and focus on it."
 
+    def instance_count(self) -> int:
+        return len(task_list())
+
     def reset(self, seed: int) -> Observation:
-        self.target_room = random.Random(seed).choice(("kitchen", "workshop"))
-        self.target = random.Random(seed).choice(CONTENTS[self.target_room])
+        self.target_room, self.target = task_list()[seed % self.instance_count()]
         return self.restart()
 
     def restart(self) -> Observation:
