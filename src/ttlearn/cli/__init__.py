@@ -21,7 +21,8 @@ def plugins(
         "--plugin",
         metavar="MODULE",
         help="Import a plug-in module (a module name or a .py file) that registers environments, memories, LLM back "
-        "ends or players; repeatable. Also $TTLEARN_PLUGINS (comma-separated). Runs record it for resume and replay.",
+        "ends or players; repeatable. Also $TTLEARN_PLUGINS (comma-separated). Runs record it for resume and replay "
+        "(a module of the current folder as NAME@FOLDER, found again from anywhere).",
     ),
 ) -> None:
     """Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory."""
