@@ -159,8 +159,8 @@ class Registry(Generic[T]):
 
     def _warn_if_shadowing(self, name: str, obj: Any) -> None:
         """A module registering a name that the package or an installed distribution defines in another top-level
-        package takes it over in this process: say so (`PluginShadowWarning`), since the run then plays something other than the name's
-        usual meaning."""
+        package takes it over in this process: say so (`PluginShadowWarning`), since the run then plays something
+        other than the name's usual meaning."""
         source = self.table.get(name) or self.external().get(name)
         module = getattr(obj, "__module__", None) or "?"
         if source is None or module.split(".")[0] == source.split(".")[0].partition(":")[0]:

@@ -89,6 +89,14 @@ class Step:
             return None
         return self.cause or (OVERFLOW if self.raw.startswith(NO_REPLY) else UNPARSEABLE)
 
+    def to_json(self) -> dict[str, Any]:
+        """Its record; `cause` is written only where there is one, so records of valid play stay as they were
+        before causes were recorded."""
+        data = asdict(self)
+        if not self.cause:
+            del data["cause"]
+        return data
+
 
 @dataclass(frozen=True)
 class Episode:
@@ -112,7 +120,7 @@ class Episode:
         return count_causes(self.steps)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "steps": [step.to_json() for step in self.steps]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Episode:

@@ -98,8 +98,8 @@ def test_max_options_sizes_the_shortlist_and_keeps_the_pinned_moves():
 def test_a_rejected_command_is_an_invalid_step_with_the_simulators_reason():
     env = make_env("simlab", seed=0)
     replies = iter(["I will try something new. <action>dance with the robot</action>", "<action> <action> …"])
-    episode = play_episode(env, LLMPlayer(FakeLLM(lambda prompt: next(replies, "look around")), retries=0), lambda q: "", index=1, seed=0,
-                           act_seed=lambda step: step)
+    player = LLMPlayer(FakeLLM(lambda prompt: next(replies, "look around")), retries=0)
+    episode = play_episode(env, player, lambda q: "", index=1, seed=0, act_seed=lambda step: step)
     rejected, unreadable, looked = episode.steps[:3]
     assert (rejected.action, rejected.valid, rejected.cause) == ("dance with the robot", False, REJECTED)
     assert rejected.info["rejected"] == "No known action matches that input."

@@ -11,8 +11,8 @@ A real simulator may list thousands of actions, or only some of those it accepts
 then shows a shortlist of `max_options` (those the environment ranks first, `Env.action_tier`, then those most like
 the observation: `shortlist`). A choice-scoring player picks among the shortlist only; where the environment's list is
 partial a text-writing player also takes a command that is not listed (the environment's `parse_action` reads it,
-`step` judges it, and may reject it: an invalid step with the simulator's reason). A prompt that still does not fit the model's context is an invalid step with the reason as its
-reply, never the end of the run.
+`step` judges it, and may reject it: an invalid step with the simulator's reason). A prompt that still does not fit
+the model's context is an invalid step with the reason as its reply, never the end of the run.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 An episode is played from an observation until the environment says it is done. Each decision sees the memory's
 context for the current situation; a decision that names no action goes to the environment's `invalid_step` (the
 turn passes with a penalty), or, for games where a move is compulsory, is replaced by a seeded random legal move —
-counted invalid either way, as is a command the simulator rejects (`StepResult.rejected`). A trial is N such episodes at one instance, `restart()`ed between them, the memory
-observing each attempt before the next.
+counted invalid either way, as is a command the simulator rejects (`StepResult.rejected`). A trial is N such
+episodes at one instance, `restart()`ed between them, the memory observing each attempt before the next.
 """
 
 from __future__ import annotations

@@ -247,7 +247,8 @@ def success_section(runs: Sequence[RecordedRun]) -> dict[str, list[float]]:
 
 
 def costs_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
-    """Per method: invalid-action rate (invalid steps / steps) and its causes, success rate, tokens, LLM calls, LLM and wall time."""
+    """Per method: invalid-action rate (invalid steps / steps) and its causes, success rate, tokens, LLM calls, LLM
+    and wall time."""
     by_method: dict[str, list[Episode]] = defaultdict(list)
     for r in runs:
         by_method[r.method].extend(r.episodes)
