@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from ttlearn.eval.metrics import (
+    mcnemar_power,
     cumulative_performance,
     mbb_per_hand,
     mcnemar_exact,
@@ -90,6 +91,18 @@ def test_mcnemar_exact_by_hand():
     assert mcnemar_exact(7, 1) == mcnemar_exact(1, 7)
     with pytest.raises(ValueError):
         mcnemar_exact(-1, 2)
+
+
+def test_mcnemar_power_by_hand():
+    # n = 6, every discordant task favours A (p_a = 0.5, p_b = 0): only D = 6 gives p = 2/64 < 0.05, P(D = 6) = 1/64
+    assert mcnemar_power(6, 0.5, 0.0) == pytest.approx(1 / 64)
+    # n = 5 can never reach p < 0.05 (the best is 2/32); n = 6 with every task discordant for A always does
+    assert mcnemar_power(5, 1.0, 0.0) == 0.0 and mcnemar_power(6, 1.0, 0.0) == pytest.approx(1.0)
+    # n = 7, p_a = 1/2, p_b = 1/2: D = 7 always; a confirmation needs b = 7 (p = 2/128) — b = 6 gives 16/128
+    assert mcnemar_power(7, 0.5, 0.5) == pytest.approx(1 / 128)
+    assert mcnemar_power(10, 0.0, 0.0) == 0.0
+    with pytest.raises(ValueError):
+        mcnemar_power(10, 0.7, 0.5)
 
 
 def test_normal_critical_matches_tables():

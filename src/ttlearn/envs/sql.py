@@ -36,7 +36,10 @@ from ttlearn.types import Observation, StepResult
 
 DATASETS = ("spider", "mini")
 METRICS = ("exec", "strict")
-COLUMN_RULES = {"exec": "column names and their order do not matter", "strict": "column names do not matter, column order does"}
+COLUMN_RULES = {
+    "exec": "column names and their order do not matter",
+    "strict": "column names do not matter, column order does",
+}
 """What the rules say of columns under each metric (the strict text is the one runs recorded before `metric`)."""
 SPLITS = ("all", "train", "test")
 TEST_SHARE = 0.3

@@ -90,7 +90,9 @@ def mcnemar_power(n: int, p_only_a: float, p_only_b: float, alpha: float = 0.05)
     The discordant count D ~ Binomial(n, p_a + p_b); given D = d, A's share ~ Binomial(d, p_a / (p_a + p_b)); so
     power = Σ_d P(D = d) · Σ_{b > d − b, mcnemar_exact(b, d − b) < alpha} P(A's share = b | d)."""
     if n < 0 or not (0 <= p_only_a and 0 <= p_only_b and p_only_a + p_only_b <= 1):
-        raise ValueError(f"need n >= 0 and discordant probabilities that sum to at most 1, got {n}, {p_only_a}, {p_only_b}")
+        raise ValueError(
+            f"need n >= 0 and discordant probabilities that sum to at most 1, got {n}, {p_only_a}, {p_only_b}"
+        )
     discordant = p_only_a + p_only_b
     if discordant == 0:
         return 0.0
