@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from ttlearn.cli.common import console, friendly
+from ttlearn.cli.common import console, friendly, reads_runs
 from ttlearn.eval.retrievals import q_effect
 from ttlearn.runs import Run, RunDir
 
@@ -23,6 +23,7 @@ memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of
 
 @memory_app.command("fork")
 @friendly
+@reads_runs
 def memory_fork(
     run_dir: Path = typer.Argument(..., help="The run whose memory to fork (a session or a trial run)."),
     game: int = typer.Option(..., help="Fork the memory as it was after this game (trial runs: this task)."),
@@ -38,6 +39,7 @@ def memory_fork(
 
 @memory_app.command("diff")
 @friendly
+@reads_runs
 def memory_diff(
     run_dir: Path = typer.Argument(..., help="A run directory (a session or a trial run)."),
     a: int = typer.Option(..., "--from", help="Earlier game (trial runs: task)."),
@@ -51,7 +53,8 @@ def memory_diff(
 
 
 def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
-    """The MemRL store of a run, its namespace and the run id the session gave it."""
+    """The MemRL store of a run, opened read-only (a run directory may name any file as its store), its namespace
+    and the run id the session gave it."""
     from ttlearn.memory.store import MemoryStore
 
     run = RunDir(run_dir)
@@ -59,11 +62,12 @@ def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
     path = Path(options.get("store") or run.path / "memrl.sqlite")
     if not path.exists():
         raise FileNotFoundError(f"{run_dir} has no MemRL store ({path}); was it run with --memory memrl/memp/rag?")
-    return MemoryStore(path), options.get("namespace", "default"), run.path.name
+    return MemoryStore(path, read_only=True), str(options.get("namespace", "default")), run.path.name
 
 
 @memory_app.command("inspect")
 @friendly
+@reads_runs
 def memory_inspect(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
     limit: int = typer.Option(20, help="How many memories to show."),
@@ -89,6 +93,7 @@ def memory_inspect(
 
 @memory_app.command("explain")
 @friendly
+@reads_runs
 def memory_explain(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
     game: Optional[int] = typer.Option(None, help="The game of a session whose retrievals to show."),

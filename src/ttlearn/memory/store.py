@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn.memory.embed import Embedder
 from ttlearn.memory.vector_index import VectorIndex
+from ttlearn.untrusted import UntrustedFileError, loads
 
 SCHEMA_VERSION = 1
 DEFAULT_JOIN_THRESHOLD = 0.90
@@ -223,6 +224,26 @@ def export_size(item_text: int, items: int, intent_text: int, intents: int, dim:
     return item_text + items * ITEM_RECORD_BYTES + intent_text + intents * (vector + INTENT_RECORD_BYTES)
 
 
+UNTRUSTED_READ_S = 20.0
+"""The longest a read-only command reads a store it was handed: a crafted file's views can recurse forever."""
+
+
+def _open_untrusted(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-only connection to a store named by a run directory (`memory inspect`, `explain`): a regular file,
+    opened with `mode=ro` and `query_only` (nothing written, not even a journal-mode switch), functions in its
+    schema not trusted, and every statement aborted after UNTRUSTED_READ_S."""
+    if path.is_symlink() or not path.is_file():
+        raise UntrustedFileError(f"{path} is not a regular file (a link, FIFO or device); refused")
+    conn = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False
+    )
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA trusted_schema = OFF")
+    deadline = time.monotonic() + UNTRUSTED_READ_S
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    return conn
+
+
 class MemoryStore:
     """One SQLite store file; `namespace(name, embedder)` hands out the per-namespace read/write API."""
 
@@ -232,17 +253,22 @@ class MemoryStore:
         *,
         timeout_s: float = 60.0,
         ann_threshold: int = DEFAULT_ANN_THRESHOLD,
+        read_only: bool = False,
     ) -> None:
         self.path = str(path)
         self.timeout_s = timeout_s
         self.ann_threshold = ann_threshold
+        self._indexes: dict[int, VectorIndex] = {}
+        if read_only:
+            self._conn = _open_untrusted(Path(path), timeout_s)
+            self._check_version(self._conn)
+            return
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA foreign_keys = ON")
         self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL"))
         self._conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
         self._write(self._create_schema)
-        self._indexes: dict[int, VectorIndex] = {}
 
     # -- transactions -------------------------------------------------------------------------------------------
 
@@ -282,13 +308,18 @@ class MemoryStore:
                 conn.execute(statement)
         for statement in _REWRITE_COUNTERS:
             conn.execute(statement)
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if row is None:
+        if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() is None:
             conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.path} has memory-store schema version {row[0]}; this ttlearn reads version {SCHEMA_VERSION}"
-            )
+        self._check_version(conn)
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"{self.path} is not a ttlearn memory store ({exc})") from None
+        if row is None or str(row[0]) != str(SCHEMA_VERSION):
+            found = "no memory-store schema version" if row is None else f"memory-store schema version {row[0]}"
+            raise ValueError(f"{self.path} has {found}; this ttlearn reads version {SCHEMA_VERSION}")
 
     def close(self) -> None:
         """Save every HNSW index that grew since it was last saved, then close the file."""
@@ -417,7 +448,8 @@ class MemoryStore:
                 params.append(value)
         rows = self._conn.execute(sql + " ORDER BY id", params).fetchall()
         return [
-            RetrievalRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), bool(r[6]), r[7]) for r in rows
+            RetrievalRecord(r[0], r[1], r[2], r[3], loads(r[4], "a retrieval"), loads(r[5], "a retrieval"), bool(r[6]), r[7])
+            for r in rows
         ]
 
     def integrity_check(self) -> str:
