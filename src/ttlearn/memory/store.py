@@ -173,6 +173,12 @@ SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
 MAX_MAGNITUDE = 1e12
 """The largest |value| of a snapshot's numbers: Q statistics over them cannot overflow (time stamps are ~2e9)."""
 _Finite = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
+MAX_COUNT = 2**53
+"""The largest visit count and episode number a store holds: exact in every JSON reader, far below SQLite's 2^63,
+so `visits + 1` can never overflow. Counters saturate here and imports refuse more."""
+_Count = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
+UNIT_TOLERANCE = 1e-3
+"""How far from 1 an imported intent vector's norm may be: retrieval ranks by dot products of unit vectors."""
 
 
 class _Strict(BaseModel):
@@ -180,7 +186,7 @@ class _Strict(BaseModel):
 
 
 class IntentRecord(_Strict):
-    id: int
+    id: _Count
     text: str
     embedding: str
     """The unit vector as base64 of little-endian float32 values, so a restore needs no embedder."""
@@ -188,14 +194,14 @@ class IntentRecord(_Strict):
 
 
 class ItemRecord(_Strict):
-    id: int
-    intent_id: int
+    id: _Count
+    intent_id: _Count
     experience: str
     q_value: _Finite
-    visits: int = Field(ge=0)
+    visits: int = Field(ge=0, le=MAX_COUNT)
     last_reward: _Finite | None
     run_id: str | None
-    episode: int | None
+    episode: _Count | None
     created: _Finite
 
 
@@ -216,10 +222,20 @@ INTENT_RECORD_BYTES = 96
 """An exported intent key's JSON beside its text and vector: id, time stamp and the keys."""
 
 
+_JSON_BYTES = "(length(CAST(json_quote({}) AS BLOB)) - 2)"
+"""SQL: the bytes of a text column as a JSON export writes it (escapes counted: a NUL is six bytes there)."""
+
+
+def json_text_bytes(text: str | None) -> int:
+    """The bytes of `text` inside a JSON export (UTF-8, escapes counted), as `_JSON_BYTES` counts them in SQL."""
+    return 0 if text is None else len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2
+
+
 def export_size(item_text: int, items: int, intent_text: int, intents: int, dim: int) -> int:
-    """About the bytes of a namespace's export: `item_text` UTF-8 bytes of experiences and run ids over `items`
-    items, `intent_text` bytes of intent texts over `intents` keys whose vectors have `dim` floats (base64 of
-    float32: 4·⌈4·dim / 3⌉ characters). Texts count once, unescaped (JSON escapes may add to them)."""
+    """About the bytes of a namespace's export: `item_text` bytes of experiences and run ids over `items` items,
+    `intent_text` bytes of intent texts over `intents` keys whose vectors have `dim` floats (base64 of float32:
+    4·⌈4·dim / 3⌉ characters). Texts count as the export writes them (`json_text_bytes`: escapes included), so a
+    text of control characters cannot hold six times its quota."""
     vector = 4 * math.ceil(4 * dim / 3)
     return item_text + items * ITEM_RECORD_BYTES + intent_text + intents * (vector + INTENT_RECORD_BYTES)
 
@@ -413,12 +429,12 @@ class MemoryStore:
         ns_id = self._namespace_id(name)
         (dim,) = self._conn.execute("SELECT dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
         item_text, items = self._conn.execute(
-            "SELECT COALESCE(SUM(length(CAST(experience AS BLOB)) + COALESCE(length(CAST(run_id AS BLOB)), 0)), 0), "
+            f"SELECT COALESCE(SUM({_JSON_BYTES.format('experience')} + COALESCE({_JSON_BYTES.format('run_id')}, 0)), 0), "
             "COUNT(*) FROM items WHERE namespace_id = ?",
             (ns_id,),
         ).fetchone()
         intent_text, intents = self._conn.execute(
-            "SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0), COUNT(*) FROM intents WHERE namespace_id = ?",
+            f"SELECT COALESCE(SUM({_JSON_BYTES.format('text')}), 0), COUNT(*) FROM intents WHERE namespace_id = ?",
             (ns_id,),
         ).fetchone()
         return export_size(item_text, items, intent_text, intents, dim)
@@ -749,7 +765,7 @@ class Namespace:
             ids = [row[0] for row in rows]
             q_new = np.asarray(new_q(np.array([row[1] for row in rows], dtype=np.float64)), dtype=np.float64)
             conn.executemany(
-                "UPDATE items SET q_value = ?, visits = visits + 1, last_reward = ? WHERE id = ?",
+                f"UPDATE items SET q_value = ?, visits = MIN(visits + 1, {MAX_COUNT}), last_reward = ? WHERE id = ?",
                 [(float(q), float(reward), i) for i, q in zip(ids, q_new)],
             )
             return {i: float(q) for i, q in zip(ids, q_new)}
@@ -842,6 +858,9 @@ def _decode_vector(text: str, dim: int, intent_id: int) -> np.ndarray:
     vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
     if not np.isfinite(vector).all():
         raise ValueError(f"intent {intent_id}: the embedding holds a non-finite value")
+    norm = float(np.linalg.norm(vector.astype(np.float64)))
+    if abs(norm - 1.0) > UNIT_TOLERANCE:
+        raise ValueError(f"intent {intent_id}: the embedding has norm {norm:.4g}; embeddings are unit vectors")
     return vector
 
 
