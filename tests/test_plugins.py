@@ -1,9 +1,9 @@
 """Plug-ins from outside the package (docs/plugins.md): the example package in examples/plugin, installed into a
 temporary directory the way `pip install -e` installs it (its code on the path, a .dist-info folder holding the
 entry points of its pyproject.toml), then checked, run, resumed, replayed and put in an arena by the real CLI in
-fresh processes; and a single-file plug-in that is not installed at all (`--plugin FILE`): recorded in the run's config, named by
-`resume` when it is not loaded (never imported because a directory names it), and passed on to the arena's worker
-processes."""
+fresh processes; and a single-file plug-in that is not installed at all (`--plugin FILE`): recorded in the run's
+config, named by `resume` when it is not loaded (never imported because a directory names it), and passed on to the
+arena's worker processes."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
-from ttlearn.runs import CHUNKS, SnapshotStore, canonical_hash
+from ttlearn.runs import CHUNKS
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -98,7 +98,8 @@ def test_a_recorded_plugin_that_is_needed_is_named_with_the_flag_that_loads_it(r
     result = invoke("resume", str(run))
     assert result.exit_code == 2 and f"--plugin {tmp_path / 'solo.py'}" in result.output, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert "TTLEARN_PLUGINS" in result.output and len(errors) == 1 and errors[0].startswith("error: unknown environment")
+    assert "TTLEARN_PLUGINS" in result.output and len(errors) == 1
+    assert errors[0].startswith("error: unknown environment")
 
 
 # ---- item 2: resume writes only regular files inside the run ------------------------------------------------------

@@ -464,7 +464,6 @@ def test_imported_vectors_must_be_finite_unit_vectors(service: Service) -> None:
 
     import numpy as np
 
-    a = service.keys["a"]
     service.add("a", "opponent always plays rock", "play paper")
     exported = service.export("a")
     dim = exported["dim"]

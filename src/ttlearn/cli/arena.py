@@ -77,10 +77,12 @@ def arena(
             for item, outcome in plan:
                 update(advance=1, last=f"{item.name}: mean {outcome['mean_score']:+.2f}")
     except KeyboardInterrupt:
-        console.print(styled(f"interrupted; finished runs are kept. Resume with the same command (--out {out}).", "yellow"))
+        again = f"interrupted; finished runs are kept. Resume with the same command (--out {out})."
+        console.print(styled(again, "yellow"))
         raise typer.Exit(130) from None
     except arena_mod.RunFailed as exc:
-        console.print(styled("error:", "bold red", f" {exc}\nfinished runs are kept; fix the cause and rerun to resume."))
+        rest = f" {exc}\nfinished runs are kept; fix the cause and rerun to resume."
+        console.print(styled("error:", "bold red", rest))
         raise typer.Exit(1) from None
     console.print(f"played {len(todo)} runs in {time.perf_counter() - start:.1f}s")
     _print_report(report_mod.write_report(out), out)

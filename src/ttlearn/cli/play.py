@@ -55,7 +55,8 @@ def play_with_progress(
                 replay=replay,
             )
     except KeyboardInterrupt:
-        console.print(styled(f"interrupted after {run.done} {run.unit}s; continue with:", "yellow", f" ttlearn resume {out}"))
+        stopped = f"interrupted after {run.done} {run.unit}s; continue with:"
+        console.print(styled(stopped, "yellow", f" ttlearn resume {out}"))
         raise typer.Exit(130) from None
     print_summary(summary)
     return run
@@ -65,8 +66,11 @@ def warn_inexact(env: str, how: str) -> None:
     """Say so when a run's environment declares it is not deterministic: its games cannot be reproduced exactly."""
     if not ENVS.get(env).deterministic:
         console.print(
-            styled("warning:", "yellow", f" environment {env!r} declares deterministic = False, so a {how} run is not exact: "
-            "games may differ from an uninterrupted run, and a replay may ask questions the recording never saw",
+            styled(
+                "warning:",
+                "yellow",
+                f" environment {env!r} declares deterministic = False, so a {how} run is not exact: games may differ "
+                "from an uninterrupted run, and a replay may ask questions the recording never saw",
             )
         )
 
@@ -212,6 +216,7 @@ def replay(
         raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} {source.unit}s); resume it first")
     target = play_with_progress(out, source.config, replay=ReplayBook(source.calls()), how="replayed")
     same = source.outcomes() == target.outcomes()
-    console.print(styled("scores reproduced exactly", "green") if same else styled("scores differ from the recording", "red"))
+    verdict = ("scores reproduced exactly", "green") if same else ("scores differ from the recording", "red")
+    console.print(styled(*verdict))
     if not same:
         raise typer.Exit(1)

@@ -12,8 +12,8 @@ from ttlearn.serve import (
     DEFAULT_AUTH_RATE,
     DEFAULT_BURST,
     DEFAULT_CONNECTIONS_PER_CLIENT,
-    DEFAULT_MAX_WAITING,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_WAITING,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
     DEFAULT_READ_TIMEOUT_S,
@@ -62,7 +62,5 @@ def serve(
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
     admin_key = read_admin_key(admin_key_file)
     limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota, auth_rate=auth_rate, auth_burst=auth_burst)
-    guards = dict(
-        read_timeout_s=read_timeout, per_client=connections_per_client, max_waiting=max_waiting, trusted_proxy=trusted_proxy
-    )
-    run_server(store, host=host, port=port, admin_key=admin_key, **guards, **limits)
+    guards = dict(read_timeout_s=read_timeout, per_client=connections_per_client, max_waiting=max_waiting)
+    run_server(store, host=host, port=port, admin_key=admin_key, trusted_proxy=trusted_proxy, **guards, **limits)

@@ -429,8 +429,8 @@ class MemoryStore:
         ns_id = self._namespace_id(name)
         (dim,) = self._conn.execute("SELECT dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
         item_text, items = self._conn.execute(
-            f"SELECT COALESCE(SUM({_JSON_BYTES.format('experience')} + COALESCE({_JSON_BYTES.format('run_id')}, 0)), 0), "
-            "COUNT(*) FROM items WHERE namespace_id = ?",
+            f"SELECT COALESCE(SUM({_JSON_BYTES.format('experience')}"
+            f" + COALESCE({_JSON_BYTES.format('run_id')}, 0)), 0), COUNT(*) FROM items WHERE namespace_id = ?",
             (ns_id,),
         ).fetchone()
         intent_text, intents = self._conn.execute(
@@ -464,7 +464,7 @@ class MemoryStore:
                 params.append(value)
         rows = self._conn.execute(sql + " ORDER BY id", params).fetchall()
         return [
-            RetrievalRecord(r[0], r[1], r[2], r[3], loads(r[4], "a retrieval"), loads(r[5], "a retrieval"), bool(r[6]), r[7])
+            RetrievalRecord(r[0], r[1], r[2], r[3], loads(r[4], self.path), loads(r[5], self.path), bool(r[6]), r[7])
             for r in rows
         ]
 

@@ -40,6 +40,7 @@ from ttlearn.llm.cache import ReplayBook
 from ttlearn.memory.base import MEMORIES
 from ttlearn.memory.none import NoMemory
 from ttlearn.players.base import PLAYERS
+from ttlearn.registry import UnknownNameError
 from ttlearn.rollout.inflight import play_in_order
 from ttlearn.rollout.loop import Trial, play_sequence_game, play_trial
 from ttlearn.rollout.parts import (
@@ -51,7 +52,6 @@ from ttlearn.rollout.parts import (
     resolve_moves_per_turn,
     validate_parts,
 )
-from ttlearn.registry import UnknownNameError
 from ttlearn.runs import Run, RunConfig, RunDir, TrialConfig, latest_state, parse_config, plugin_hint
 from ttlearn.seeding import derive_seed
 from ttlearn.types import Step

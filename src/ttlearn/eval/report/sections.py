@@ -27,8 +27,8 @@ from ttlearn.eval.rating import (
     win_matrix,
 )
 from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir
-from ttlearn.untrusted import read_json
 from ttlearn.types import Episode
+from ttlearn.untrusted import read_json
 
 ELO_SCALE, ELO_ANCHOR = 400.0, 1000.0
 N_BOOT, BOOT_SEED = 1000, 0
