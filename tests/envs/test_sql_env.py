@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -263,12 +265,11 @@ def test_one_huge_call_bad_text_and_unneeded_functions_are_reported_as_what_they
 
 
 GOLD_HACK = """
-import json, os
-for folder, _, names in os.walk(TOP):
-    if "questions.jsonl" in names:
-        print(json.loads(open(os.path.join(folder, "questions.jsonl")).readline())["query"])
+import os
 for folder, _, names in os.walk(TOP):
     print(sorted(n for n in names if n.endswith(".sqlite")))
+    if "questions.jsonl" in names:
+        print(open(os.path.join(folder, "questions.jsonl")).readline())
 """
 
 
@@ -287,7 +288,10 @@ def test_the_gold_queries_of_the_cache_cannot_be_read_from_the_sandbox(monkeypat
             for name in names:
                 os.chmod(os.path.join(folder, name), 0o644)
         (questions,) = shared.rglob("questions.jsonl")
-        hack = run_python(f"TOP = {str(shared)!r}\n" + GOLD_HACK)
+        program = f"TOP = {str(shared)!r}\n" + GOLD_HACK
+        outside = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+        assert '"gold": "SELECT' in outside.stdout and "school.sqlite" in outside.stdout  # the hack itself works
+        hack = run_python(program)
         assert "SELECT" not in hack.output and ".sqlite" not in hack.output, hack.output
         attached = env.step(f"ATTACH DATABASE '{questions}' AS gold; SELECT * FROM gold.sqlite_master")
         assert attached.reward < 1.0 and not env.success()
