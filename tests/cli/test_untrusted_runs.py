@@ -67,6 +67,41 @@ def edit_config(run: Path, **fields) -> None:
     (run / "config.json").write_text(json.dumps(config))
 
 
+# ---- the bounds, hand-computed ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, depth",
+    [("", 0), ("1", 0), ("[]", 1), ("[[1,[2]]]", 3), ('"[[["', 0), ('["\\\\"]', 1), ('["\\"[["]', 1),
+     ('{"a": "\\\\\\"[", "b": [[]]}', 3), ('["\\\\\\\\", [[]]]', 3), ("[" * 300 + "]" * 300, 300)],
+)
+def test_nesting_depth_skips_brackets_in_strings(text, depth):
+    from ttlearn.untrusted import nesting_depth
+
+    assert nesting_depth(text.encode()) == depth
+    if text:
+        json.loads(text)  # each is valid JSON
+
+
+def test_lines_past_the_limit_and_snapshot_expansions_are_refused(tmp_path, monkeypatch):
+    from ttlearn import untrusted
+    from ttlearn.runs import MAX_EXPANDED, expanded_size
+
+    monkeypatch.setattr(untrusted, "MAX_LINE_BYTES", 10)
+    (tmp_path / "f").write_bytes(b"123456789\n" + b"x" * 11 + b"\n")
+    with open(tmp_path / "f", "rb") as fh, pytest.raises(untrusted.UntrustedFileError, match=r"f:2: a line longer"):
+        list(untrusted.lines(fh, tmp_path / "f"))
+    # a state {"memory": [["ab", "ab"]]}: 1 (state) + 1 (chunked list) + 2 × (1 + 2) for the string = 8
+    objects = {"k": {"memory": {CHUNKS: ["c"]}}, "c": ["s", "s"], "s": "ab"}
+    assert expanded_size(objects, "k", tmp_path) == 1 + 1 + 2 * 3
+    bomb = {"s": "x" * 100}  # a list of 64 chunks of 64 references to the level below, three levels: 64^6 strings
+    for level, below in enumerate(["s", "l0", "l1"]):
+        bomb[f"c{level}"], bomb[f"l{level}"] = [below] * 64, {CHUNKS: [f"c{level}"] * 64}
+    assert expanded_size(bomb, "l0", tmp_path) == 1 + 64 * 64 * 101  # one level: 413,697
+    with pytest.raises(ValueError, match=f"more than {MAX_EXPANDED:,}"):
+        expanded_size(bomb, "l2", tmp_path)
+    with pytest.raises(ValueError, match="cycle"):
+        expanded_size({"k": {CHUNKS: ["c"]}, "c": ["k"]}, "k", tmp_path)
+
+
 # ---- item 1: reading a run directory runs none of its code --------------------------------------------------------
 @pytest.mark.parametrize(
     "command",
