@@ -9,7 +9,7 @@ database (what a memory working on one database holds):
 - for a one-item memory carried through a database in random order (k2 = 1: the most similar earlier *solved*
   question shown when sim ≥ δ; each question solved with probability `--solved-rate`), the share of questions
   shown a *paraphrase* (another question with the same gold query) and the share shown a *distractor* (any other
-  question), for each δ; and the δ that maximises the expected gain measured by the memory-ceiling probe:
+  question), for each δ; and the δ that maximises the expected gain measured by the oracle-retrieval probe:
   +10/30 for a paraphrase shown, −4/30 for a distractor shown (docs/memrl.md).
 
 Gold queries only label which pairs are paraphrases on the train split; they never reach a memory or a prompt.
@@ -30,8 +30,9 @@ from ttlearn.envs.sql import SQLEnv, answer_key
 from ttlearn.memory.embed import make_embedder
 
 GAIN_PARAPHRASE, LOSS_DISTRACTOR = 10 / 30, 4 / 30
-"""The probe's effect per question shown each kind of item (REFERENCE §10: 19 → 29 of 30 with the paraphrase's
-verified query, 19 → 15 with the most similar non-paraphrase)."""
+"""The probe's effect per question shown each kind of item (the oracle-retrieval probe in docs/memrl.md, on
+concert_singer and pets_1, not committed: 19 → 29 of 30 with the paraphrase's verified query, 19 → 15 with the most
+similar non-paraphrase)."""
 
 
 def measure(texts: list[str], golds: list[str], dbs: list[str], embedder: str, solved_rate: float,

@@ -45,3 +45,31 @@ def spider_data():
     except (FileNotFoundError, ValueError):
         prepare_sql()
     return spider_dir()
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL 15 for the whole session (initdb in a temporary folder, a loopback port, stopped at the
+    end; as root it runs as the postgres user); skipped only where the server's programs are not installed."""
+    psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    from ttlearn.memory.postgres import server_missing, temporary_server
+
+    missing = server_missing()
+    if missing:
+        pytest.skip(missing)
+    with temporary_server({"fsync": "off", "max_connections": "200"}) as url:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute("SELECT 1")
+        yield url
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request):
+    """A fresh, empty database on the session's server for one test; its URL."""
+    import psycopg
+
+    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:50]
+    with psycopg.connect(postgres_server, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    return postgres_server.rsplit("/", 1)[0] + "/" + name

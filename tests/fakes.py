@@ -27,5 +27,5 @@ class FakeLLM(LLM):
         self.calls.append(
             {"messages": list(messages), "max_tokens": max_tokens, "temperature": temperature, "seed": seed}
         )
-        prompt = messages[-1]["content"]
+        prompt = next(m["content"] for m in reversed(messages) if m["role"] != "assistant")  # past any prefill
         return Completion(self._reply(prompt))

@@ -108,6 +108,8 @@ class PartsConfig(BaseModel):
     free_text_tokens: int | None = Field(None, ge=1)
     """LaMer's free-text policy: one reply of up to this many tokens, reasoning then the action, never choice
     scoring; None: score the legal actions where the back end can."""
+    max_options: int | None = Field(None, ge=1)
+    """LLM players: the most legal actions one prompt lists (the shortlist, `players.llm.shortlist`); None: 64."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
 
     @field_validator("memory_options")
@@ -741,6 +743,16 @@ def credential_urls(config: PartsConfig) -> dict[str, str]:
     return urls
 
 
+def _store_trusted(store: str, source: Path, named: Iterable[str]) -> bool:
+    """A store file inside the run directory, or one the user named again (a database URL exactly as written)."""
+    if store in set(named):
+        return True
+    if "://" in store:
+        return False
+    path = Path(store).expanduser().resolve()
+    return path.is_relative_to(source.resolve()) or path in {Path(n).expanduser().resolve() for n in named}
+
+
 def check_trusted(
     config: PartsConfig,
     trusted: Iterable[str],
@@ -752,13 +764,12 @@ def check_trusted(
     credential set in `env` to a URL the user did not name again in `trusted`, or write into a memory store file
     outside `source` that the user did not name again in `stores`."""
     store = config.memory_options.get("store")
-    if store is not None:
-        where = Path(str(store)).expanduser().resolve()
-        if not where.is_relative_to(Path(source).resolve()) and where not in {Path(s).resolve() for s in stores}:
-            raise ValueError(
-                f"{source} keeps its memory store at {store}, outside the run directory, and playing it would write "
-                f"there; if that store is yours, name it again: --trust-store {store}"
-            )
+    if store is not None and not _store_trusted(str(store), Path(source), stores):
+        shown = "a database" if "://" in str(store) else str(store)
+        raise ValueError(
+            f"{source} keeps its memory store outside the run directory ({shown}), and playing it would write there; "
+            "if that store is yours, name it again: --trust-store STORE"
+        )
     named = {url.rstrip("/") for url in trusted}
     for url, variable in credential_urls(config).items():
         if env.get(variable) and url not in named:

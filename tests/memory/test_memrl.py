@@ -322,22 +322,30 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
 # -- issue 20: MemRL as its paper configures it --------------------------------------------------------------------
 
 
-def test_presets_hold_the_released_configurations(tmp_path: Path) -> None:
+def test_presets_hold_what_the_released_runners_run(tmp_path: Path) -> None:
     from ttlearn.memory.memrl import PRESETS
 
-    # configs/rl_bcb_config.yaml, rl_llb_config.yaml, rl_hle_config.yaml of the official repository
+    # MemTensor/MemRL at 7c3beba: each runner's values (file and line in the PRESETS comments), not its YAML's.
+    service_stats = {"sim_mean": 0.1856827586889267, "sim_std": 0.09407906234264374}  # memory_service.py:311-312
     bcb = {"k1": 5, "k2": 5, "delta": 0.5, "epsilon": 0.1, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
-           "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.31, "sim_std": 0.10, "join_threshold": 0.9}
+           "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.31, "sim_std": 0.10, "join_threshold": 0.9,
+           "batch": 25}  # bcb_runner.py:610 applies the updates every 25 tasks
     llb = {"k1": 10, "k2": 5, "delta": 0.5, "epsilon": 0.01, "q_min": -0.8, "q_init": 0.5, "reward_failure": 0.0,
-           "sim_mean": 0.39, "sim_std": 0.14, "join_threshold": 0.99, "batch": 5}
-    hle = {"k1": 5, "k2": 3, "delta": 0.25, "epsilon": 0.0, "q_min": -10.0, "sim_mean": 0.186, "sim_std": 0.094,
-           "batch": 32}
-    alfworld = {"k1": 5, "k2": 3, "delta": 0.62, "epsilon": 0.0, "q_min": -10.0}
+           **service_stats, "join_threshold": 0.99, "batch": 5}  # run_llb.py never passes the YAML's 0.39 / 0.14
+    hle = {"k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "q_init": 1.0, "q_init_failure": 0.0,
+           **service_stats, "batch": 32}  # τ 0.25 is never read; hle_runner.py:956 writes Q 1 / 0
+    alfworld = {"k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "q_init": 0.0, "sim_mean": 0.5187,
+                "sim_std": 0.1203, "join_threshold": 0.9, "batch": 32}  # τ 0.62 is never read
     for name, values in {"bcb": bcb, "llb": llb, "hle": hle, "alfworld": alfworld}.items():
         assert {k: PRESETS[name][k] for k in values} == values, name
+    # the families' settings stay as landed (the pre-registered evaluation uses them)
+    sql = {"k1": 5, "k2": 1, "delta": 0.9, "epsilon": 0.0, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
+           "reward_success": 1.0, "reward_failure": -1.0, "join_threshold": 0.95, "w_sim": 0.5, "w_q": 0.5,
+           "batch": 1, "write": "answer", "keep": "successes"}
+    assert PRESETS["sql"] == PRESETS["code"] == sql and PRESETS["household"] == {**sql, "write": "trajectory"}
     mem = memory(tmp_path, preset="llb", epsilon=None, delta=None)
-    assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.q_min, mem.cfg.sim_mean, mem.batch) == (10, 5, -0.8, 0.39, 5)
-    assert (mem.q_init, mem.rewards) == (0.5, (1.0, 0.0))
+    assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.q_min, mem.cfg.sim_std, mem.batch) == (10, 5, -0.8, 0.09407906234264374, 5)
+    assert (mem.q_init, mem.q_init_failure, mem.rewards) == (0.5, 0.5, (1.0, 0.0))
     assert memory(tmp_path, preset="hle", k2=2).cfg.k2 == 2  # an option given beside a preset wins
     with pytest.raises(ValueError, match="unknown memrl preset 'nope'; choose one of: alfworld, bcb"):
         memory(tmp_path, preset="nope")
@@ -346,12 +354,24 @@ def test_presets_hold_the_released_configurations(tmp_path: Path) -> None:
     assert memory(tmp_path, name="memp", preset="bcb").alpha == 0.0  # a baseline's pin beats the preset
 
 
+def test_hle_writes_a_success_at_q_1_and_a_failure_at_q_0(tmp_path: Path) -> None:
+    # hle_runner.py:956 (MemRL at 7c3beba): a new item's Q is 1.0 after a correct answer, 0.0 after a wrong one
+    mem = memory(tmp_path, preset="hle", batch=1, write="trajectory")
+    mem.observe(episode(0, "opponent plays rock", success=True))
+    mem.observe(episode(1, "opponent plays paper", success=False))
+    assert {m.episode: m.q_value for m in mem.ns.store.inspect("default")} == {0: 1.0, 1: 0.0}
+    plain = memory(tmp_path / "plain", q_init=0.25, write="trajectory")  # without q_init_failure: one Q₀ for all
+    plain.observe(episode(0, "opponent plays rock", success=False))
+    assert [m.q_value for m in plain.ns.store.inspect("default")] == [0.25]
+
+
 def test_defaults_are_the_bcb_release_with_the_embedders_own_statistics(tmp_path: Path) -> None:
     from ttlearn.memory.embed import SIMILARITY_STATS
 
     mem = memory(tmp_path, epsilon=None, delta=None)
     assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.delta, mem.cfg.q_min, mem.cfg.epsilon) == (5, 5, 0.5, -0.8, 0.1)
     assert (mem.cfg.sim_mean, mem.cfg.sim_std) == SIMILARITY_STATS["hash"]
+    assert mem.batch == 1  # not the BigCodeBench runner's 25: a short run must see its own updates
 
 
 def test_answer_items_show_the_task_and_the_verified_answer_only(tmp_path: Path) -> None:
@@ -455,3 +475,29 @@ def test_a_run_recorded_before_the_defaults_resumes_as_recorded(tmp_path: Path) 
     assert prepare(tmp_path / "old", old).config == old  # no preset slipped in: the directory's config is kept
     fresh = prepare(tmp_path / "new", old).config
     assert fresh.memory_options == {"preset": "sql"} and fresh.attempts == 3
+
+
+def test_a_memrl_run_on_postgresql_matches_sqlite_and_snapshots_point_at_it(postgres_url: str, tmp_path: Path) -> None:
+    """`-m store=postgresql://…`: the same contexts, items and Q as the SQLite store over a sequential run with
+    ε-exploration; the memory is shared, so a snapshot names the database and loading one overwrites nothing."""
+    pytest.importorskip("psycopg")
+    tasks = [f"rock paper scissors; opponent plays {m}" for m in ("rock", "paper", "rock", "scissors")] * 4
+    runs = []
+    for store in (str(tmp_path / "m.sqlite"), postgres_url):
+        mem = memory(tmp_path, store=store, epsilon=0.3, k2=2)
+        shown = []
+        for index, task in enumerate(tasks):
+            shown.append(mem.context(task))
+            mem.observe(episode(index, task, success=index % 3 != 0))
+        items = [(m.id, m.intent, m.experience, m.q_value, m.visits) for m in mem.ns.store.inspect("default")]
+        runs.append((shown, items, mem))
+    (lite_shown, lite_items, _), (pg_shown, pg_items, shared) = runs
+    assert pg_shown == lite_shown and any(pg_shown)
+    assert [m[:3] + m[4:] for m in pg_items] == [m[:3] + m[4:] for m in lite_items]
+    assert max(abs(p[3] - s[3]) for p, s in zip(pg_items, lite_items)) <= 1e-9
+    state = shared.state()
+    assert state["store"] == postgres_url and "memories" not in state
+    shared.load(state)
+    assert len(shared.ns) == len(pg_items)
+    with pytest.raises(ValueError, match="never overwrites them"):
+        shared.load(runs[0][2].state())

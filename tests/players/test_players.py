@@ -125,3 +125,20 @@ def test_retries_are_a_setting():
     assert not player.act(env, env.reset(0), "", seed=1).valid
     with pytest.raises(ValueError, match="retries"):
         LLMPlayer(FakeLLM(["x"]), retries=-1)
+
+
+def test_a_prefill_opens_the_reply_and_stays_in_it():
+    # The mini sql set: the player opens the ```sql block for the model, and the reply as recorded starts with it,
+    # whether the back end continued the prefill or (a server that ignores prefills) wrote the fence itself.
+    env = make_env("sql", dataset="mini")
+    obs = env.reset(0)
+    continued = FakeLLM(["SELECT name FROM students\n```"])
+    decision = LLMPlayer(continued).act(env, obs, "", seed=1)
+    assert continued.calls[0]["messages"][-1] == {"role": "assistant", "content": "```sql\n"}
+    assert (decision.action, decision.raw) == ("SELECT name FROM students", "```sql\nSELECT name FROM students\n```")
+    repeated = LLMPlayer(FakeLLM(["```sql\nSELECT 1\n```"])).act(env, obs, "", seed=1)
+    assert (repeated.action, repeated.raw) == ("SELECT 1", "```sql\nSELECT 1\n```")
+    legacy = make_env("sql", dataset="mini", prefill=False)
+    plain = FakeLLM(["SELECT 2"])
+    LLMPlayer(plain).act(legacy, legacy.reset(0), "", seed=1)
+    assert plain.calls[0]["messages"][-1]["role"] == "user"

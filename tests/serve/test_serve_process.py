@@ -22,6 +22,7 @@ from fakes import FakeLLM  # noqa: E402
 
 from ttlearn.memory import make_memory  # noqa: E402
 from ttlearn.memory.remote import MemoryClient, MemoryServiceError  # noqa: E402
+from ttlearn.memory.retrieval import commit_order  # noqa: E402
 from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.types import Episode, Step  # noqa: E402
 
@@ -66,12 +67,13 @@ def free_port() -> int:
 class Server:
     """`python -m ttlearn serve` on a free loopback port, its log in a file."""
 
-    def __init__(self, store: Path, *options: str, open_files: int | None = None) -> None:
-        """`open_files`: the server's RLIMIT_NOFILE, so that running out of descriptors is reached on purpose."""
+    def __init__(self, store: Path | str, *options: str, open_files: int | None = None, logs: Path | None = None) -> None:
+        """`store`: a SQLite file (its log beside it) or a postgresql:// URL (its log in `logs`); `open_files`: the
+        server's RLIMIT_NOFILE, so that running out of descriptors is reached on purpose."""
         self.store = store
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log = store.with_suffix(f".{self.port}.log")
+        self.log = (logs / "serve" if logs else Path(store)).with_suffix(f".{self.port}.log")
         command = [sys.executable, "-m", "ttlearn", "serve", "--store", str(store), "--port", str(self.port)]
         with open(self.log, "w") as log:
             limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
@@ -356,3 +358,41 @@ def test_half_open_connections_over_many_addresses_are_capped_server_wide(tmp_pa
         for sock in socks:
             sock.close()
         assert server.stop() == 0
+
+
+def test_two_replicas_on_one_postgresql_database_answer_alike_and_lose_no_feedback(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """Stateless replicas: a key issued by one opens the namespace on the other, both retrieve the same items with
+    the same Q, feedback sent to either in turn is all applied, and a rotation on one revokes the key on both."""
+    pytest.importorskip("psycopg")
+    replicas = [Server(postgres_url, "--rate", "0", logs=tmp_path) for _ in range(2)]
+    try:
+        with replicas[0].admin() as admin:
+            key = admin.create_namespace("fleet", embedder="hash")
+        a, b = (MemoryClient(r.url, key) for r in replicas)
+        ids = [a.add("fleet", f"situation {i}", f"answer {i}")["id"] for i in range(3)]
+        ids.append(b.add("fleet", "situation 0 again", "answer 3")["id"])
+        assert a.retrieve("fleet", "situation 2", k=4, epsilon=0) == b.retrieve("fleet", "situation 2", k=4, epsilon=0)
+        answers = []
+        for n in range(40):
+            reward = (1.0, -1.0, 0.25)[n % 3]
+            answers.append((reward, (a, b)[n % 2].feedback("fleet", ids[:2], reward, alpha=0.3)))
+        for item_id in ids[:2]:
+            updates = [(r, 0.3, q[item_id]) for r, q in answers]
+            order = commit_order(0.0, updates)
+            assert order is not None and len(order) == 40
+        by_a, by_b = (c.retrieve("fleet", "situation 1", k=4, epsilon=0)["items"] for c in (a, b))
+        assert [(i["id"], i["q"], i["visits"]) for i in by_a] == [(i["id"], i["q"], i["visits"]) for i in by_b]
+        assert {i["id"]: i["visits"] for i in by_a}[ids[1]] == 40
+        with replicas[1].admin() as admin:
+            new_key = admin.rotate_key("fleet")
+        with pytest.raises(MemoryServiceError, match="401"):
+            a.inspect("fleet")
+        with MemoryClient(replicas[0].url, new_key) as again:
+            assert again.inspect("fleet")["items"] == 4
+        a.close()
+        b.close()
+    finally:
+        assert [r.stop() for r in replicas] == [0, 0]
+

@@ -4,11 +4,14 @@ import numpy as np
 import pytest
 
 from ttlearn.train.advantages import (
+    attempt_rewards,
     cross_episode_returns,
     discounted_score_terms,
     gigpo_advantages,
     group_advantages,
     grpo_episode_advantages,
+    released_gigpo_advantages,
+    released_step_returns,
     turn_level_advantages,
 )
 
@@ -199,3 +202,56 @@ class TestGiGPO:
             gigpo_advantages([1.0], [1.0], [0], [0], ["s", "t"])
         with pytest.raises(ValueError, match="trials has 0 entries"):
             grpo_episode_advantages([1.0], [0], [])
+
+
+class TestReleasedFormula:
+    """LaMer's released code (mlbio-epfl/LaMer 9a4756c) against the paper, on the Minesweeper pair of
+    docs/estimators.md: trial A = (2, 12) solved at once, trial B = (2, 2, −0.1) | reflection | (2, 2, 12);
+    γ_step 0.95, γ_traj 0.9."""
+
+    A = ([2.0, 12.0], [0, 0], [False, False])
+    B = ([2.0, 2.0, -0.1, 0.0, 2.0, 2.0, 12.0], [0, 0, 0, 0, 1, 1, 1], [False, False, False, True, False, False, False])
+    GAMMAS = {"gamma_step": 0.95, "gamma_traj": 0.9}
+
+    def test_the_released_chain_discounts_later_attempts_once_more(self):
+        # attempt 2: 12, 2 + 0.95·12 = 13.4, 2 + 0.95·13.4 = 14.73 (the reflection takes 14.73);
+        # then one chain: −0.1 + 0.9·14.73 = 13.157, 2 + 0.95·13.157 = 14.49915, 2 + 0.95·14.49915 = 15.7741925
+        # (the paper's return adds 0.9·14.73 at every step of attempt 1: 17.06675, 15.162, 13.157)
+        g = released_step_returns(*self.B, **self.GAMMAS)
+        np.testing.assert_allclose(g, [15.7741925, 14.49915, 13.157, 14.73, 14.73, 13.4, 12.0])
+        assert cross_episode_returns(*self.B, **self.GAMMAS)[0] == pytest.approx(17.06675)
+        # inside one attempt both are the plain γ_step return: (2, 12) → 13.4, 12
+        np.testing.assert_allclose(released_step_returns(*self.A, **self.GAMMAS), [13.4, 12.0])
+        np.testing.assert_allclose(cross_episode_returns(*self.A, **self.GAMMAS), [13.4, 12.0])
+
+    def test_each_step_is_scored_by_its_own_attempts_undiscounted_reward(self):
+        # attempt 1: 2 + 2 − 0.1 = 3.9; the reflection 0; attempt 2: 2 + 2 + 12 = 16
+        np.testing.assert_allclose(attempt_rewards(*self.B), [3.9, 3.9, 3.9, 0.0, 16.0, 16.0, 16.0])
+        with pytest.raises(ValueError, match="reflection steps carry no reward"):
+            attempt_rewards([1.0], [0], [True])
+
+    def test_released_gigpo_against_the_papers(self):
+        # E over the group's 9 steps: 14, 14 | 3.9 ×3, 0, 16 ×3 → sum 87.7, mean 9.744444…
+        # A_episode = 4.255556 (A) | −5.844444 (attempt 1 of B), −9.744444 (reflection), 6.255556 (attempt 2 of B).
+        # Anchor "start" joins A's first step (G 13.4) and B's (G 15.7741925): mean 14.58709625 → ∓1.18709625;
+        # the other anchors are singletons (0).
+        e = np.r_[attempt_rewards(*self.A), attempt_rewards(*self.B)]
+        g = np.r_[released_step_returns(*self.A, **self.GAMMAS), released_step_returns(*self.B, **self.GAMMAS)]
+        anchors = [(0, "start"), (0, "a1"), (0, "start"), (0, "b1"), (0, "b2"), "reflection", (1, "start"),
+                   (1, "b4"), (1, "b5")]
+        released = released_gigpo_advantages(e, g, ["i"] * 9, anchors)
+        np.testing.assert_allclose(
+            released,
+            [3.06845931, 4.25555556, -4.65734819, -5.84444444, -5.84444444, -9.74444444, 6.25555556, 6.25555556,
+             6.25555556],
+        )
+        # the paper: R(A) = 13.4, R(B) = 17.06675, mean 15.233375 → A_episode ∓1.833375; the start anchor compares
+        # 13.4 with 17.06675 → ∓1.833375 too: A's first step −3.66675, B's +3.66675
+        terms = np.r_[discounted_score_terms(*self.A, **self.GAMMAS), discounted_score_terms(*self.B, **self.GAMMAS)]
+        returns = np.r_[cross_episode_returns(*self.A, **self.GAMMAS), cross_episode_returns(*self.B, **self.GAMMAS)]
+        paper = gigpo_advantages(terms, returns, ["i"] * 9, ["A"] * 2 + ["B"] * 7, anchors)
+        np.testing.assert_allclose(paper[[0, 1, 2]], [-3.66675, -1.833375, 3.66675])
+
+    def test_bad_input(self):
+        with pytest.raises(ValueError, match="returns has 1 entries, expected 2"):
+            released_gigpo_advantages([1.0, 2.0], [1.0], ["g", "g"], [0, 1])

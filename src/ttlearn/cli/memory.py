@@ -18,6 +18,8 @@ from ttlearn.runs import Run, RunDir
 def _unit(run_dir: Path) -> str:
     return Run.open(run_dir, repair=False).unit
 
+TRUST_STORE_HELP = "The run's memory database (postgresql://…) when you trust it; a SQLite file needs no flag."
+
 memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)
 
 
@@ -52,17 +54,28 @@ def memory_diff(
     console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
 
 
-def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
-    """The MemRL store of a run, opened read-only (a run directory may name any file as its store), its namespace
-    and the run id the session gave it."""
-    from ttlearn.memory.store import MemoryStore
+def _memrl_store(run_dir: Path, trust_store: list[str]) -> tuple[Any, str, str]:
+    """The MemRL store of a run, its namespace and the run id the session gave it. A run directory may name any
+    file as its store: a SQLite file is opened read-only; a database only when named again with --trust-store (a
+    config must not choose where ttlearn connects, with whatever credentials this process holds)."""
+    from ttlearn.memory.backends import open_store
+    from ttlearn.memory.store import MemoryStore, is_database_url
 
     run = RunDir(run_dir)
     options = run.config().memory_options
-    path = Path(options.get("store") or run.path / "memrl.sqlite")
-    if not path.exists():
-        raise FileNotFoundError(f"{run_dir} has no MemRL store ({path}); was it run with --memory memrl/memp/rag?")
-    return MemoryStore(path, read_only=True), str(options.get("namespace", "default")), run.path.name
+    location = str(options.get("store") or run.path / "memrl.sqlite")
+    if is_database_url(location):
+        if location not in trust_store:
+            raise ValueError(
+                f"{run_dir} keeps its memories in a database, and a run directory does not choose where ttlearn "
+                "connects; if that database is yours, name it again: --trust-store URL"
+            )
+        store = open_store(location)
+    elif not Path(location).exists():
+        raise FileNotFoundError(f"{run_dir} has no MemRL store ({location}); was it run with --memory memrl/memp/rag?")
+    else:
+        store = MemoryStore(location, read_only=True)
+    return store, str(options.get("namespace", "default")), run.path.name
 
 
 @memory_app.command("inspect")
@@ -71,9 +84,10 @@ def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
 def memory_inspect(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
     limit: int = typer.Option(20, help="How many memories to show."),
+    trust_store: list[str] = typer.Option([], help=TRUST_STORE_HELP),
 ) -> None:
     """List the memories of a MemRL store, newest first, with Q-value, visits and last reward."""
-    store, namespace, _ = _memrl_store(run_dir)
+    store, namespace, _ = _memrl_store(run_dir, trust_store)
     table = Table(title=f"MemRL store · namespace {namespace}")
     for column in ("id", "episode", "Q", "visits", "last r", "intent", "experience"):
         table.add_column(column, overflow="fold")
@@ -97,10 +111,11 @@ def memory_inspect(
 def memory_explain(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
     game: Optional[int] = typer.Option(None, help="The game of a session whose retrievals to show."),
+    trust_store: list[str] = typer.Option([], help=TRUST_STORE_HELP),
 ) -> None:
     """Show which memories were retrieved for a game, with similarity, Q and the combined score; without --game,
     what Q did over the whole run (how often its ranking or its q_min filter changed what was shown)."""
-    store, namespace, run_id = _memrl_store(run_dir)
+    store, namespace, run_id = _memrl_store(run_dir, trust_store)
     if game is None:
         records = store.retrievals(namespace, run_id=run_id)
         counts = q_effect((r.candidates, r.chosen, r.explored) for r in records)
@@ -142,3 +157,42 @@ def memory_reembed(
         raise FileNotFoundError(f"no store at {store}")
     count = MemoryStore(store).reembed(namespace, make_embedder(embedder))
     console.print(f"re-embedded {count} intent keys of {namespace!r} with {embedder}")
+
+
+@memory_app.command("export")
+@friendly
+def memory_export(
+    store: str = typer.Argument(..., help="A MemRL store: a SQLite file or postgresql://USER@HOST/DB."),
+    out: Path = typer.Option(..., help="The JSON file to write (refused if it exists)."),
+) -> None:
+    """Write every namespace of a store (items, Q, visits, provenance, vectors, retrieval logs) to one JSON file,
+    to move it between SQLite and PostgreSQL with `ttlearn memory import`."""
+    from ttlearn.memory.backends import open_store
+    from ttlearn.memory.store import is_database_url
+
+    if not is_database_url(store) and not Path(store).exists():
+        raise FileNotFoundError(f"no store at {store}")
+    if out.exists():
+        raise FileExistsError(f"{out} already exists; export into a new file")
+    with open_store(store) as source:
+        dump = source.export_all()
+    partial = out.with_name(f".{out.name}.partial")
+    partial.write_text(json.dumps(dump))
+    partial.replace(out)
+    console.print(f"exported {len(dump['namespaces'])} namespaces of {store} → {out}")
+
+
+@memory_app.command("import")
+@friendly
+def memory_import(
+    store: str = typer.Argument(..., help="The store to fill: a SQLite file (created) or postgresql://USER@HOST/DB."),
+    dump: Path = typer.Argument(..., help="A file written by `ttlearn memory export`."),
+) -> None:
+    """Add the namespaces of an export to a store that does not hold them yet (ids are kept where free)."""
+    from ttlearn.memory.backends import open_store
+
+    data = json.loads(dump.read_text())
+    with open_store(store) as target:
+        count = target.import_all(data)
+    console.print(f"imported {count} namespaces from {dump} → {store}")
+

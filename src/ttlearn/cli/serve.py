@@ -21,7 +21,11 @@ from ttlearn.serve import (
 
 
 def serve(
-    store: Path = typer.Option(..., help="The MemRL SQLite store to serve (created if missing)."),
+    store: str = typer.Option(
+        ...,
+        help="The MemRL store to serve: a SQLite file (created if missing), or a PostgreSQL database "
+        "(postgresql://USER@HOST/DB; password in PGPASSWORD or ~/.pgpass) that several replicas serve together.",
+    ),
     host: str = typer.Option("127.0.0.1", help="Interface to listen on; keep loopback unless behind a TLS proxy."),
     port: int = typer.Option(8765, min=1, max=65535, help="Port to listen on."),
     admin_key_file: Optional[Path] = typer.Option(

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from ttlearn.cli.common import console, format_comparison, format_unit, print_call, print_summary
+from ttlearn.cli.common import console, format_comparison, format_unit, parse_options, print_call, print_summary
 from ttlearn.eval.summary import compare_trials, summarize
 from ttlearn.runs import Run
 
@@ -49,3 +49,28 @@ def show_against(run: Run, other: Run, epoch: int | None = None) -> None:
     records = [r for r in run.records if epoch is None or r["epoch"] == epoch]
     comparison = compare_trials(records, other.records, min(a.attempts, b.attempts))
     console.print(format_comparison(comparison, str(run.path), str(other.path)), highlight=False)
+
+
+def rejudge(
+    run_dir: Path = typer.Argument(..., help="A finished trial run whose attempts are one answer each (e.g. sql)."),
+    env_option: list[str] = typer.Option(
+        ..., "--env-option", "-e", help="The environment option to judge by, KEY=VALUE (e.g. metric=exec); repeatable."
+    ),
+) -> None:
+    """Judge a recorded trial run's answers again under other environment options (a new metric), from its records
+    alone: no model runs. The verdicts go beside the recorded ones and the summary is rewritten; `show` then reports
+    them and says so, and `replay` still reproduces what was played."""
+    from ttlearn.rollout.rejudge import rejudge_run
+
+    run = Run.open(run_dir, repair=False)
+    if not run.finished:
+        raise ValueError(f"{run_dir} is not finished ({run.done} of {run.total}); resume it first")
+    records = rejudge_run(run, parse_options(env_option, "-e"))
+    changed = sum(
+        r["rejudged"].get(key) != r.get(key) for r in records for key in ("first_success", "control_first_success")
+        if key in r
+    )
+    summary = summarize(Run.open(run_dir, repair=False))
+    run.write_summary(summary)
+    print_summary(summary)
+    console.print(f"{changed} verdict(s) changed of {len(records)} task record(s); summary rewritten", highlight=False)

@@ -2,9 +2,11 @@
 
 One episode is one question. The agent sees the database's schema (compact CREATE TABLE lines) and the question,
 and answers with a SQL query; the query runs read-only in a sandboxed child process (`sql_sandbox`) and the agent
-sees its first rows or its error. It succeeds when its rows equal the gold query's rows: as a multiset, or as an
-ordered list when the gold query's outermost SELECT has ORDER BY (column names do not matter; column order does).
-With `turns` > 1 a wrong answer can be revised after seeing its result.
+sees its first rows or its error. It succeeds by Spider's official execution match (`metric="exec"`, the default:
+the rules of test-suite-sql-eval, in `_exec_match.py`): both queries run without DISTINCT, the rows must be equal up
+to a permutation of the columns, in order only when the gold query says ORDER BY. `metric="strict"` keeps ttlearn's
+first judge: the rows as the queries return them, columns in the gold's order, ordered only when the gold query's
+outermost SELECT has ORDER BY. With `turns` > 1 a wrong answer can be revised after seeing its result.
 
 Data sets: `spider` (Spider-dev, built once by `ttlearn data prepare sql`) and `mini` (32 questions over three
 small databases shipped in the package). Splits are by database, so test questions are about databases that no
@@ -27,11 +29,15 @@ from urllib.parse import quote
 
 from ttlearn.data.prepare import GOLD_TIMEOUT_MS, Question, load_question_set, spider_dir
 from ttlearn.data.sql_mini import load_mini, mini_dir
+from ttlearn.envs._exec_match import denotations_equal, normalise, order_matters
 from ttlearn.envs.base import ENVS, Env
 from ttlearn.sandbox.sqlite import QueryResult, execute, run_query
 from ttlearn.types import Observation, StepResult
 
 DATASETS = ("spider", "mini")
+METRICS = ("exec", "strict")
+COLUMN_RULES = {"exec": "column names and their order do not matter", "strict": "column names do not matter, column order does"}
+"""What the rules say of columns under each metric (the strict text is the one runs recorded before `metric`)."""
 SPLITS = ("all", "train", "test")
 TEST_SHARE = 0.3
 SHOWN_ROWS = 10
@@ -75,6 +81,20 @@ def rows_match(got: Sequence[tuple], gold: Sequence[tuple], ordered: bool) -> bo
     if ordered:
         return list(got) == list(gold)
     return Counter(got) == Counter(gold)
+
+
+def exec_match(db_path: Path, gold: str, result: QueryResult, query: str, timeout_ms: int) -> bool:
+    """Spider's official verdict on `query`, whose own run gave `result`: the query runs again only when the
+    official normalisation (DISTINCT dropped, operators joined) changed it; the gold query runs normalised too."""
+    normalised = normalise(query)
+    if normalised != query:
+        result = run_query(db_path, normalised, timeout_ms)
+    if not result.ok:
+        return False
+    gold_rows = execute(str(db_path), normalise(gold), GOLD_TIMEOUT_MS)
+    if "error" in gold_rows:
+        raise RuntimeError(f"the gold query failed once normalised as Spider's evaluator runs it: {gold_rows['error']}")
+    return denotations_equal([tuple(r) for r in gold_rows["rows"]], result.rows, order_matters(gold))
 
 
 def held_out_databases(questions_per_db: Mapping[str, int], share: float = TEST_SHARE) -> frozenset[str]:
@@ -174,13 +194,17 @@ class SQLEnv(Env):
     """Answer questions about SQLite databases with SQL. Options: `dataset` (spider | mini), `split` (all | train |
     test, by database), `database` (only the questions about one database: an agent that works on one database over
     time, where a memory can carry what it learned about it), `task` (pin one question id), `turns` (queries per
-    episode; after a wrong one the agent sees its result and may revise), `include_empty` (also play the trivial
+    episode; after a wrong one the agent sees its result and may revise), `metric` (exec: Spider's official execution
+    match, the default; strict: ttlearn's first judge, what runs recorded before the option played), `prefill` (the
+    reply starts inside a ```sql block the player opens for the model, so a small model writes a query rather than
+    a paraphrase of the question; off in runs recorded before the option), `include_empty` (also play the trivial
     questions: those whose gold result is empty, which any query that finds nothing passes, and those on a database
     without rows, Spider's wta_1), `timeout_ms` (per query), `seed` (accepted for the common config; the questions
     are fixed data)."""
 
     name = "sql"
     reply_tokens = 256
+    legacy_options = {"metric": "strict", "prefill": False}
 
     def __init__(
         self,
@@ -189,6 +213,8 @@ class SQLEnv(Env):
         database: str | None = None,
         task: int | None = None,
         turns: int = 1,
+        metric: str = "exec",
+        prefill: bool = True,
         include_empty: bool = False,
         timeout_ms: int = 2000,
         seed: int = 0,
@@ -197,11 +223,15 @@ class SQLEnv(Env):
             raise ValueError(f"dataset must be one of {', '.join(DATASETS)}, got {dataset!r}")
         if split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
         if turns < 1:
             raise ValueError(f"turns must be at least 1, got {turns}")
         if timeout_ms < 1:
             raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
         self.dataset, self.split, self.database, self.task_id, self.turns = dataset, split, database, task, turns
+        self.metric, self.prefill = metric, prefill
+        self.reply_prefix = "```sql\n" if prefill else ""
         self.include_empty, self.timeout_ms, self.seed = include_empty, timeout_ms, seed
         if dataset == "spider":
             self.data_dir = spider_dir()
@@ -247,6 +277,8 @@ class SQLEnv(Env):
             "database": self.database,
             "task": self.task_id,
             "turns": self.turns,
+            "metric": self.metric,
+            "prefill": self.prefill,
             "include_empty": self.include_empty,
             "timeout_ms": self.timeout_ms,
             "seed": self.seed,
@@ -258,8 +290,8 @@ class SQLEnv(Env):
             "You answer questions about a SQLite database by writing SQL. You see the database schema and a "
             f"question; you may send {tries}. Each query runs read-only and you see its result (the first "
             f"{SHOWN_ROWS} rows) or its error. You succeed when your query returns exactly the rows of the correct "
-            "answer (in the same order when the question asks for an order); column names do not matter, column "
-            f"order does, so select only what is asked. {ANSWER_FORMAT}"
+            f"answer (in the same order when the question asks for an order); {COLUMN_RULES[self.metric]}, so select "
+            f"only what is asked. {ANSWER_FORMAT}"
         )
 
     # ---- episode ---------------------------------------------------------------------------------------------------
@@ -305,8 +337,13 @@ class SQLEnv(Env):
         """Run `action` as one SQL query and compare its rows with the gold query's."""
         self._check_running()
         result = run_query(self.db_path, action, self.timeout_ms)
-        solved = result.ok and rows_match(result.rows, self._gold_rows(), self._current.ordered)
-        return self._record(Attempt(action, result, solved))
+        return self._record(Attempt(action, result, self.judge(action, result)))
+
+    def judge(self, query: str, result: QueryResult) -> bool:
+        """Whether `query`, whose run gave `result`, answers the current question, by the env's metric."""
+        if self.metric == "exec":
+            return exec_match(self.db_path, self._current.gold, result, query, self.timeout_ms)
+        return result.ok and rows_match(result.rows, self._gold_rows(), self._current.ordered)
 
     def invalid_step(self, reply: str) -> StepResult:
         """A reply without a query uses up the turn and costs INVALID_PENALTY."""
@@ -337,6 +374,14 @@ class SQLEnv(Env):
     def format_answer(self, actions: Sequence[str]) -> str:
         """The last query sent, in the ```sql block the agent answers with."""
         return f"```sql\n{actions[-1]}\n```" if actions else ""
+
+    def rejudge(self, instance: dict[str, Any], action: str) -> bool:
+        """The verdict on a recorded query, played alone on the recorded question (a one-turn attempt)."""
+        matching = [q for q in self.questions if q.id == instance["question_id"]]
+        if not matching:
+            raise ValueError(f"question {instance['question_id']} is not among this environment's questions")
+        self.question = matching[0]
+        return self.judge(action, run_query(self.db_path, action, self.timeout_ms))
 
     def oracle_action(self, seed: int = 0) -> str:
         """The gold SQL of the current question."""

@@ -82,6 +82,31 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail / 2**n)
 
 
+def mcnemar_power(n: int, p_only_a: float, p_only_b: float, alpha: float = 0.05) -> float:
+    """The probability that a paired study of `n` tasks confirms "A beats B": exact McNemar p < `alpha` with more
+    tasks solved only by A, when each task is solved only by A with probability `p_only_a` and only by B with
+    `p_only_b` (independently across tasks).
+
+    The discordant count D ~ Binomial(n, p_a + p_b); given D = d, A's share ~ Binomial(d, p_a / (p_a + p_b)); so
+    power = Σ_d P(D = d) · Σ_{b > d − b, mcnemar_exact(b, d − b) < alpha} P(A's share = b | d)."""
+    if n < 0 or not (0 <= p_only_a and 0 <= p_only_b and p_only_a + p_only_b <= 1):
+        raise ValueError(f"need n >= 0 and discordant probabilities that sum to at most 1, got {n}, {p_only_a}, {p_only_b}")
+    discordant = p_only_a + p_only_b
+    if discordant == 0:
+        return 0.0
+    share = p_only_a / discordant
+    power = 0.0
+    for d in range(n + 1):
+        p_d = math.comb(n, d) * discordant**d * (1 - discordant) ** (n - d)
+        wins = sum(
+            math.comb(d, b) * share**b * (1 - share) ** (d - b)
+            for b in range(d + 1)
+            if b > d - b and mcnemar_exact(b, d - b) < alpha
+        )
+        power += p_d * wins
+    return power
+
+
 def trajectory_entropy(action_sequences: Iterable[Sequence[Hashable]]) -> float:
     """Shannon entropy, in bits, of the empirical distribution of distinct action sequences on one instance.
 

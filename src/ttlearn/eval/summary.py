@@ -1,5 +1,6 @@
 """One summariser for every run, from its records alone (so `show`, `resume` and `run` agree): what every run has,
-then the sections its records hold — a session's games (score, cumulative performance, cost), a trial run's
+then the sections its records hold — a session's games (score, cumulative performance, cost; invalid steps by cause:
+unparseable replies, commands the simulator rejected, prompts over the context), a trial run's
 success@k with Wilson intervals, pass@k of independent attempts, trajectory entropy, instance-set ceilings, MemRL's
 protocol metrics and the paired control. Also the paired comparison of two trial runs."""
 
@@ -19,7 +20,7 @@ from ttlearn.eval.metrics import (
     wilson_interval,
 )
 from ttlearn.runs import Run, TrialConfig
-from ttlearn.types import Episode
+from ttlearn.types import Episode, count_causes
 
 
 def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
@@ -61,6 +62,7 @@ def summarize_games(episodes: list[Episode], wall_s: float | None = None) -> dic
         ],
         "mean_score": sum(scores) / len(scores) if scores else 0.0,
         "invalid_rate": invalid / steps if steps else 0.0,
+        "invalid_causes": count_causes(s for e in episodes for s in e.steps),
         "tokens": sum(e.info.get("prompt_tokens", 0) + e.info.get("completion_tokens", 0) for e in episodes),
         "llm_s": llm_s,
         "played_s": played_s,
@@ -99,13 +101,18 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
     over its attempts, averaged over instances.
     Held-out (validation) records count only towards MemRL's best-validation success.
     """
+    rejudged = {r["rejudged"]["metric"] for r in records if "rejudged" in r}
+    records = [as_rejudged(r) for r in records]
     held_out = [r for r in records if r.get("type") == "validation"]
     records = [r for r in records if r.get("type", "task") == "task"]
     if not records:
         raise ValueError("no finished tasks to summarise")
     n = config.attempts
     attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in records]
-    first = [next((e.index for e in eps if e.success), None) for eps in attempts]
+    first = [
+        r["first_success"] if "rejudged" in r else next((e.index for e in eps if e.success), None)
+        for r, eps in zip(records, attempts)
+    ]
     summary: dict[str, Any] = {
         "env": config.env,
         "memory": config.memory,
@@ -123,6 +130,7 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         "mean_attempts": float(np.mean([len(eps) for eps in attempts])),
         "first_attempt_score": float(np.mean([eps[0].score for eps in attempts])),
         "invalid_rate": float(np.mean([not s.valid for eps in attempts for e in eps for s in e.steps])),
+        "invalid_causes": count_causes(s for eps in attempts for e in eps for s in e.steps),
         "wall_s_per_task": float(np.mean([r["wall_s"] for r in records])),
         "instances": instance_summary([r["instance"] for r in records]),
         "pass_at_k": None,
@@ -160,7 +168,18 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
             }
     elif greedy_control_applies(config) and n > 1:
         summary["memory_gain"] = memory_gain(first, n)
+    if rejudged:
+        summary["rejudged"] = ", ".join(sorted(rejudged))
     return summary
+
+
+def as_rejudged(record: dict[str, Any]) -> dict[str, Any]:
+    """The record with the verdicts of a later judge (`ttlearn rejudge`: the recorded replies judged again by
+    another metric) in place of the ones it was played with; the record itself keeps both."""
+    if "rejudged" not in record:
+        return record
+    verdicts = {k: v for k, v in record["rejudged"].items() if k in ("first_success", "control_first_success")}
+    return {**record, **verdicts}
 
 
 def greedy_control_applies(config: TrialConfig) -> bool:
@@ -193,6 +212,7 @@ def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: i
     def key(record: dict[str, Any]) -> tuple[str, int, int]:
         return record.get("type", "task"), record["epoch"], record["seed"]
 
+    a, b = [as_rejudged(r) for r in a], [as_rejudged(r) for r in b]
     first_b = {key(r): r["first_success"] for r in b}
     pairs = [(r["first_success"], first_b[key(r)]) for r in a if key(r) in first_b]
     if not pairs:

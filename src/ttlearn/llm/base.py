@@ -103,8 +103,18 @@ def spec_options(text: str, known: dict[str, Callable[[str], Any]], scheme: str)
 
 
 def plain_prompt(messages: Sequence[Message]) -> str:
-    """The layout for base models without a chat template: the turns, then "Answer:"."""
-    return "\n\n".join(m["content"].strip() for m in messages) + "\nAnswer:"
+    """The layout for base models without a chat template: the turns, then "Answer:" (and the reply's prefill)."""
+    turns, prefill = split_prefill(messages)
+    return "\n\n".join(m["content"].strip() for m in turns) + "\nAnswer:" + (f" {prefill}" if prefill else "")
+
+
+def split_prefill(messages: Sequence[Message]) -> tuple[list[Message], str]:
+    """The conversation and the opening of the reply: a last message from the assistant is a *prefill*, the start
+    of the reply that the model continues (as llama.cpp's and vLLM's servers take it); the completion's text is what
+    the model wrote after it."""
+    if messages and messages[-1]["role"] == "assistant":
+        return list(messages[:-1]), messages[-1]["content"]
+    return list(messages), ""
 
 
 def plain_answer(choice: str) -> str:

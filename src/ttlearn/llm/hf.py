@@ -35,7 +35,17 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ttlearn.llm.base import LLM, LLMS, LLMError, Message, cache_root, choice_completion, plain_answer, plain_prompt
+from ttlearn.llm.base import (
+    LLM,
+    LLMS,
+    LLMError,
+    Message,
+    cache_root,
+    choice_completion,
+    plain_answer,
+    plain_prompt,
+    split_prefill,
+)
 from ttlearn.llm.models import EMBEDDED, model_path
 from ttlearn.types import Completion
 
@@ -264,9 +274,11 @@ class HFPolicy(LLM):
 
     # ---- prompts ------------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
-        """The chat template with the assistant turn opened; base models without one get a plain "Answer:" layout."""
+        """The chat template with the assistant turn opened and any prefill written into it; base models without one
+        get a plain "Answer:" layout."""
         if self.templated:
-            return self.tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+            turns, prefill = split_prefill(messages)
+            return self.tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True) + prefill
         return plain_prompt(messages)
 
     def encode(self, messages: Sequence[Message]) -> list[int]:

@@ -49,6 +49,7 @@ from ttlearn.llm.base import (
     plain_answer,
     plain_prompt,
     spec_options,
+    split_prefill,
     surface_forms,
     written_choice,
 )
@@ -167,14 +168,16 @@ class LlamaCpp(LLM):
 
     # ---- prompts ----------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
-        """The model's own chat template where it has one; a plain "Answer:" layout for base models."""
+        """The model's own chat template where it has one, the assistant turn opened and any prefill written into it;
+        a plain "Answer:" layout for base models."""
         if self.template:
             from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+            turns, prefill = split_prefill(messages)
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
             return env.from_string(self.template).render(
-                messages=list(messages), add_generation_prompt=True, bos_token="", eos_token=""
-            )
+                messages=turns, add_generation_prompt=True, bos_token="", eos_token=""
+            ) + prefill
         return plain_prompt(messages)
 
     def _tokens(self, text: str, *, first: bool) -> list[int]:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import httpx2
 
-from ttlearn.llm.base import LLM, LLMS, ContextOverflow, LLMError, Message, spec_options
+from ttlearn.llm.base import LLM, LLMS, ContextOverflow, LLMError, Message, spec_options, split_prefill
 from ttlearn.types import Completion
 
 CHOICE_FORMATS: tuple[Callable[[dict[str, Any]], dict[str, Any]] | None, ...] = (
@@ -214,6 +214,8 @@ class OpenAIChat(LLM):
         }
         if stop:
             payload["stop"] = list(stop)
+        if split_prefill(messages)[1]:  # continue the last (assistant) message: vLLM needs to be told, llama.cpp knows
+            payload |= {"continue_final_message": True, "add_generation_prompt": False}
         start = time.perf_counter()
         data = self._post_with_choices(payload, choices) if choices else self._post(payload)
         latency = time.perf_counter() - start

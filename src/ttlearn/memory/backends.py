@@ -1,5 +1,6 @@
-"""Where MemRL's memories live, behind one protocol: a SQLite store file this process opens (`LocalMemories`) or a
-namespace of a `ttlearn serve` memory service (`memory.remote.RemoteMemories`).
+"""Where MemRL's memories live, behind one protocol: a SQLite store file this process opens (`LocalMemories`), a
+PostgreSQL database that many processes share (`SharedStoreMemories`), or a namespace of a `ttlearn serve` memory
+service (`memory.remote.RemoteMemories`).
 
 The `memrl`, `memp` and `rag` memories hold one `MemoryBackend` and never ask which: retrieval, the Q update, new
 items and snapshots go through these seven methods, so a third place (another database, another service) is one class.
@@ -17,7 +18,7 @@ import numpy as np
 
 from ttlearn.memory.embed import make_embedder
 from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
-from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem
+from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem, is_database_url
 
 
 class MemoryBackend(Protocol):
@@ -55,8 +56,25 @@ class MemoryBackend(Protocol):
         """Restore `state()`; returns the new id of every item id whose id changed."""
 
 
+def open_store(location: str | Path, **options: Any) -> MemoryStore:
+    """The store at `location`: a SQLite file, or a PostgreSQL database given as postgresql://… (`memory.postgres`,
+    imported only then: it needs the `postgres` extra)."""
+    if is_database_url(location):
+        from ttlearn.memory.postgres import PostgresStore
+
+        return PostgresStore(str(location), **options)
+    return MemoryStore(location, **options)
+
+
+def store_memories(store: str | None, namespace: str, embedder: str) -> LocalMemories:
+    """The memories in `store`: a SQLite file (None: one in the run directory), or a postgresql:// database."""
+    if store is not None and is_database_url(store):
+        return SharedStoreMemories(store, namespace, embedder)
+    return LocalMemories(store, namespace, embedder)
+
+
 class LocalMemories(MemoryBackend):
-    """MemRL's memories in a SQLite store file that this process opens."""
+    """MemRL's memories in a store that this process opens: its snapshots carry the memories themselves."""
 
     def __init__(self, path: str | None, namespace: str, embedder: str) -> None:
         self.path = path
@@ -75,7 +93,7 @@ class LocalMemories(MemoryBackend):
         if self._ns is None:
             if self.path is None:
                 self.path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
-            self._ns = MemoryStore(self.path).namespace(self.namespace, make_embedder(self.embedder))
+            self._ns = open_store(self.path).namespace(self.namespace, make_embedder(self.embedder))
         return self._ns
 
     def retrieve(
@@ -115,3 +133,24 @@ class LocalMemories(MemoryBackend):
         new_ids = self.ns.store.import_namespace(self.namespace, state["memories"])
         self.log_ids = list(state["log_ids"])
         return new_ids
+
+
+class SharedStoreMemories(LocalMemories):
+    """MemRL's memories in a PostgreSQL database that other workers and services learn into at the same time. As on
+    a memory service, they are shared on purpose: a snapshot points at the database (never its password), and
+    loading one restores only the pending retrievals, never overwriting what other workers learnt."""
+
+    def state(self) -> dict[str, Any]:
+        from ttlearn.memory.postgres import redact
+
+        return {"store": redact(str(self.path)), "namespace": self.namespace, "log_ids": list(self.log_ids)}
+
+    def load(self, state: dict[str, Any]) -> dict[int, int]:
+        if "memories" in state:
+            raise ValueError(
+                "this MemRL state holds the memories of a store file; a memory in a shared PostgreSQL database never "
+                "overwrites them: copy them explicitly with `ttlearn memory export` and `ttlearn memory import`"
+            )
+        self.log_ids = list(state.get("log_ids", []))
+        return {}
+

@@ -15,6 +15,8 @@ The retrieval and the Q update are pure functions in `memory/retrieval.py`, shar
 Where the memories live (a `memory/backends.py` `MemoryBackend`). By default in a SQLite store file (`store=`, else
 `<run_dir>/memrl.sqlite`); with `url=` (and `key=`, or the TTLEARN_MEMORY_KEY environment variable) in a namespace
 of a `ttlearn serve` memory service, which runs, trials and several agents share and train together.
+With `store=postgresql://…` in a PostgreSQL database (`memory/postgres.py`) that workers on many machines share
+directly, snapshots then pointing at it as they do at a service.
 
 Snapshots. With a store file, `state()` carries the memories themselves (`MemoryStore.export_namespace`: intent
 keys with their vectors, items with Q) plus the items retrieved during the unfinished episode and the exploration
@@ -33,8 +35,9 @@ restatements of the task that it then imitated instead of answering with SQL, an
 failed queries into later answers: a small model reuses what it is shown, so showing it only verified answers, one
 at a time and above a similarity bar that rejects neighbours, matters (the `sql` preset; docs/memrl.md).
 
-Settings come from `PRESETS` (the paper's released configurations, and each ttlearn family's measured one) over
-`TUNING` (the released BigCodeBench values); `resolve_settings` is the one rule.
+Settings come from `PRESETS` (what the official repository's runners run for the paper's benchmarks, each value
+with its file and line, and each ttlearn family's measured one) over `TUNING` (the released BigCodeBench values);
+`resolve_settings` is the one rule.
 
 Baselines as configurations of the same class: `memp` = MemRL with α = 0 (Q stays at q_init, ranking reduces to
 similarity), `rag` = similarity only (w_q = 0, no Q filter, α = 0).
@@ -51,7 +54,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ttlearn.llm.base import LLM
-from ttlearn.memory.backends import LocalMemories, MemoryBackend
+from ttlearn.memory.backends import LocalMemories, MemoryBackend, store_memories
 from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.memory.embed import SIMILARITY_STATS
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
@@ -65,30 +68,56 @@ KEEP_MODES = ("all", "successes")
 
 # -- the settings -----------------------------------------------------------------------------------------------
 
+MEMRL_COMMIT = "7c3beba1244d707b74207b494be254f391819e09"
+"""The commit of the official repository (github.com/MemTensor/MemRL) whose files and lines the presets cite."""
+
 PRESETS: dict[str, dict[str, Any]] = {
-    # The official repository's configs/rl_*_config.yaml (MemTensor/MemRL): k1 = memory.k_retrieve, k2 =
-    # rl_config.topk, delta = rl_config.sim_threshold, q_min = q_min_threshold, sim_mean/std = memory.sim_norm_*,
-    # join_threshold = memory.add_similarity_threshold, batch = experiment.batch_size. Their similarity statistics
-    # and thresholds were measured with text-embedding-3-large: with another embedder they are the paper's numbers,
-    # not calibrated ones.
-    "bcb": {  # configs/rl_bcb_config.yaml (BigCodeBench)
+    # What each benchmark's released runner runs (MemTensor/MemRL at MEMRL_COMMIT), which is not always its YAML:
+    # k1 = memory.k_retrieve (phase A), k2 = rl_config.topk (phase B), delta = the threshold the runner passes to
+    # MemoryService.retrieve_query (rl_config.sim_threshold; no runner reads rl_config.tau), q_min =
+    # q_min_threshold, sim_mean / sim_std = what reaches MemoryService(sim_norm_mean=, sim_norm_std=), join =
+    # memory.add_similarity_threshold, batch = how many tasks retrieve from a frozen memory before their Q updates
+    # and new items are applied. Similarity statistics and thresholds were measured with text-embedding-3-large:
+    # with another embedder they are the paper's numbers, not calibrated ones. Epochs per runner: docs/memrl.md.
+    "bcb": {  # BigCodeBench: configs/rl_bcb_config.yaml, run/run_bcb.py, memrl/run/bcb_runner.py; 3 epochs
+        # (run_bcb.py:74 --epochs default 3). k1 5, k2 5, ε 0.1, q_min -0.8, rewards +1 / -1: yaml:42, 112, 102,
+        # 116, 109-110; δ 0.5 = yaml:111 sim_threshold, read at bcb_runner.py:162; statistics yaml:54-55, passed at
+        # run_bcb.py:227-228; batch 25: bcb_runner.py:610 flushes the pending updates every 25 tasks (the YAML has
+        # no batch_size; its ExperimentConfig default 32 only sizes the service's worker pool).
         "k1": 5, "k2": 5, "delta": 0.5, "epsilon": 0.1, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
         "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.31, "sim_std": 0.10, "join_threshold": 0.9,
-        "w_sim": 0.5, "w_q": 0.5, "batch": 1,
+        "w_sim": 0.5, "w_q": 0.5, "batch": 25,
     },
-    "llb": {  # configs/rl_llb_config.yaml (LifelongAgentBench, os_interaction statistics; db: 0.275 / 0.113)
+    "llb": {  # LifelongAgentBench: configs/rl_llb_config.yaml, run/run_llb.py, memrl/run/llb_rl_runner.py; 20
+        # epochs (yaml:111 num_sections 20, each section the whole data set: llb_rl_runner.py:332). k1 10, k2 5,
+        # ε 0.01, Q₀ 0.5 (both outcomes), rewards 1 / 0, join 0.99, batch 5: yaml:41, 160, 149, 153-154,
+        # 155-156, 45, 114; δ 0.5 = yaml:157, read at llb_rl_runner.py:583-597. Statistics: run_llb.py:238-255
+        # builds the service without sim_norm_*, so its defaults run (memory_service.py:311-312), not the YAML's
+        # 0.39 / 0.14 (yaml:50-51, os_interaction; db_bench 0.275 / 0.113 in its comment). The runner's Q floor 0
+        # (yaml:85, run_llb.py:217-226) never binds: Q starts at 0.5 and moves toward rewards 0 or 1.
         "k1": 10, "k2": 5, "delta": 0.5, "epsilon": 0.01, "q_min": -0.8, "alpha": 0.3, "q_init": 0.5,
-        "reward_success": 1.0, "reward_failure": 0.0, "sim_mean": 0.39, "sim_std": 0.14, "join_threshold": 0.99,
-        "w_sim": 0.5, "w_q": 0.5, "batch": 5,
+        "reward_success": 1.0, "reward_failure": 0.0, "sim_mean": 0.1856827586889267,
+        "sim_std": 0.09407906234264374, "join_threshold": 0.99, "w_sim": 0.5, "w_q": 0.5, "batch": 5,
     },
-    "hle": {  # configs/rl_hle_config.yaml (Humanity's Last Exam); threshold 0.25 = its similarity gate tau
-        "k1": 5, "k2": 3, "delta": 0.25, "epsilon": 0.0, "q_min": -10.0, "alpha": 0.3, "q_init": 0.0,
-        "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.186, "sim_std": 0.094, "join_threshold": 0.9,
+    "hle": {  # Humanity's Last Exam: configs/rl_hle_config.yaml, run/run_hle.py, memrl/run/hle_runner.py; 10 epochs
+        # (yaml:49 num_sections, hle_runner.py:1214). k1 5, k2 3, ε 0, q_min -10, rewards +1 / -1, join 0.9,
+        # batch 32: yaml:26, 75, 67, 79, 73-74, 30, 50 (hle_runner.py:922). δ 0.5: the YAML sets no sim_threshold,
+        # so its default (memrl/configs/config.py:219) is what hle_runner.py:784 passes; the YAML's tau 0.25
+        # (yaml:68) is never read. Statistics yaml:34-35, passed at run_hle.py:171-172. Q₀: the runner writes a
+        # success's item at Q 1 and a failure's at 0 (hle_runner.py:956), not the YAML's q_init 0.
+        "k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "alpha": 0.3, "q_init": 1.0,
+        "q_init_failure": 0.0, "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.1856827586889267,
+        "sim_std": 0.09407906234264374, "join_threshold": 0.9, "w_sim": 0.5, "w_q": 0.5, "batch": 32,
+    },
+    "alfworld": {  # ALFWorld: configs/rl_alf_config.yaml, run/run_alfworld.py, memrl/run/alfworld_rl_runner.py; 10
+        # epochs (yaml:49 num_sections, alfworld_rl_runner.py:206). k1 5, k2 3, ε 0, q_min -10, Q₀ 0, rewards
+        # +1 / -1, join 0.9: yaml:26, 76, 68, 80, 72-73 (alfworld_rl_runner.py:1078), 74-75, 30. δ 0.5: no
+        # sim_threshold in the YAML, so config.py:219's default reaches alfworld_rl_runner.py:788; its tau 0.62
+        # (yaml:69) is never read. Statistics 0.5187 / 0.1203: yaml:34-35, passed at run_alfworld.py:154-155.
+        # Batch 32: yaml:50, run_alfworld.py:172.
+        "k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "alpha": 0.3, "q_init": 0.0,
+        "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.5187, "sim_std": 0.1203, "join_threshold": 0.9,
         "w_sim": 0.5, "w_q": 0.5, "batch": 32,
-    },
-    "alfworld": {  # the ALFWorld runner of the same repository (audited: threshold 0.62, q_min -10, ε 0, k 5/3)
-        "k1": 5, "k2": 3, "delta": 0.62, "epsilon": 0.0, "q_min": -10.0, "alpha": 0.3, "q_init": 0.0,
-        "reward_success": 1.0, "reward_failure": -1.0, "join_threshold": 0.9, "w_sim": 0.5, "w_q": 0.5, "batch": 1,
     },
     # ttlearn's families, chosen on development data (docs/memrl.md has the measurements): one verified answer,
     # shown only above a similarity bar that admits paraphrases and rejects neighbours (calibrated on Spider's
@@ -107,6 +136,8 @@ PRESETS["household"] = {**PRESETS["sql"], "write": "trajectory"}
 
 TUNING: dict[str, Any] = {
     **PRESETS["bcb"],
+    "batch": 1,
+    "q_init_failure": None,
     "sim_mean": None,
     "sim_std": None,
     "write": "notes",
@@ -115,7 +146,9 @@ TUNING: dict[str, Any] = {
 }
 """Every tunable option and its value when neither the user nor a preset sets it: the released BigCodeBench
 configuration, except the similarity statistics, which belong to the embedder (None: the embedder's calibrated
-`SIMILARITY_STATS`), and the paper's items (notes on every episode, shown as notes)."""
+`SIMILARITY_STATS`), the batch (1: every task's update lands before the next task, so a short run learns; the
+BigCodeBench runner's 25 is `preset=bcb`), one Q₀ for every new item (`q_init_failure` None), and the paper's items
+(notes on every episode, shown as notes)."""
 
 
 def resolve_settings(preset: str | None, given: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
@@ -138,7 +171,7 @@ _ANSWER_LABELS = ("Verified answer", "Answer that failed")
 def render_answer(task: str, answer: str, verified: bool) -> str:
     """An item as a small model can use it (`write=answer`): the task and the agent's own answer, labelled by what the
     environment said of it, nothing else. Shown alone, a paraphrase's verified answer lifted the 0.5B coder model
-    from 19 to 29 of 30 Spider questions (REFERENCE §10)."""
+    from 19 to 29 of 30 Spider questions (the oracle-retrieval probe in docs/memrl.md)."""
     return f"Task: {task}\n{_ANSWER_LABELS[0] if verified else _ANSWER_LABELS[1]}:\n{answer}"
 
 
@@ -167,9 +200,10 @@ _REFLECTION_PROMPT = (
 class MemRLMemory(Memory):
     """Q-valued episodic memory in a shared SQLite store (see the module docstring).
 
-    Settings: `preset=` names a released configuration (`bcb`, `llb`, `hle`, `alfworld`) or a ttlearn family's
-    measured one (`sql`, `code`, `household`); any option given beside it wins, and options neither sets take
-    `TUNING` (the BigCodeBench release). `batch=B` is the released runners' timing: tasks retrieve from the memory as
+    Settings: `preset=` names a released runner's configuration (`bcb`, `llb`, `hle`, `alfworld`) or a ttlearn
+    family's measured one (`sql`, `code`, `household`); any option given beside it wins, and options neither sets
+    take `TUNING` (the BigCodeBench release, one task per batch). New items start at Q = `q_init`, or
+    `q_init_failure` for a failed episode's item when it is set (HLE's runner: 1 and 0). `batch=B` is the released runners' timing: tasks retrieve from the memory as
     it stood when their mini-batch began, and the Q updates and new items of B finished tasks are applied together.
     `show=exchanges` hands verified answers (`write=answer` items) to the player as earlier user/assistant turns
     instead of notes in the system prompt (`MemoryText`); items of other kinds are then not shown.
@@ -212,6 +246,7 @@ class MemRLMemory(Memory):
         alpha: float | None = None,
         gamma: float = 0.0,
         q_init: float | None = None,
+        q_init_failure: float | None = None,
         reward_success: float | None = None,
         reward_failure: float | None = None,
         success_threshold: float = 0.0,
@@ -255,6 +290,7 @@ class MemRLMemory(Memory):
             settings["epsilon"],
         )
         self.q_init = settings["q_init"]
+        self.q_init_failure = self.q_init if settings["q_init_failure"] is None else settings["q_init_failure"]
         self.rewards = (settings["reward_success"], settings["reward_failure"])
         self.success_threshold = success_threshold
         self.join_threshold = settings["join_threshold"]
@@ -266,7 +302,7 @@ class MemRLMemory(Memory):
         if url is None:
             if key is not None:
                 raise ValueError(f"memory {self.name!r}: key= goes with url= (a memory service); add url= or drop key=")
-            self.memories = LocalMemories(store, namespace, embedder)
+            self.memories = store_memories(store, namespace, embedder)
         elif store is not None:
             raise ValueError(f"memory {self.name!r} takes store= (a local file) or url= (a memory service), not both")
         else:
@@ -312,7 +348,11 @@ class MemRLMemory(Memory):
         new_item = None
         if success or self.keep == "all":
             item = NewItem(
-                episode.task, self._write_experience(episode, success), self.q_init, self.run_id, episode.index
+                episode.task,
+                self._write_experience(episode, success),
+                self.q_init if success else self.q_init_failure,
+                self.run_id,
+                episode.index,
             )
             new_item = asdict(item)
         reward = self.rewards[0] if success else self.rewards[1]

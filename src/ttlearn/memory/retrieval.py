@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ttlearn.memory.store import Candidate, Namespace
+from ttlearn.memory.store import AffineUpdate, Candidate, Namespace
 
 Z_CLIP = 3.0
 DEFAULT_ALPHA = 0.3
@@ -87,10 +87,17 @@ def phase_b(
     return PhaseB(picks, scores, bool(explored))
 
 
-def q_update(q: float | np.ndarray, r: float, alpha: float) -> float | np.ndarray:
+def q_update_rule(r: float, alpha: float) -> AffineUpdate:
     """Q ← (1 − α)·Q + α·r: the paper's Q ← (1 − α)·Q + α·(r + γ·max Q′) at γ = 0, its released setting (α = 0 leaves
-    Q unchanged). Why γ is 0 here: see `memrl.MemRLMemory`."""
-    return (1.0 - alpha) * q + alpha * r
+    Q unchanged), as keep = 1 − α and add = α·r, which a database applies in one statement. Why γ is 0 here: see
+    `memrl.MemRLMemory`."""
+    return AffineUpdate(1.0 - alpha, alpha * r)
+
+
+def q_update(q: float | np.ndarray, r: float, alpha: float) -> float | np.ndarray:
+    """One Q update (`q_update_rule`) applied to `q`."""
+    rule = q_update_rule(r, alpha)
+    return rule.keep * q + rule.add
 
 
 @dataclass(frozen=True)
@@ -139,4 +146,28 @@ def two_phase_retrieve(
 
 def reinforce(ns: Namespace, item_ids: Sequence[int], reward: float, alpha: float) -> dict[int, float]:
     """The update after a finished task, applied to every item retrieved for it (γ = 0: see `memrl.MemRLMemory`)."""
-    return ns.update_q(item_ids, reward, lambda q: q_update(q, reward, alpha))
+    return ns.update_q(item_ids, reward, q_update_rule(reward, alpha))
+
+
+def commit_order(q0: float, updates: Sequence[tuple[float, float, float]]) -> list[int] | None:
+    """The order in which a store applied one item's Q updates, from what each writer was answered: `updates` are
+    (reward, alpha, Q after) and each Q after must be `q_update` of the one before, starting at `q0`. None when no
+    order explains them: an update was lost (two computed from the same Q) or applied twice. Updates with equal
+    reward and alpha are interchangeable, so taking any that fits never blocks a valid order."""
+    waiting: dict[tuple[float, float, float], list[int]] = {}
+    for i, (r, alpha, after) in enumerate(updates):
+        waiting.setdefault((r, alpha, after), []).append(i)
+    rules = sorted({(r, alpha) for r, alpha, _ in updates})
+    order: list[int] = []
+    q = q0
+    while len(order) < len(updates):
+        for r, alpha in rules:
+            fits = waiting.get((r, alpha, float(q_update(q, r, alpha))))
+            if fits:
+                order.append(fits.pop())
+                q = updates[order[-1]][2]
+                break
+        else:
+            return None
+    return order
+

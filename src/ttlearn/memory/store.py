@@ -27,6 +27,7 @@ rewrite count, as many rows up to its last id as it holds, and that last row's e
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import math
 import random
@@ -124,6 +125,18 @@ class NewItem:
 
 
 @dataclass(frozen=True)
+class AffineUpdate:
+    """Q ← keep·Q + add: a Q update a database can apply in one UPDATE statement (SQL has no Python callables),
+    computed in the same IEEE order in numpy and in SQL, so both give the same bits."""
+
+    keep: float
+    add: float
+
+    def __call__(self, q: np.ndarray) -> np.ndarray:
+        return self.keep * q + self.add
+
+
+@dataclass(frozen=True)
 class Added:
     item_id: int
     intent_id: int
@@ -170,6 +183,7 @@ class RetrievalRecord:
 
 
 SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
+STORE_EXPORT_FORMAT = "ttlearn-memrl-store/1"
 MAX_MAGNITUDE = 1e12
 """The largest |value| of a snapshot's numbers: Q statistics over them cannot overflow (time stamps are ~2e9)."""
 _Finite = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
@@ -177,6 +191,8 @@ MAX_COUNT = 2**53
 """The largest visit count and episode number a store holds: exact in every JSON reader, far below SQLite's 2^63,
 so `visits + 1` can never overflow. Counters saturate here and imports refuse more."""
 _Count = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
+_SATURATED_VISIT = f"CASE WHEN visits < {MAX_COUNT} THEN visits + 1 ELSE visits END"
+"""SQL (SQLite and PostgreSQL alike): one more visit, saturating at MAX_COUNT."""
 UNIT_TOLERANCE = 1e-3
 """How far from 1 an imported intent vector's norm may be: retrieval ranks by dot products of unit vectors."""
 
@@ -263,6 +279,9 @@ def _open_untrusted(path: Path, timeout_s: float) -> sqlite3.Connection:
 class MemoryStore:
     """One SQLite store file; `namespace(name, embedder)` hands out the per-namespace read/write API."""
 
+    row_lock = ""
+    """What a SELECT adds to lock the rows it reads until the transaction ends (none: SQLite locks the whole file)."""
+
     def __init__(
         self,
         path: str | Path,
@@ -337,6 +356,14 @@ class MemoryStore:
             found = "no memory-store schema version" if row is None else f"memory-store schema version {row[0]}"
             raise ValueError(f"{self.path} has {found}; this ttlearn reads version {SCHEMA_VERSION}")
 
+    def _lock_intents(self, conn: sqlite3.Connection, ns_id: int) -> None:
+        """Serialise the writers of a namespace's intent keys for the rest of the transaction: BEGIN IMMEDIATE already
+        holds the file's one write lock (a PostgreSQL store takes a lock per namespace here)."""
+
+    def _ids_kept(self, conn: sqlite3.Connection, table: str) -> None:
+        """Rows were inserted with explicit ids: SQLite's next id follows the largest anyway (PostgreSQL moves its
+        sequence here)."""
+
     def close(self) -> None:
         """Save every HNSW index that grew since it was last saved, then close the file."""
         for ns_id, index in self._indexes.items():
@@ -404,6 +431,7 @@ class MemoryStore:
         vectors = _embed_batched(embedder, [text for _, text in rows], batch_size)
 
         def migrate(conn: sqlite3.Connection) -> int:
+            self._lock_intents(conn, ns_id)
             newer = conn.execute(
                 "SELECT id, text FROM intents WHERE namespace_id = ? AND id > ? ORDER BY id",
                 (ns_id, rows[-1][0] if rows else 0),
@@ -446,8 +474,8 @@ class MemoryStore:
         rows = self._conn.execute(
             "SELECT i.id, i.intent_id, k.text, i.experience, i.q_value, i.visits, i.last_reward, i.run_id, "
             "i.episode, i.created FROM items i JOIN intents k ON k.id = i.intent_id "
-            "WHERE i.namespace_id = ? ORDER BY i.id DESC LIMIT ?",
-            (self._namespace_id(name), -1 if limit is None else limit),
+            "WHERE i.namespace_id = ? ORDER BY i.id DESC" + ("" if limit is None else " LIMIT ?"),
+            (self._namespace_id(name),) + (() if limit is None else (limit,)),
         ).fetchall()
         return [MemoryItem(*row) for row in rows]
 
@@ -550,6 +578,8 @@ class MemoryStore:
 
         def restore(conn: sqlite3.Connection) -> tuple[int, dict[int, int]]:
             row = conn.execute("SELECT id, embedder, dim FROM namespaces WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                self._lock_intents(conn, row[0])
             if row is None:
                 ns_id = conn.execute(
                     "INSERT INTO namespaces (name, embedder, dim, created) VALUES (?, ?, ?, ?)",
@@ -576,12 +606,61 @@ class MemoryStore:
                 ITEM_COLUMNS,
                 [(m.id, (ns_id, intent_map[m.intent_id], *_item_values(m))) for m in snapshot.items],
             )
+            self._ids_kept(conn, "intents")
+            self._ids_kept(conn, "items")
             conn.execute("UPDATE namespaces SET generation = generation + 1 WHERE id = ?", (ns_id,))
             return int(ns_id), item_map
 
         ns_id, item_map = self._write(restore)
         self._indexes.pop(ns_id, None)  # keys were deleted: the append-only catch-up does not apply
         return item_map
+
+    def export_all(self) -> dict[str, Any]:
+        """Every namespace's memories and retrieval log, JSON-ready (`ttlearn memory export`): with `import_all`
+        into an empty store, SQLite or PostgreSQL, the store comes back id for id."""
+        namespaces = []
+        for info in self.namespaces():
+            logs = [dataclasses.asdict(r) for r in self.retrievals(info["name"])]
+            namespaces.append({"name": info["name"], **self.export_namespace(info["name"]), "retrievals": logs})
+        return {"format": STORE_EXPORT_FORMAT, "namespaces": namespaces}
+
+    def import_all(self, data: dict[str, Any]) -> int:
+        """Add the namespaces of an `export_all` dump (none of which this store may hold yet); returns how many.
+        Ids are kept where free, and retrieval logs follow the items that had to take new ids."""
+        if not isinstance(data, dict) or data.get("format") != STORE_EXPORT_FORMAT:
+            raise ValueError(f"not a store export (format {STORE_EXPORT_FORMAT!r}); make one with ttlearn memory export")
+        names = [ns["name"] for ns in data["namespaces"]]
+        clashes = sorted({n for n in names if self.embedder_of(n) is not None})
+        if clashes:
+            raise ValueError(f"{self.path} already has namespaces {clashes}; import into an empty store or drop them")
+        for ns in data["namespaces"]:
+            snapshot = {k: v for k, v in ns.items() if k not in ("name", "retrievals")}
+            moved = self.import_namespace(ns["name"], snapshot)
+            self._import_retrievals(self._namespace_id(ns["name"]), ns["retrievals"], moved)
+        return len(names)
+
+    def _import_retrievals(self, ns_id: int, records: list[dict[str, Any]], moved: dict[int, int]) -> None:
+        def new(i: int) -> int:
+            return moved.get(i, i)
+
+        rows = [
+            (
+                r["id"],
+                (
+                    ns_id, r["run_id"], r["episode"], r["query"],
+                    json.dumps([{**c, "id": new(c["id"])} for c in r["candidates"]]),
+                    json.dumps([new(i) for i in r["chosen"]]), int(r["explored"]), r["created"],
+                ),
+            )
+            for r in records
+        ]  # fmt: skip
+        columns = ("namespace_id", "run_id", "episode", "query", "candidates", "chosen", "explored", "created")
+
+        def write(conn: sqlite3.Connection) -> None:
+            _insert_keeping_ids(conn, "retrievals", columns, rows)
+            self._ids_kept(conn, "retrievals")
+
+        self._write(write)
 
     # -- the vector index ------------------------------------------------------------------------------------------
 
@@ -651,6 +730,11 @@ class MemoryStore:
             warnings.warn(f"could not save the vector index beside {self.path} ({exc})", stacklevel=3)
 
 
+def is_database_url(location: str | Path) -> bool:
+    """Whether a store location names a PostgreSQL database rather than a SQLite file."""
+    return str(location).startswith(("postgresql://", "postgres://"))
+
+
 class Namespace:
     """Read/write access to one namespace with the embedder that owns it."""
 
@@ -685,39 +769,28 @@ class Namespace:
         self.store._index(self.id)  # load or build it before taking the write lock; inside, it only catches up
 
         def write(conn: sqlite3.Connection) -> list[Added]:
-            index = self.store._index(self.id, writing=True)
-            can_join = join_threshold <= 1.0  # above 1, the largest cosine, nothing joins: skip the searches
-            if can_join:
-                best_ids, best_sims = index.best_matches(matrix)  # against the keys that existed before this batch
-            else:
-                best_ids, best_sims = np.zeros(len(matrix), dtype=np.int64), np.full(len(matrix), -np.inf)
-            first_new = len(index)
-            added = []
+            self.store._lock_intents(conn, self.id)
             now = time.time()
-            for item, vector, best_id, best_sim in zip(items, matrix, best_ids, best_sims):
-                if can_join and len(index) > first_new:  # keys created earlier in this batch
-                    fresh = index.vectors[first_new:] @ vector
-                    row = int(fresh.argmax())
-                    if fresh[row] > best_sim:
-                        best_id, best_sim = index.ids[first_new + row], fresh[row]
-                joined = float(best_sim) >= join_threshold
-                if joined:
-                    intent_id = int(best_id)
-                else:
-                    intent_id = int(
-                        conn.execute(
-                            "INSERT INTO intents (namespace_id, text, embedding, created) VALUES (?, ?, ?, ?)",
-                            (self.id, item.intent, vector.tobytes(), now),
-                        ).lastrowid
-                    )
-                    index.extend([intent_id], vector[None, :])
-                item_id = conn.execute(
-                    "INSERT INTO items (namespace_id, intent_id, experience, q_value, run_id, episode, created) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (self.id, intent_id, item.experience, float(item.q_value), item.run_id, item.episode, now),
-                ).lastrowid
-                added.append(Added(int(item_id), intent_id, joined))
-            return added
+
+            def new_intent(item: NewItem, vector: np.ndarray) -> int:
+                return int(
+                    conn.execute(
+                        "INSERT INTO intents (namespace_id, text, embedding, created) VALUES (?, ?, ?, ?)",
+                        (self.id, item.intent, vector.tobytes(), now),
+                    ).lastrowid
+                )
+
+            def new_item(item: NewItem, intent_id: int) -> int:
+                return int(
+                    conn.execute(
+                        "INSERT INTO items (namespace_id, intent_id, experience, q_value, run_id, episode, created) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (self.id, intent_id, item.experience, float(item.q_value), item.run_id, item.episode, now),
+                    ).lastrowid
+                )
+
+            index = self.store._index(self.id, writing=True)
+            return place_items(index, items, matrix, join_threshold, new_intent, new_item)
 
         try:
             return self.store._write(write)
@@ -748,27 +821,37 @@ class Namespace:
     def update_q(
         self, item_ids: Iterable[int], reward: float, new_q: Callable[[np.ndarray], np.ndarray]
     ) -> dict[int, float]:
-        """Atomically set Q ← new_q(Q) for the given items of this namespace (one transaction, so concurrent
-        updaters never lose each other's writes), count a visit and record the reward; returns the new Q by id."""
+        """Atomically set Q ← new_q(Q) for the given items of this namespace, count a visit and record the reward;
+        returns the new Q by id. An `AffineUpdate` (MemRL's rule) is one UPDATE statement, so concurrent updaters,
+        in any number of processes, never lose each other's writes; another function reads the rows locked (SQLite:
+        under the file's write lock; PostgreSQL: FOR UPDATE) and writes them back in the same transaction."""
         wanted = sorted({int(i) for i in item_ids})
         if not wanted:
             return {}
+        marks = ",".join("?" * len(wanted))
 
         def write(conn: sqlite3.Connection) -> dict[int, float]:
-            marks = ",".join("?" * len(wanted))
-            rows = conn.execute(
-                f"SELECT id, q_value FROM items WHERE namespace_id = ? AND id IN ({marks})", (self.id, *wanted)
-            ).fetchall()
-            if len(rows) != len(wanted):
+            if isinstance(new_q, AffineUpdate):
+                rows = conn.execute(
+                    f"UPDATE items SET q_value = ? * q_value + ?, visits = {_SATURATED_VISIT}, last_reward = ? "
+                    f"WHERE namespace_id = ? AND id IN ({marks}) RETURNING id, q_value",
+                    (new_q.keep, new_q.add, float(reward), self.id, *wanted),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT id, q_value FROM items WHERE namespace_id = ? AND id IN ({marks}){self.store.row_lock}",
+                    (self.id, *wanted),
+                ).fetchall()
+                q_new = np.asarray(new_q(np.array([row[1] for row in rows], dtype=np.float64)), dtype=np.float64)
+                rows = [(row[0], float(q)) for row, q in zip(rows, q_new)]
+                conn.executemany(
+                    f"UPDATE items SET q_value = ?, visits = {_SATURATED_VISIT}, last_reward = ? WHERE id = ?",
+                    [(q, float(reward), i) for i, q in rows],
+                )
+            if len(rows) != len(wanted):  # raising rolls the transaction back: all or nothing
                 unknown = sorted(set(wanted) - {row[0] for row in rows})
                 raise ValueError(f"items {unknown} are not in namespace {self.name!r}")
-            ids = [row[0] for row in rows]
-            q_new = np.asarray(new_q(np.array([row[1] for row in rows], dtype=np.float64)), dtype=np.float64)
-            conn.executemany(
-                f"UPDATE items SET q_value = ?, visits = MIN(visits + 1, {MAX_COUNT}), last_reward = ? WHERE id = ?",
-                [(float(q), float(reward), i) for i, q in zip(ids, q_new)],
-            )
-            return {i: float(q) for i, q in zip(ids, q_new)}
+            return {int(i): float(q) for i, q in sorted(rows)}
 
         return self.store._write(write)
 
@@ -812,6 +895,40 @@ class Namespace:
                     [(episode, i, self.id) for i in log_ids],
                 )
             )
+
+
+def place_items(
+    index: VectorIndex,
+    items: Sequence[NewItem],
+    matrix: np.ndarray,
+    join_threshold: float,
+    new_intent: Callable[[NewItem, np.ndarray], int],
+    new_item: Callable[[NewItem, int], int],
+) -> list[Added]:
+    """Write each item under the most similar intent key, old or created earlier in the batch, if its similarity is
+    at least `join_threshold`, else under a new key (`new_intent` writes it; the index learns it at once). Call with
+    the namespace's intent writers serialised and `index` caught up: then a batch ends as it would one by one."""
+    can_join = join_threshold <= 1.0  # above 1, the largest cosine, nothing joins: skip the searches
+    if can_join:
+        best_ids, best_sims = index.best_matches(matrix)  # against the keys that existed before this batch
+    else:
+        best_ids, best_sims = np.zeros(len(matrix), dtype=np.int64), np.full(len(matrix), -np.inf)
+    first_new = len(index)
+    added = []
+    for item, vector, best_id, best_sim in zip(items, matrix, best_ids, best_sims):
+        if can_join and len(index) > first_new:  # keys created earlier in this batch
+            fresh = index.vectors[first_new:] @ vector
+            row = int(fresh.argmax())
+            if fresh[row] > best_sim:
+                best_id, best_sim = index.ids[first_new + row], fresh[row]
+        joined = float(best_sim) >= join_threshold
+        if joined:
+            intent_id = int(best_id)
+        else:
+            intent_id = new_intent(item, vector)
+            index.extend([intent_id], vector[None, :])
+        added.append(Added(new_item(item, intent_id), intent_id, joined))
+    return added
 
 
 def _unit(vector: np.ndarray, dim: int) -> np.ndarray:
@@ -875,11 +992,14 @@ def _insert_keeping_ids(
         taken = {
             r[0] for r in conn.execute(f"SELECT id FROM {table} WHERE id BETWEEN ? AND ?", (min(wanted), max(wanted)))
         }
-    marks = ", ".join("?" * (len(columns) + 1))
-    sql = f"INSERT INTO {table} (id, {', '.join(columns)}) VALUES ({marks})"
-    conn.executemany(sql, [(wanted_id, *values) for wanted_id, values in rows if wanted_id not in taken])
+    names, marks = ", ".join(columns), ", ".join("?" * len(columns))
+    conn.executemany(
+        f"INSERT INTO {table} (id, {names}) VALUES (?, {marks})",
+        [(wanted_id, *values) for wanted_id, values in rows if wanted_id not in taken],
+    )
     ids = {wanted_id: wanted_id for wanted_id in wanted if wanted_id not in taken}
+    fresh = f"INSERT INTO {table} ({names}) VALUES ({marks})"
     for wanted_id, values in rows:
         if wanted_id in taken:
-            ids[wanted_id] = int(conn.execute(sql, (None, *values)).lastrowid)
+            ids[wanted_id] = int(conn.execute(fresh, values).lastrowid)
     return ids

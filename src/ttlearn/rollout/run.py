@@ -27,13 +27,12 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ttlearn.envs.base import Env
+from ttlearn.envs.base import Env, recorded_defaults
 from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import ReplayBook
@@ -68,7 +67,8 @@ def resolve(config: Config) -> Config:
     """The config with every "as the memory declares" default decided, as the run directory records it. A trial
     run's memory that learns across tasks carries from task to task, one attempt each (MemRL's protocol); its
     family's preset (a preset named like the environment) unless the user chose settings; else LaMer's 3 attempts
-    at one task. A session keeps its config as given."""
+    at one task. Either kind records today's default of every option whose default changed (`Env.legacy_options`)."""
+    config = config.model_copy(update={"env_options": {**recorded_defaults(config.env), **config.env_options}})
     if isinstance(config, RunConfig):
         return config
     memory = MEMORIES.get(config.memory)
@@ -235,7 +235,7 @@ def play_game(parts: Parts, run_seed: int, index: int) -> Unit:
     def record(step: Step, shown: str) -> None:
         nonlocal steps
         steps += 1
-        parts.events.append({"type": "step", "step": steps, "memory": shown, **asdict(step)})
+        parts.events.append({"type": "step", "step": steps, "memory": shown, **step.to_json()})
 
     episode = play_sequence_game(parts.env, parts.player, parts.memory.context, run_seed, index, record)
     parts.memory.observe(episode)

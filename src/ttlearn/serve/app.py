@@ -7,7 +7,9 @@ Interactive API docs at /docs; the guide is docs/serve.md.
 
 Concurrency: requests run in a thread pool; the store's one connection is used under a lock, and texts are embedded
 before taking it (the embedder has a lock of its own). The store file itself is safe for several processes, so more
-server processes, or local runs, may share it. Every write is one transaction, taken only after the request passed
+server processes, or local runs, may share it. On a PostgreSQL store (`--store postgresql://…`) the process keeps no state of
+its own beyond caches that follow the database (vector index, keys read per request), so replicas on several
+machines serve one database behind a load balancer (docs/serve.md). Every write is one transaction, taken only after the request passed
 authentication, rate limit, body limit and schema checks, so a refused request writes nothing.
 """
 
@@ -37,13 +39,13 @@ from ttlearn.memory.store import (
     MAX_MAGNITUDE,
     EmbedderMismatchError,
     MemoryItem,
-    MemoryStore,
     Namespace,
     NamespaceSnapshot,
     NewItem,
     export_size,
     json_text_bytes,
 )
+from ttlearn.memory.backends import open_store
 from ttlearn.serve import (
     DEFAULT_AUTH_BURST,
     DEFAULT_AUTH_RATE,
@@ -217,7 +219,7 @@ class MemoryService:
     def __init__(
         self, store_path: str | Path, admin_key: str, *, rate: float, burst: float, quota: int, auth: RateLimiter
     ) -> None:
-        self.store = MemoryStore(store_path)
+        self.store = open_store(store_path)
         self.quota = quota
         self.keys = KeyRing(store_path)
         self.admin = AdminKey(admin_key)
@@ -450,7 +452,7 @@ def create_app(
     auth_rate: float = DEFAULT_AUTH_RATE,
     auth_burst: float = DEFAULT_AUTH_BURST,
 ) -> FastAPI:
-    """The service over the store file `store` (created if missing)."""
+    """The service over the store `store`: a SQLite file (created if missing) or a postgresql:// database."""
     failures = RateLimiter(auth_rate, auth_burst)
     service = MemoryService(store, admin_key, rate=rate, burst=burst, quota=quota, auth=failures)
 

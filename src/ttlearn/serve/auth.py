@@ -6,8 +6,8 @@ comparison takes says nothing about the secret. 256 random bits need no slow pas
 and the stored hash does not give them back. A key is shown once, when it is issued, and never logged.
 
 Rotation issues a new key and revokes the namespace's older ones in the same transaction; revocation leaves the
-namespace without a key until the next rotation. Keys live in the store file (table `service_keys`), so they survive
-restarts and every server process on that file agrees on them.
+namespace without a key until the next rotation. Keys live in the store (table `service_keys`), so they survive
+restarts and every server process on that file or database agrees on them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from ttlearn.memory.store import is_database_url
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 """Namespace names: lower-case letters, digits, '_' and '-', at most 63 characters; nothing a path or SQL could use."""
@@ -81,10 +84,16 @@ class KeyOwner:
 
 
 class KeyRing:
-    """The namespace keys in the store file, behind one connection that a lock shares between threads."""
+    """The namespace keys in the store (a SQLite file or a postgresql:// database), behind one connection that a
+    lock shares between threads."""
 
     def __init__(self, path: str | Path, *, timeout_s: float = 60.0) -> None:
-        self._conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        if is_database_url(path):  # its schema migration made the table, typed for PostgreSQL
+            from ttlearn.memory.postgres import connect
+
+            self._conn: Any = connect(str(path), timeout_s)
+        else:
+            self._conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None, check_same_thread=False)
         self._lock = threading.Lock()
         with self._lock:
             self._conn.execute(_SCHEMA)

@@ -148,6 +148,51 @@ def cross_episode_returns(
     return returns
 
 
+def released_step_returns(
+    rewards: Iterable[float],
+    attempts: Iterable[int],
+    is_reflection: Iterable[bool] | None = None,
+    *,
+    gamma_step: float = 0.95,
+    gamma_traj: float = 0.6,
+) -> np.ndarray:
+    """The per-step return of LaMer's released code (`credit_assignment` in
+    agent_system/multi_turn_rollout/metarl_rollout_loop.py, lines 551–570 at github.com/mlbio-epfl/LaMer 9a4756c),
+    one chain backwards over the trial:
+
+    G_t = r_t + γ · G_t′,  t′ the next action step, γ = γ_step when t′ is in t's attempt and γ_traj when it begins
+    the next attempt;
+
+    a reflection takes G of the action step after it. The later attempts' credit therefore reaches step t of an
+    earlier attempt discounted once more, by γ_step per step left in that attempt, so the first step's return is
+    not the trial's score R(τ) as in the paper's `cross_episode_returns` (the Minesweeper trial of
+    docs/estimators.md §7: 15.774 here, 17.067 there). Same arguments as `cross_episode_returns`.
+    """
+    _check_gammas(gamma_step, gamma_traj)
+    r, attempt, reflection = _trial_arrays(rewards, attempts, is_reflection)
+    returns = np.zeros_like(r)
+    head, current = 0.0, None  # G of the next action step, and its attempt
+    for t in range(len(r) - 1, -1, -1):
+        if reflection[t]:
+            returns[t] = head
+            continue
+        head = r[t] + (gamma_step if attempt[t] == current or current is None else gamma_traj) * head
+        returns[t], current = head, attempt[t]
+    return returns
+
+
+def attempt_rewards(
+    rewards: Iterable[float], attempts: Iterable[int], is_reflection: Iterable[bool] | None = None
+) -> np.ndarray:
+    """The episode reward LaMer's released code gives each step of one trial (`credit_assignment`, lines 572–592
+    of the file `released_step_returns` names): the undiscounted sum of the rewards of the step's own attempt,
+    and 0 for a reflection. Same arguments as `cross_episode_returns`."""
+    r, attempt, reflection = _trial_arrays(rewards, attempts, is_reflection)
+    action = ~reflection
+    totals = {key: r[action & (attempt == key)].sum() for key in np.unique(attempt[action])}
+    return np.array([0.0 if reflection[t] else totals[attempt[t]] for t in range(len(r))])
+
+
 def discounted_score_terms(
     rewards: Iterable[float],
     attempts: Iterable[int],
@@ -199,7 +244,8 @@ def gigpo_advantages(
     trials: Iterable[Hashable],
     anchors: Iterable[Hashable],
 ) -> np.ndarray:
-    """LaMer's GiGPO advantage per step, without std normalisation: A = A_episode + A_step, where
+    """LaMer's GiGPO advantage per step as its paper defines it (the released code's: `released_gigpo_advantages`),
+    without std normalisation: A = A_episode + A_step, where
 
     A_episode = R(τ) − mean_{τ' in the group} R(τ'),  R(τ) = Σ score_terms of the step's trial τ (each trial once),
     A_step    = G_t − mean{G_s : s in the same group with the same anchor},
@@ -219,6 +265,34 @@ def gigpo_advantages(
     anchor_of_step = _labels("anchors", zip(groups, _keys("anchors", anchors, len(terms))))
     step = g - _group_mean(g, anchor_of_step)
     return episode + step
+
+
+def released_gigpo_advantages(
+    episode_rewards: Iterable[float],
+    returns: Iterable[float],
+    groups: Iterable[Hashable],
+    anchors: Iterable[Hashable],
+) -> np.ndarray:
+    """GiGPO as LaMer's released code computes it (`core_gigpo.compute_gigpo_outcome_advantage`, mode "mean_norm",
+    in verl/trainer/ppo/core_gigpo.py at mlbio-epfl/LaMer 9a4756c): A = A_episode + A_step, where
+
+    A_episode = E_i − mean{E_j : j a step of the same group},
+    A_step    = G_i − mean{G_j : j in the same group with the same anchor},
+
+    E the step's `attempt_rewards` (its attempt's undiscounted total, 0 for a reflection) and G its
+    `released_step_returns` (they reach `core_gigpo` as the token-level score through the `episode` reward manager,
+    agent_system/reward_manager/episode.py:73–79, and as `step_returns`, verl/trainer/ppo/ray_trainer.py:346–348).
+    Every step counts in the group mean (`compute_mean_std_cross_all_data`), so a long
+    attempt weighs more than a short one, and an attempt is judged by its own reward, not by the trial's discounted
+    score as in the paper's `gigpo_advantages`. All arrays are per step.
+    """
+    e = _floats("episode_rewards", episode_rewards)
+    g = _floats("returns", returns)
+    if g.shape != e.shape:
+        raise ValueError(f"returns has {len(g)} entries, expected {len(e)} (one per episode reward)")
+    groups = _keys("groups", groups, len(e))
+    anchor_of_step = list(zip(groups, _keys("anchors", anchors, len(e))))
+    return group_advantages(e, groups, scale="none") + group_advantages(g, anchor_of_step, scale="none")
 
 
 def grpo_episode_advantages(

@@ -9,7 +9,9 @@ variant, and take one clipped policy-gradient step (`policy_loss`) on the action
 the next attempt sees. The baselines `gigpo` and `grpo` play the same number of attempts per instance, all
 independent and without reflection (LaMer's 8 × 3 against 24 × 1).
 
-A trial's score is LaMer's discounted R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ (`discounted_score_terms`). GiGPO's step
+A trial's score is LaMer's discounted R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ (`discounted_score_terms`): the paper's
+formula, the default. The authors' released code computes the returns and GiGPO's episode term otherwise;
+`formula="released"` follows it (`step_advantages`; docs/estimators.md §12 has both on one example). GiGPO's step
 groups are anchored on (attempt, environment state) with the environment's `state_key()`, so the same board reached
 in several trials forms a group whatever the turn counter and log say; GiGPO is refused on an environment without a
 state key (observation texts carry turn counters and logs, so their anchors would never group).
@@ -49,10 +51,14 @@ from ttlearn.rollout.loop import Trial, play_trial
 from ttlearn.rollout.parts import make_player, resolve_moves_per_turn
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import (
+    attempt_rewards,
     cross_episode_returns,
     discounted_score_terms,
     gigpo_advantages,
+    group_advantages,
     grpo_episode_advantages,
+    released_gigpo_advantages,
+    released_step_returns,
 )
 from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer
 from ttlearn.types import Completion
@@ -95,6 +101,12 @@ class LamerTrainConfig(TrainConfig):
         ge=0,
         le=1,
         description="Discount between attempts; None: LaMer's released value (0.9 Sokoban, 0.6 Minesweeper).",
+    )
+    formula: Literal["paper", "released"] = Field(
+        "paper",
+        description="paper: returns and episode term from the paper's discounted trial score R(τ); released: as"
+        " the authors' code computes them (one γ chain over the trial; each attempt's undiscounted reward centred"
+        " over the group's steps). docs/estimators.md §12.",
     )
     temperature: float = Field(1.0, gt=0, description="Sampling temperature of actions and reflections.")
     actions: Literal["text", "choices"] = Field(
@@ -279,22 +291,32 @@ def refuse_stateless_gigpo(config: LamerTrainConfig, env: Env) -> None:
 
 
 def step_advantages(trials: list[tuple[Any, Any, list[TrainStep]]], config: LamerTrainConfig) -> np.ndarray:
-    """Advantages of every step of a batch of (instance, trial, steps): per trial, the returns
-    (`cross_episode_returns`) and the terms of the discounted score R(τ) (`discounted_score_terms`), then GiGPO
-    (episode + anchor-state advantage) or GRPO (group-normalised trial score) over each instance's trials."""
-    terms, returns, groups, trial_ids, anchors = [], [], [], [], []
+    """Advantages of every step of a batch of (instance, trial, steps) over each instance's trials, by GiGPO (episode
+    + anchor-state advantage) or GRPO (group-normalised episode score).
+
+    `formula="paper"`: the returns are `cross_episode_returns` and the episode score the discounted R(τ)
+    (`discounted_score_terms`, each trial once). `formula="released"`: the returns are `released_step_returns` and
+    every step is scored by its attempt's undiscounted reward (`attempt_rewards`), centred over all steps of the group
+    (`released_gigpo_advantages`; GRPO divides by their std + 1e-6, as the released `compute_grpo_outcome_advantage`).
+    """
+    released = config.formula == "released"
+    scores, returns, groups, trial_ids, anchors = [], [], [], [], []
     gammas = {"gamma_step": config.gamma_step, "gamma_traj": config.discount_across()}
     for instance, trial_id, steps in trials:
         chain = ([s.reward for s in steps], [s.attempt for s in steps], [s.reflection for s in steps])
-        returns.extend(cross_episode_returns(*chain, **gammas))
-        terms.extend(discounted_score_terms(*chain, **gammas))
+        returns.extend((released_step_returns if released else cross_episode_returns)(*chain, **gammas))
+        scores.extend(attempt_rewards(*chain) if released else discounted_score_terms(*chain, **gammas))
         groups.extend([instance] * len(steps))
         trial_ids.extend([trial_id] * len(steps))
         anchors.extend(s.anchor for s in steps)
     estimator = config.advantage if config.reflects else config.algo
     if estimator == "gigpo":
-        return gigpo_advantages(terms, returns, groups, trial_ids, anchors)
-    return grpo_episode_advantages(terms, groups, trial_ids)
+        if released:
+            return released_gigpo_advantages(scores, returns, groups, anchors)
+        return gigpo_advantages(scores, returns, groups, trial_ids, anchors)
+    if released:
+        return group_advantages(scores, groups, eps=1e-6)
+    return grpo_episode_advantages(scores, groups, trial_ids)
 
 
 # ---- the update --------------------------------------------------------------------------------------------------

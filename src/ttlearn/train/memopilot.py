@@ -1,4 +1,4 @@
-"""Multi-turn GRPO over the MemoPilot memory writer G_θ (REFERENCE §2, §7).
+"""Multi-turn GRPO over the MemoPilot memory writer G_θ (MemoPilot, arXiv 2606.08656, ICML 2026).
 
 One training sequence = (opponent, seed). Its G rollouts each play T games: game 1 with no memory (the same game in
 every rollout, so it is played once), then after game t the writer samples m_t ~ G_θ(· | e_t, m_{t−1}) — with the
