@@ -4,7 +4,7 @@ outside it, and ends within seconds in a correct result or one error line, whate
 
 Each crafted directory starts as a copy of a real run (`run rps --llm scripted:random --memory history --games 2`)
 with one edit, and always names a plug-in that would leave a marker file if it were ever imported. The commands run
-in a fresh process per directory (so no import from an earlier case hides one), each under an alarm."""
+in a fresh process per directory (so no import from an earlier case hides one), each under an alarm (LIMIT_S)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ from ttlearn.runs import CHUNKS
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
-LIMIT_S = 8
+LIMIT_S = 30
+"""Per command: a hang or a gigabyte expansion runs into it; `report` of a valid arena (matplotlib, bootstrap) takes
+about 3 s on an idle machine and several times that on the shared, loaded one."""
 
 
 def invoke(*args: str, cwd: Path | None = None):
@@ -202,7 +204,8 @@ def chunk_bomb(run: Path) -> None:
         records.append({"hash": chunk, "value": refs})
         ref = f"l{level}".ljust(64, "0")
         records.append({"hash": ref, "value": {CHUNKS: [chunk] * 64}})
-    records.append({"hash": last_hash(run), "value": {"memory": ref}})
+    records.append({"hash": "t".ljust(64, "0"), "value": [ref]})
+    records.append({"hash": last_hash(run), "value": {"memory": {CHUNKS: ["t".ljust(64, "0")]}}})
     append(run / "snapshots.jsonl", records)
 
 
