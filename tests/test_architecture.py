@@ -21,9 +21,10 @@ from ttlearn.players.base import PLAYERS
 from ttlearn.train.base import TRAINERS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ttlearn"
-BASE = {"ttlearn", "types", "registry", "seeding", "cache", "sandbox", "wheels"}
+BASE = {"ttlearn", "types", "registry", "seeding", "cache", "sandbox", "wheels", "untrusted"}
 """The ground floor every room may stand on (`ttlearn` itself: the version string; `sandbox`: running model-written
-code; `wheels`: files fetched from the package index; neither imports from ttlearn)."""
+code; `wheels`: files fetched from the package index; `untrusted`: reading files anyone may have written; none
+imports from ttlearn)."""
 ALLOWED = {
     **{room: BASE for room in BASE},
     "envs": BASE | {"envs", "data"},

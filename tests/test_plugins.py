@@ -1,8 +1,9 @@
 """Plug-ins from outside the package (docs/plugins.md): the example package in examples/plugin, installed into a
 temporary directory the way `pip install -e` installs it (its code on the path, a .dist-info folder holding the
 entry points of its pyproject.toml), then checked, run, resumed, replayed and put in an arena by the real CLI in
-fresh processes; and a single-file plug-in that is not installed at all (`--plugin FILE`), found again by `resume`
-and by the arena's worker processes through the run's config."""
+fresh processes; and a single-file plug-in that is not installed at all (`--plugin FILE`): recorded in the run's
+config, named by `resume` when it is not loaded (never imported because a directory names it), and passed on to the
+arena's worker processes."""
 
 from __future__ import annotations
 
@@ -145,14 +146,22 @@ class Solo(Env):
 '''
 
 
-def test_a_single_file_plugin_is_recorded_so_resume_and_arena_workers_find_it(tmp_path):
+def test_a_single_file_plugin_is_recorded_named_by_resume_and_passed_to_arena_workers(tmp_path):
     (tmp_path / "solo.py").write_text(SOLO)
     run_dir = tmp_path / "run"
     ttlearn("--plugin", "solo.py", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out", str(run_dir),
             cwd=tmp_path)
     assert json.loads((run_dir / "config.json").read_text())["plugins"] == [str(tmp_path / "solo.py")]
     cut_after_first_game(run_dir)
-    ttlearn("resume", str(run_dir))  # no --plugin: the config names it
+    refused = subprocess.run(  # the config names the file, but a run directory never makes anything import
+        [sys.executable, "-m", "ttlearn", "resume", str(run_dir)],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "400"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and f"--plugin {tmp_path / 'solo.py'}" in refused.stdout, refused.stdout
+    ttlearn("--plugin", "solo.py", "resume", str(run_dir), cwd=tmp_path)
     assert len(scores(run_dir)) == 3
     out = tmp_path / "arena"
     ttlearn("--plugin", "solo.py", "arena", "--env", "solo", "--memories", "none,history", "--seeds", "1",
@@ -186,9 +195,19 @@ def test_a_plugin_named_as_a_module_of_the_current_folder_is_found_again_from_el
     run_dir = tmp_path / "run"
     ttlearn("--plugin", "solo_module", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out",
             str(run_dir), cwd=tmp_path / "work")
-    assert json.loads((run_dir / "config.json").read_text())["plugins"] == [f"solo_module@{tmp_path / 'work'}"]
+    recorded = f"solo_module@{tmp_path / 'work'}"
+    assert json.loads((run_dir / "config.json").read_text())["plugins"] == [recorded]
     cut_after_first_game(run_dir)
-    ttlearn("resume", str(run_dir), cwd=tmp_path)  # another folder, no flag
+    refused = subprocess.run(  # the config names it, but a run directory never makes anything import
+        [sys.executable, "-m", "ttlearn", "resume", str(run_dir)],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "400"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and f"--plugin {recorded}" in refused.stdout, refused.stdout
+    ttlearn("--plugin", recorded, "resume", str(run_dir), cwd=tmp_path)  # the recorded spec, from another folder
     assert len(scores(run_dir)) == 3
 
 

@@ -12,9 +12,10 @@ names from outside the package:
   the package or an installed entry point defines warns: `PluginShadowWarning`);
 - any module that uses the decorator and is imported by the caller.
 
-Run configs record the `--plugin` / `$TTLEARN_PLUGINS` modules (`loaded_plugins`), so `resume`, `replay` and the
-arena's worker processes import them again. In-tree modules keep their decorators too; the test suite checks that
-every table entry names the class its module registers.
+Run configs record the `--plugin` / `$TTLEARN_PLUGINS` modules (`loaded_plugins`) but never import them when read:
+a run directory is untrusted input, so `resume` and `replay` of a run that needs one name it and the flag that loads
+it (`runs.plugin_hint`); the arena hands its own loaded ones to its worker processes. In-tree modules keep their
+decorators too; the test suite checks that every table entry names the class its module registers.
 """
 
 from __future__ import annotations

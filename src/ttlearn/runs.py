@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, ClassVar, Iterable, Iterator, Literal, Mapping, Sequence, Union
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -55,17 +54,35 @@ from pydantic import (
 
 from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
-from ttlearn.registry import load_plugins, loaded_plugins
+from ttlearn.registry import PLUGINS_VAR, loaded_plugins
 from ttlearn.types import Episode
+from ttlearn.untrusted import MAX_DEPTH, UntrustedFileError, lines, loads, open_regular, read_json, write_atomic
 
 MEMORY_KEY_ENV, OPENAI_KEY_ENV = "TTLEARN_MEMORY_KEY", "OPENAI_API_KEY"
 """Where the credentials a run sends live (read by `memory.remote` and `llm.openai`); never in a config."""
 
 
-Plugins = Annotated[list[str], AfterValidator(lambda plugins: load_plugins(plugins, origin="a run config"))]
-"""A config's plug-in modules (`--plugin`, `$TTLEARN_PLUGINS`; by default those loaded in this process), imported
-again whenever the config is read, so `resume`, `replay` and the arena's workers find them. Entry-point plug-ins
-need no record: they are found wherever they are installed."""
+Plugins = list[str]
+"""A config's plug-in modules (`--plugin`, `$TTLEARN_PLUGINS`; by default those loaded in this process), recorded
+so that a run needing one can say which (`missing_plugins`). Never imported because a config names them: a run
+directory may come from anyone. Entry-point plug-ins need no record: they are found wherever they are installed."""
+
+
+def missing_plugins(config: PartsConfig) -> list[str]:
+    """The plug-ins `config` recorded that this process has not loaded."""
+    loaded = loaded_plugins()
+    return [spec for spec in config.plugins if spec not in loaded]
+
+
+def plugin_hint(config: PartsConfig) -> str:
+    """What to add to a "no such name" error of a run recorded with plug-ins not loaded now: which flag loads them."""
+    missing = missing_plugins(config)
+    if not missing:
+        return ""
+    return (
+        f"; the run names plug-in {', '.join(missing)}, not loaded (a run directory never imports code): load it "
+        f"with --plugin {missing[0]} before the command, or ${PLUGINS_VAR}, or install it as an entry point"
+    )
 
 
 class PartsConfig(BaseModel):
@@ -223,10 +240,10 @@ def canonical_hash(data: Any) -> str:
 
 def append_durable(path: Path, records: Sequence[dict[str, Any]]) -> None:
     """Append records as JSON lines in one write, flushed and fsynced: a crash leaves whole lines plus at most one
-    torn last line, which `read_durable` skips."""
+    torn last line, which `read_durable` skips. Only to a regular file with one link (`open_regular`)."""
     block = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(block)
+    with open_regular(path, "ab") as fh:
+        fh.write(block.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -236,22 +253,27 @@ def read_durable(
 ) -> list[dict[str, Any]]:
     """The records of an append-only JSON-lines file up to its last complete block (a block ends with a record for
     which `ends_block` holds). A torn or unfinished tail is skipped, and cut off when `repair` — only the writer
-    may repair: a reader of a live run would cut a block being appended."""
+    may repair: a reader of a live run would cut a block being appended. Lines and nesting are bounded
+    (`ttlearn.untrusted`); a line that is not a JSON object is an error naming it."""
     records: list[dict[str, Any]] = []
     kept, good_end, offset = 0, 0, 0
-    with open(path, "rb") as fh:
-        for line in fh:
+    with open_regular(path) as fh:
+        for number, line in enumerate(lines(fh, path), start=1):
             offset += len(line)
             if not line.endswith(b"\n"):
                 break
             try:
-                records.append(json.loads(line))
+                record = loads(line, f"{path}:{number}")
             except json.JSONDecodeError:
                 break
-            if ends_block(records[-1]):
+            if not isinstance(record, dict):
+                raise UntrustedFileError(f"{path}:{number}: a record must be a JSON object; refused")
+            records.append(record)
+            if ends_block(record):
                 kept, good_end = len(records), offset
-    if repair and good_end < path.stat().st_size:
-        with open(path, "r+b") as fh:
+        size = os.fstat(fh.fileno()).st_size
+    if repair and good_end < size:
+        with open_regular(path, "r+b") as fh:
             fh.truncate(good_end)
     return records[:kept]
 
@@ -261,20 +283,60 @@ def _is_game(record: dict[str, Any]) -> bool:
     return record.get("type") == "game"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 # ---- memory snapshots, stored once by content ----------------------------------------------------------------------
 CHUNK = 64
 """Element references per stored piece of a list."""
 CHUNKS = "$chunks"
 """The key of a list stored as pieces (the only key of its dict)."""
+MAX_EXPANDED = 100_000_000
+"""The largest state a snapshot may expand to (elements plus characters of text): pieces are shared, so a crafted
+store of a few KB could otherwise expand to gigabytes."""
+
+
+def expanded_size(objects: Mapping[str, Any], key: str, where: Path) -> int:
+    """The size (elements plus characters) of the state stored under `key` once its pieces are expanded, checking
+    that the pieces form a DAG (no cycle, no missing piece) whose expansion nests no deeper than MAX_DEPTH and is
+    no larger than MAX_EXPANDED; each error one line naming the file. A piece is measured once, so a shared piece
+    costs its size on every use without being walked again."""
+    measured: dict[str, tuple[int, int] | None] = {}  # piece → (size, height); None while being measured
+
+    def refs(value: Any) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
+            raise UntrustedFileError(f"{where}: a {CHUNKS} reference list must hold hashes; refused")
+        missing = [r for r in value if r not in objects]
+        if missing:
+            raise UntrustedFileError(f"{where}: piece {missing[0][:12]} is missing; refused")
+        return value
+
+    def piece(ref: str, depth: int) -> tuple[int, int]:
+        if ref in measured:
+            found = measured[ref]
+            if found is None:
+                raise UntrustedFileError(f"{where}: the pieces of a snapshot form a cycle at {ref[:12]}; refused")
+        else:
+            measured[ref] = None
+            measured[ref] = found = measure(objects[ref], depth)
+        if depth + found[1] > MAX_DEPTH:
+            raise UntrustedFileError(f"{where}: a snapshot nests deeper than {MAX_DEPTH} levels; refused")
+        return found
+
+    def measure(value: Any, depth: int) -> tuple[int, int]:
+        if depth > MAX_DEPTH:
+            raise UntrustedFileError(f"{where}: a snapshot nests deeper than {MAX_DEPTH} levels; refused")
+        if isinstance(value, dict) and CHUNKS in value:
+            parts = [piece(e, depth + 1) for c in refs(value[CHUNKS]) for e in refs(objects[c])]
+        elif isinstance(value, (dict, list)):
+            parts = [measure(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)]
+        else:
+            return (len(value) + 1 if isinstance(value, str) else 1), 0
+        size = 1 + sum(p[0] for p in parts)
+        if size > MAX_EXPANDED:
+            raise UntrustedFileError(f"{where}: a snapshot expands to more than {MAX_EXPANDED:,} elements; refused")
+        return size, 1 + max((p[1] for p in parts), default=0)
+
+    if key not in objects:
+        raise FileNotFoundError(f"no memory snapshot {key[:12]} in {where}")
+    return piece(key, 0)[0]
 
 
 class SnapshotStore:
@@ -295,6 +357,8 @@ class SnapshotStore:
     def _read(self, repair: bool) -> dict[str, Any]:
         if self._objects is None or (repair and not self._repaired):
             found = read_durable(self.path, repair=repair) if self.path.exists() else []
+            if any(not isinstance(r.get("hash"), str) or "value" not in r for r in found):
+                raise UntrustedFileError(f"{self.path}: a record without a string hash and a value; refused")
             self._objects, self._repaired = {r["hash"]: r["value"] for r in found}, repair
         return self._objects
 
@@ -331,8 +395,7 @@ class SnapshotStore:
 
     def get(self, key: str) -> dict[str, Any]:
         objects = self._read(repair=False)
-        if key not in objects:
-            raise FileNotFoundError(f"no memory snapshot {key[:12]} in {self.path}")
+        expanded_size(objects, key, self.path)  # a DAG of bounded size and depth: unpacking it ends and fits
 
         def unpack(value: Any) -> Any:
             if isinstance(value, dict):
@@ -434,7 +497,10 @@ class RunDir:
             raise FileNotFoundError(
                 f"{self.path} is not a run directory (no {self.SESSION_CONFIG} or {self.TRIAL_CONFIG})"
             )
-        return parse_config({**json.loads(self.config_file(kind).read_text()), "kind": kind})
+        data = read_json(self.config_file(kind))
+        if not isinstance(data, dict):
+            raise UntrustedFileError(f"{self.config_file(kind)} must hold a JSON object")
+        return parse_config({**data, "kind": kind})
 
     def snapshot(self, key: str, legacy_game: int | None = None) -> dict[str, Any]:
         """The state stored under `key`; in an old session, the file of game `legacy_game` instead."""
@@ -443,7 +509,7 @@ class RunDir:
         path = self.legacy_snapshot(legacy_game)
         if not path.exists():
             raise FileNotFoundError(f"no memory snapshot for game {legacy_game} in {self.path}")
-        return json.loads(path.read_text())["state"]
+        return read_json(path)["state"]
 
     def task_memory(self, record: dict[str, Any]) -> dict[str, Any]:
         """The memory state after a trial task: by hash, or embedded in records written before snapshots were
@@ -459,12 +525,12 @@ class RunDir:
         """The state a run starting `--memory-from` this directory starts from: a fork's state, or the state after
         the last finished unit."""
         if self.kind == "fork":
-            key = json.loads(self.fork.read_text())["hash"]
+            key = read_json(self.fork)["hash"]
             if key in self.store:
                 return self.store.get(key)
             legacy = sorted((self.path / self.LEGACY_SNAPSHOTS).glob("game_*.json"))  # a fork of the old layout
             if legacy:
-                return json.loads(legacy[-1].read_text())["state"]
+                return read_json(legacy[-1])["state"]
         elif self.kind is not None:
             run = Run.open(self.path, repair=False)
             if run.records:
@@ -475,14 +541,14 @@ class RunDir:
         """Make this (new) directory a fork holding `snapshot`, to start a run from with `--memory-from`."""
         self.path.mkdir(parents=True, exist_ok=False)
         key = self.store.put(snapshot["state"])
-        self.fork.write_text(json.dumps({"source": str(source), "game": index, "hash": key}))
+        write_atomic(self.fork, json.dumps({"source": str(source), "game": index, "hash": key}))
 
 
 def latest_state(source: Path) -> dict[str, Any]:
     """The state of a snapshot file (the old one-file-per-game layout), or the latest state of a directory."""
     source = Path(source)
     if source.is_file():
-        return json.loads(source.read_text())["state"]
+        return read_json(source)["state"]
     return RunDir(source).latest_state()
 
 
@@ -511,7 +577,7 @@ class Run:
             raise FileExistsError(f"{path} exists and is not a run directory; use another --out")
         run_dir.path.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir.config_file(config.kind), config.model_dump_json(indent=2))
-        run_dir.records_file(config.kind).touch()
+        append_durable(run_dir.records_file(config.kind), [])
         return cls(run_dir.path, config)
 
     @classmethod
@@ -618,10 +684,12 @@ class Run:
 
     def events(self, game: int | None = None) -> Iterator[dict[str, Any]]:
         """A session's records file line by line (calls, steps, game records), of one game or all."""
-        with open(self.dir.events, encoding="utf-8") as fh:
-            for line in fh:
-                record = json.loads(line)
-                if game is None or record.get("game") == game:
+        with open_regular(self.dir.events) as fh:
+            for number, line in enumerate(lines(fh, self.dir.events), start=1):
+                if not line.endswith(b"\n"):
+                    return  # a torn tail, or a game being appended
+                record = loads(line, f"{self.dir.events}:{number}")
+                if isinstance(record, dict) and (game is None or record.get("game") == game):
                     yield record
 
     def calls(self, index: int | None = None) -> list[dict[str, Any]]:
@@ -675,11 +743,33 @@ def credential_urls(config: PartsConfig) -> dict[str, str]:
     return urls
 
 
+def _store_trusted(store: str, source: Path, named: Iterable[str]) -> bool:
+    """A store file inside the run directory, or one the user named again (a database URL exactly as written)."""
+    if store in set(named):
+        return True
+    if "://" in store:
+        return False
+    path = Path(store).expanduser().resolve()
+    return path.is_relative_to(source.resolve()) or path in {Path(n).expanduser().resolve() for n in named}
+
+
 def check_trusted(
-    config: PartsConfig, trusted: Iterable[str], source: Path, env: Mapping[str, str] = os.environ
+    config: PartsConfig,
+    trusted: Iterable[str],
+    source: Path,
+    env: Mapping[str, str] = os.environ,
+    stores: Iterable[str] = (),
 ) -> None:
     """Refuse to resume a config read from `source` (a run directory anyone may have written) that would send a
-    credential set in `env` to a URL the user did not name again in `trusted`."""
+    credential set in `env` to a URL the user did not name again in `trusted`, or write into a memory store file
+    outside `source` that the user did not name again in `stores`."""
+    store = config.memory_options.get("store")
+    if store is not None and not _store_trusted(str(store), Path(source), stores):
+        shown = "a database" if "://" in str(store) else str(store)
+        raise ValueError(
+            f"{source} keeps its memory store outside the run directory ({shown}), and playing it would write there; "
+            "if that store is yours, name it again: --trust-store STORE"
+        )
     named = {url.rstrip("/") for url in trusted}
     for url, variable in credential_urls(config).items():
         if env.get(variable) and url not in named:

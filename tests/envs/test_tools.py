@@ -69,6 +69,18 @@ def test_canonical_text_reads_back_as_the_same_call():
     assert read_call(call.text()) == call
 
 
+def test_names_that_unicode_normalises_read_back_as_the_same_call():
+    """`ｌｓ` and `ﬁle` once made calls whose canonical text did not read back: names are NFKC-normalised as Python
+    reads them, and refused when still not ASCII."""
+    call = read_call('{"name": "ｌｓ", "arguments": {"ﬁle": "a.txt", "ａ": 1}}')
+    assert call == Call("ls", (), (("file", "a.txt"), ("a", 1)))
+    assert read_call(call.text()) == call
+    assert read_call("ls(ﬁle='a.txt')") == Call("ls", (), (("file", "a.txt"),))
+    for reply in ('{"name": "café"}', '{"name": "ls", "arguments": {"naïve": 1}}', "ls(naïve=1)"):
+        with pytest.raises(MalformedCall, match="ASCII"):
+            read_call(reply)
+
+
 def test_signature_is_compact():
     doc = {
         "name": "tail",

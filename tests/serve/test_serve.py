@@ -422,3 +422,55 @@ def test_the_default_embedder_retrieves_by_meaning(tmp_path: Path) -> None:
         found = http.post("/v1/namespaces/m/retrieve", json={"query": "My rival keeps throwing rock."}, headers=key)
         assert [item["experience"] for item in found.json()["items"]] == ["play paper"]
         assert http.get("/v1/namespaces", headers=bearer(ADMIN)).json()[0]["embedder"] == "minilm"
+
+
+def test_counters_saturate_and_imports_refuse_out_of_range_values(service: Service) -> None:
+    """An imported item with visits = 2^63 − 1 was accepted, and one feedback on it made /inspect and /export
+    answer 500 from then on (SQLite's integer overflow). Now counts past 2^53 are refused, and the largest one
+    accepted saturates instead of overflowing."""
+    a = service.keys["a"]
+    service.add("a", "opponent always plays rock", "play paper")
+    exported = service.export("a")
+    for field, value in (("visits", 2**63 - 1), ("id", 2**63 - 1), ("episode", 2**62)):
+        hostile = {**exported, "items": [{**exported["items"][0], field: value}]}
+        assert service.call("POST", "/v1/namespaces/a/import", a, json=hostile).status_code == 422, field
+    largest = {**exported, "items": [{**exported["items"][0], "visits": 2**53}]}
+    assert service.call("POST", "/v1/namespaces/a/import", a, json=largest).status_code == 200
+    (item_id,) = [item["id"] for item in service.export("a")["items"]]
+    feedback = {"ids": [item_id], "reward": 1.0}
+    assert service.call("POST", "/v1/namespaces/a/feedback", a, json=feedback).status_code == 200
+    assert service.call("GET", "/v1/namespaces/a/inspect", a).status_code == 200
+    assert service.export("a")["items"][0]["visits"] == 2**53
+
+
+def test_the_quota_counts_the_bytes_an_export_holds(tmp_path: Path) -> None:
+    """Seven 40,000-NUL items once fitted a 300 kB quota while their export was 5.6 times that: a NUL is six bytes
+    in JSON. The quota now counts texts as the export writes them."""
+    s = Service(tmp_path, quota=300_000)
+    try:
+        stored = 0
+        for i in range(7):
+            body = {"intent": f"situation {i}", "experience": "\x00" * 40_000, "join_threshold": 2}
+            stored += s.call("POST", "/v1/namespaces/a/memories", s.keys["a"], json=body).status_code == 201
+        exported = len(json.dumps(s.export("a"), ensure_ascii=False).encode())
+        assert stored == 1 and exported <= 300_000
+    finally:
+        s.http.__exit__(None, None, None)
+
+
+def test_imported_vectors_must_be_finite_unit_vectors(service: Service) -> None:
+    """A vector of 3e38s was accepted on import and ranked first on every retrieval."""
+    import base64
+
+    import numpy as np
+
+    service.add("a", "opponent always plays rock", "play paper")
+    exported = service.export("a")
+    dim = exported["dim"]
+    for values in (np.full(dim, 3e38, dtype="<f4"), np.full(dim, 0.5, dtype="<f4"), np.zeros(dim, dtype="<f4")):
+        embedding = base64.b64encode(values.tobytes()).decode()
+        hostile = {**exported, "intents": [{**exported["intents"][0], "embedding": embedding}]}
+        response = service.call("POST", "/v1/namespaces/b/import", service.keys["b"], json=hostile)
+        assert response.status_code == 422 and "unit vectors" in response.text, response.text
+    assert service.export("b")["items"] == []
+    assert service.call("POST", "/v1/namespaces/b/import", service.keys["b"], json=exported).status_code == 200

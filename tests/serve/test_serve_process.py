@@ -315,6 +315,51 @@ def test_sigkill_mid_load_keeps_every_acknowledged_write(tmp_path: Path) -> None
         assert restarted.stop() == 0
 
 
+def test_proxy_headers_are_ignored_unless_the_proxy_is_named(tmp_path: Path) -> None:
+    """One `X-Forwarded-For: 10.x.y.z` per request from 127.0.0.1 once dodged the failed-authentication limit (200
+    wrong admin keys, 200 × 401): uvicorn believed the header from loopback. Now it counts only with
+    --trusted-proxy naming the proxy, and then per forwarded address."""
+    for trusted, limited in ((None, True), ("127.0.0.1", False)):
+        options = ["--auth-rate", "0.1", "--auth-burst", "5", *(["--trusted-proxy", trusted] if trusted else [])]
+        server = Server(tmp_path / f"proxy-{bool(trusted)}.sqlite", *options)
+        try:
+            with httpx2.Client(base_url=server.url, timeout=10) as client:
+                codes = [
+                    client.get(
+                        "/v1/namespaces",
+                        headers={"Authorization": f"Bearer wrong-{i}", "X-Forwarded-For": f"10.0.{i // 250}.{i % 250}"},
+                    ).status_code
+                    for i in range(40)
+                ]
+        finally:
+            assert server.stop() == 0
+        assert (codes.count(429) >= 30) == limited and set(codes) <= {401, 429}, codes
+
+
+def test_half_open_connections_over_many_addresses_are_capped_server_wide(tmp_path: Path) -> None:
+    """1,100 half-open connections spread over 40 loopback addresses once timed out 6 of 9 health checks: each
+    address stayed under its own cap while together they held every descriptor. The server-wide cap closes the
+    longest-waiting connection when a new one arrives past it, so health checks are answered at once."""
+    server = Server(
+        tmp_path / "many.sqlite", "--read-timeout", "30", "--connections-per-client", "16", "--max-waiting", "48",
+        open_files=128,
+    )
+    socks: list[socket.socket] = []
+    try:
+        for address in range(10, 22):  # 12 addresses × 16 = 192 half-open connections, past 128 descriptors
+            socks += [slow_connection(server.port, f"127.0.0.{address}") for _ in range(16)]
+        latencies = []
+        for _ in range(5):  # the first may wait out asyncio's 1 s pause after the burst ran out of descriptors
+            start = time.monotonic()
+            assert httpx2.get(f"{server.url}/v1/health", timeout=5).status_code == 200
+            latencies.append(time.monotonic() - start)
+        assert sorted(latencies)[3] < 1.0, latencies
+    finally:
+        for sock in socks:
+            sock.close()
+        assert server.stop() == 0
+
+
 def test_two_replicas_on_one_postgresql_database_answer_alike_and_lose_no_feedback(
     postgres_url: str, tmp_path: Path
 ) -> None:

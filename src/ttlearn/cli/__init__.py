@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from ttlearn.cli import arena, check, data, memory, play, results, serve, show, train
-from ttlearn.cli.common import console, friendly, load_plugin_flags
+from ttlearn.cli.common import console, friendly, load_plugin_flags, reads_runs, styled
 
 app = typer.Typer(
     help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
@@ -31,10 +31,10 @@ def plugins(
 
 app.callback()(friendly(plugins))
 play.register(app)
-app.command()(friendly(show.show))
-app.command()(friendly(show.rejudge))
+app.command()(friendly(reads_runs(show.show)))
+app.command()(friendly(reads_runs(show.rejudge)))
 app.command()(friendly(serve.serve))
-app.command()(friendly(results.results))
+app.command()(friendly(reads_runs(results.results)))
 app.command()(friendly(check.check))
 arena.register(app)
 app.add_typer(memory.memory_app, name="memory")
@@ -54,17 +54,17 @@ def list_parts() -> None:
     from ttlearn.train.base import TRAINERS
 
     envs = ", ".join(f"{name} ({default_player(name)})" for name in ENVS.names())
-    console.print(f"[bold]environments[/] (default player): {envs}")
+    console.print(styled("environments", "bold", f" (default player): {envs}"))
     for title, registry in (
         ("memories", MEMORIES),
         ("llms", LLMS),
         ("scripted players", PLAYERS),
         ("trainers", TRAINERS),
     ):
-        console.print(f"[bold]{title}:[/] {', '.join(registry.names())}")
+        console.print(styled(f"{title}:", "bold", f" {', '.join(registry.names())}"))
     for registry in (ENVS, MEMORIES, LLMS, PLAYERS, TRAINERS):
         for reason in registry.broken().values():
-            console.print(f"[yellow]unavailable:[/] {reason}", markup=True, highlight=False)
+            console.print(styled("unavailable:", "yellow", f" {reason}"), highlight=False)
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`

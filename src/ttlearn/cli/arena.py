@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 import typer
 
-from ttlearn.cli.common import console, csv, friendly, parse_options, progress_bar
+from ttlearn.cli.common import console, csv, friendly, parse_options, progress_bar, reads_runs, styled
 from ttlearn.llm.base import DEFAULT_LLM
 
 
@@ -77,10 +77,12 @@ def arena(
             for item, outcome in plan:
                 update(advance=1, last=f"{item.name}: mean {outcome['mean_score']:+.2f}")
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted; finished runs are kept. Resume with the same command (--out {out}).[/]")
+        again = f"interrupted; finished runs are kept. Resume with the same command (--out {out})."
+        console.print(styled(again, "yellow"))
         raise typer.Exit(130) from None
     except arena_mod.RunFailed as exc:
-        console.print(f"[bold red]error:[/] {exc}\nfinished runs are kept; fix the cause and rerun to resume.")
+        rest = f" {exc}\nfinished runs are kept; fix the cause and rerun to resume."
+        console.print(styled("error:", "bold red", rest))
         raise typer.Exit(1) from None
     console.print(f"played {len(todo)} runs in {time.perf_counter() - start:.1f}s")
     _print_report(report_mod.write_report(out), out)
@@ -90,7 +92,7 @@ def _print_report(report: dict[str, Any], out: Path) -> None:
     from ttlearn.eval.report import REPORT_HTML, elo_table
 
     console.print(elo_table(report))
-    console.print(f"report: [bold]{out / REPORT_HTML}[/] (and report.json)")
+    console.print(styled("report: ", "", str(out / REPORT_HTML), "bold", " (and report.json)"))
 
 
 def report(out_dir: Path = typer.Argument(..., help="An arena folder (holding runs/).")) -> None:
@@ -101,5 +103,5 @@ def report(out_dir: Path = typer.Argument(..., help="An arena folder (holding ru
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(friendly(arena))
-    app.command()(friendly(report))
+    app.command()(friendly(reads_runs(arena)))
+    app.command()(friendly(reads_runs(report)))

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from ttlearn.cli.common import console, load_plugin_flags, parse_options
+from ttlearn.cli.common import console, load_plugin_flags, parse_options, styled
 from ttlearn.envs.base import Env, make_env
 from ttlearn.envs.check import ContractError, check_env
 from ttlearn.players.llm import MAX_OPTIONS, shortlist
@@ -51,11 +51,11 @@ def check(
 def print_rules(passed: list[str], skipped: list[str], failed: str | None, seconds: float | None = None) -> None:
     """One line per rule, then the counts (and the time, when the check finished)."""
     for rule in passed:
-        console.print(f"  [green]passed[/]  {rule}", highlight=False)
+        console.print(styled("  passed", "green", f"  {rule}"), highlight=False)
     for rule in skipped:
-        console.print(f"  [yellow]skipped[/] {rule} (declared deterministic = False)", highlight=False)
+        console.print(styled("  skipped", "yellow", f" {rule} (declared deterministic = False)"), highlight=False)
     if failed is not None:
-        console.print(f"  [bold red]failed[/]  {failed}", highlight=False)
+        console.print(styled("  failed", "bold red", f"  {failed}"), highlight=False)
     took = f" in {seconds:.2f} s" if seconds is not None else ""
     console.print(
         f"{len(passed)} passed · {len(skipped)} skipped · {int(failed is not None)} failed{took}", highlight=False

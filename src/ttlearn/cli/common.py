@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import sqlite3
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +26,9 @@ from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.runs import MEMORY_KEY_ENV
 from ttlearn.types import REJECTED, Step
 
-console = Console()
+console = Console(markup=False)
+"""Markup off: every string printed — a path, a config value, a model's reply, an error naming a file — is literal
+text, so a `[/]` or `[link=…]` read from a run directory is just text. Styles come from `styled` (`Text`)."""
 USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError)
 """Errors a user can cause or fix (bad input, a missing file, server or optional dependency); one red line each."""
 
@@ -38,8 +41,37 @@ def friendly(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, **kwargs)
         except USER_ERRORS as exc:
-            console.print(f"[bold red]error:[/] {exc}", markup=True, highlight=False)
+            console.print(styled("error:", "bold red", f" {exc}"), highlight=False)
             raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def styled(*parts: str) -> Text:
+    """Text from (text, style) pairs given flat: `styled("error:", "bold red", " the rest")`; never markup."""
+    pairs = [(parts[i], parts[i + 1] if i + 1 < len(parts) else "") for i in range(0, len(parts), 2)]
+    return Text.assemble(*pairs)
+
+
+MALFORMED = (KeyError, TypeError, IndexError, AttributeError, UnicodeDecodeError, RecursionError, sqlite3.Error)
+"""What a record of the wrong shape raises deep in a reader: for commands that read a run directory, a file that
+was edited or crafted, not a bug to show a traceback for."""
+
+
+def reads_runs(command: Callable[..., Any]) -> Callable[..., Any]:
+    """For commands that read run directories (untrusted input): a malformed record is one line, not a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except UnknownNameError:
+            raise  # a KeyError that already is one clear line
+        except MALFORMED as exc:
+            raise ValueError(
+                f"a malformed record ({type(exc).__name__}: {exc}); was the directory edited or written by another "
+                "program?"
+            ) from None
 
     return wrapper
 
@@ -50,7 +82,7 @@ def load_plugin_flags(specs: list[str]) -> None:
         warnings.simplefilter("always", PluginShadowWarning)
         load_plugins(specs)
     for warning in caught:
-        console.print(f"[yellow]warning:[/] {warning.message}", markup=True, highlight=False)
+        console.print(styled("warning:", "yellow", f" {warning.message}"), highlight=False)
 
 
 def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
@@ -78,11 +110,11 @@ def csv(text: str | None) -> list[str] | None:
 
 def _progress() -> Progress:
     return Progress(
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[last]}"),
+        TextColumn("{task.fields[last]}", markup=False),
         console=console,
     )
 
@@ -119,7 +151,7 @@ def print_summary(summary: dict[str, Any]) -> None:
     if "success_at_k" in summary:
         console.print(format_trial_summary(summary), markup=False, highlight=False)
     console.print(f"{summary['done']} of {summary['total']} {summary['unit']}s finished")
-    console.print(f"run directory: [bold]{summary['run_dir']}[/]")
+    console.print(styled("run directory: ", "", str(summary["run_dir"]), "bold"))
 
 
 def print_games(summary: dict[str, Any]) -> None:

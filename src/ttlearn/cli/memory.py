@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from ttlearn.cli.common import console, friendly
+from ttlearn.cli.common import console, friendly, reads_runs
 from ttlearn.eval.retrievals import q_effect
 from ttlearn.runs import Run, RunDir
 
@@ -18,11 +18,14 @@ from ttlearn.runs import Run, RunDir
 def _unit(run_dir: Path) -> str:
     return Run.open(run_dir, repair=False).unit
 
+TRUST_STORE_HELP = "The run's memory database (postgresql://…) when you trust it; a SQLite file needs no flag."
+
 memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)
 
 
 @memory_app.command("fork")
 @friendly
+@reads_runs
 def memory_fork(
     run_dir: Path = typer.Argument(..., help="The run whose memory to fork (a session or a trial run)."),
     game: int = typer.Option(..., help="Fork the memory as it was after this game (trial runs: this task)."),
@@ -38,6 +41,7 @@ def memory_fork(
 
 @memory_app.command("diff")
 @friendly
+@reads_runs
 def memory_diff(
     run_dir: Path = typer.Argument(..., help="A run directory (a session or a trial run)."),
     a: int = typer.Option(..., "--from", help="Earlier game (trial runs: task)."),
@@ -50,27 +54,40 @@ def memory_diff(
     console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
 
 
-def _memrl_store(run_dir: Path) -> tuple[Any, str, str]:
-    """The MemRL store of a run, its namespace and the run id the session gave it."""
+def _memrl_store(run_dir: Path, trust_store: list[str]) -> tuple[Any, str, str]:
+    """The MemRL store of a run, its namespace and the run id the session gave it. A run directory may name any
+    file as its store: a SQLite file is opened read-only; a database only when named again with --trust-store (a
+    config must not choose where ttlearn connects, with whatever credentials this process holds)."""
     from ttlearn.memory.backends import open_store
-    from ttlearn.memory.store import is_database_url
+    from ttlearn.memory.store import MemoryStore, is_database_url
 
     run = RunDir(run_dir)
     options = run.config().memory_options
-    location = options.get("store") or str(run.path / "memrl.sqlite")
-    if not is_database_url(location) and not Path(location).exists():
+    location = str(options.get("store") or run.path / "memrl.sqlite")
+    if is_database_url(location):
+        if location not in trust_store:
+            raise ValueError(
+                f"{run_dir} keeps its memories in a database, and a run directory does not choose where ttlearn "
+                "connects; if that database is yours, name it again: --trust-store URL"
+            )
+        store = open_store(location)
+    elif not Path(location).exists():
         raise FileNotFoundError(f"{run_dir} has no MemRL store ({location}); was it run with --memory memrl/memp/rag?")
-    return open_store(location), options.get("namespace", "default"), run.path.name
+    else:
+        store = MemoryStore(location, read_only=True)
+    return store, str(options.get("namespace", "default")), run.path.name
 
 
 @memory_app.command("inspect")
 @friendly
+@reads_runs
 def memory_inspect(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
     limit: int = typer.Option(20, help="How many memories to show."),
+    trust_store: list[str] = typer.Option([], help=TRUST_STORE_HELP),
 ) -> None:
     """List the memories of a MemRL store, newest first, with Q-value, visits and last reward."""
-    store, namespace, _ = _memrl_store(run_dir)
+    store, namespace, _ = _memrl_store(run_dir, trust_store)
     table = Table(title=f"MemRL store · namespace {namespace}")
     for column in ("id", "episode", "Q", "visits", "last r", "intent", "experience"):
         table.add_column(column, overflow="fold")
@@ -90,13 +107,15 @@ def memory_inspect(
 
 @memory_app.command("explain")
 @friendly
+@reads_runs
 def memory_explain(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
     game: Optional[int] = typer.Option(None, help="The game of a session whose retrievals to show."),
+    trust_store: list[str] = typer.Option([], help=TRUST_STORE_HELP),
 ) -> None:
     """Show which memories were retrieved for a game, with similarity, Q and the combined score; without --game,
     what Q did over the whole run (how often its ranking or its q_min filter changed what was shown)."""
-    store, namespace, run_id = _memrl_store(run_dir)
+    store, namespace, run_id = _memrl_store(run_dir, trust_store)
     if game is None:
         records = store.retrievals(namespace, run_id=run_id)
         counts = q_effect((r.candidates, r.chosen, r.explored) for r in records)

@@ -23,20 +23,28 @@ from ttlearn.cli.common import (
     print_summary,
     progress_bar,
     progress_line,
+    reads_runs,
+    styled,
 )
 from ttlearn.envs.base import ENVS
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.run import Config, play, prepare
-from ttlearn.runs import Run, check_trusted, parse_config
+from ttlearn.runs import Run, RunDir, check_trusted, parse_config
 
 TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
+STORE_HELP = "The run's memory store file (-m store=) when it lies outside the run directory: it will be written."
 
 
-def play_with_progress(out: Path, config: Config | None, concurrency: int = 1, replay: ReplayBook | None = None) -> Run:
-    """Create (or resume) the run at `out`, play its missing units with a progress bar, then print its summary."""
+def play_with_progress(
+    out: Path, config: Config | None, concurrency: int = 1, replay: ReplayBook | None = None, how: str | None = None
+) -> Run:
+    """Create (or resume) the run at `out`, play its missing units with a progress bar, then print its summary;
+    `how` ("resumed", "replayed"): warn first when the environment cannot reproduce such a run exactly."""
     run = prepare(out, config, concurrency)
+    if how:
+        warn_inexact(run.config.env, how)
     title = f"{run.config.env} · {run.config.memory}"
     try:
         with progress_bar(title, run.total, run.done) as update:
@@ -47,7 +55,8 @@ def play_with_progress(out: Path, config: Config | None, concurrency: int = 1, r
                 replay=replay,
             )
     except KeyboardInterrupt:
-        console.print(f"[yellow]interrupted after {run.done} {run.unit}s; continue with:[/] ttlearn resume {out}")
+        stopped = f"interrupted after {run.done} {run.unit}s; continue with:"
+        console.print(styled(stopped, "yellow", f" ttlearn resume {out}"))
         raise typer.Exit(130) from None
     print_summary(summary)
     return run
@@ -57,15 +66,19 @@ def warn_inexact(env: str, how: str) -> None:
     """Say so when a run's environment declares it is not deterministic: its games cannot be reproduced exactly."""
     if not ENVS.get(env).deterministic:
         console.print(
-            f"[yellow]warning:[/] environment {env!r} declares deterministic = False, so a {how} run is not exact: "
-            "games may differ from an uninterrupted run, and a replay may ask questions the recording never saw"
+            styled(
+                "warning:",
+                "yellow",
+                f" environment {env!r} declares deterministic = False, so a {how} run is not exact: games may differ "
+                "from an uninterrupted run, and a replay may ask questions the recording never saw",
+            )
         )
 
 
 def register(app: typer.Typer) -> None:
     app.command()(friendly(run))
-    app.command()(friendly(resume))
-    app.command()(friendly(replay))
+    app.command()(friendly(reads_runs(resume)))
+    app.command()(friendly(reads_runs(replay)))
 
 
 def run(
@@ -181,36 +194,37 @@ def resume(
     concurrency: int = typer.Option(1, min=1, help="Episodes in flight, as for `run`."),
     memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="Only key=KEY: the memory service's key."),
     trust_url: list[str] = typer.Option([], help=TRUST_HELP),
+    trust_store: list[str] = typer.Option([], help=STORE_HELP),
 ) -> None:
     """Finish an interrupted run: no game (or trial task) is lost or played twice. Credentials go only to URLs
     named again with --trust-url: the run directory may have been written by anyone."""
     if keep_key_out(parse_options(memory_opt, "--memory-opt")):
         raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
-    run = Run.open(run_dir)
-    warn_inexact(run.config.env, "resumed")
-    check_trusted(run.config, trust_url, run_dir)
+    check_trusted(RunDir(run_dir).config(), trust_url, run_dir, stores=trust_store)  # before anything else is read
+    run = Run.open(run_dir, repair=False)
     if run.finished:
-        console.print(f"{run_dir} is already complete ({run.done} {run.unit}s).")
+        console.print(f"{run_dir} is already complete ({run.done} {run.unit}s).", markup=False)
     else:
-        console.print(f"resuming {run_dir} at {run.unit} {run.done + 1} of {run.total}")
-    play_with_progress(run_dir, None, concurrency)
+        console.print(f"resuming {run_dir} at {run.unit} {run.done + 1} of {run.total}", markup=False)
+    play_with_progress(run_dir, None, concurrency, how="resumed")
 
 
 def replay(
     run_dir: Path = typer.Argument(..., help="A finished run to replay from its recorded LLM calls."),
     out: Optional[Path] = typer.Option(None, help="Where to write the replayed run (default RUN_DIR-replay)."),
     trust_url: list[str] = typer.Option([], help=TRUST_HELP),
+    trust_store: list[str] = typer.Option([], help=STORE_HELP),
 ) -> None:
     """Re-run a recorded session or trial run without calling any model, and check that every outcome is
     reproduced."""
     out = out or Path(f"{run_dir}-replay")
+    check_trusted(RunDir(run_dir).config(), trust_url, run_dir, stores=trust_store)  # before anything else is read
     source = Run.open(run_dir, repair=False)
-    warn_inexact(source.config.env, "replayed")
-    check_trusted(source.config, trust_url, run_dir)
     if not source.finished:
         raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} {source.unit}s); resume it first")
-    target = play_with_progress(out, source.config, replay=ReplayBook(source.calls()))
+    target = play_with_progress(out, source.config, replay=ReplayBook(source.calls()), how="replayed")
     same = source.outcomes() == target.outcomes()
-    console.print("[green]scores reproduced exactly[/]" if same else "[red]scores differ from the recording[/]")
+    verdict = ("scores reproduced exactly", "green") if same else ("scores differ from the recording", "red")
+    console.print(styled(*verdict))
     if not same:
         raise typer.Exit(1)

@@ -13,6 +13,7 @@ from ttlearn.serve import (
     DEFAULT_BURST,
     DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_WAITING,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
     DEFAULT_READ_TIMEOUT_S,
@@ -45,6 +46,13 @@ def serve(
     connections_per_client: int = typer.Option(
         DEFAULT_CONNECTIONS_PER_CLIENT, min=0, help="Connections one client address may hold at once (0 = no cap)."
     ),
+    max_waiting: int = typer.Option(
+        DEFAULT_MAX_WAITING, min=0, help="Connections waiting for a request, all clients together; past it the "
+        "longest-waiting one is closed (0 = no cap)."
+    ),
+    trusted_proxy: Optional[str] = typer.Option(
+        None, help="Address(es) of your reverse proxy, comma-separated: only then is X-Forwarded-For believed."
+    ),
     quota: int = typer.Option(
         DEFAULT_QUOTA, min=0, help="Bytes a namespace may hold (about its export's size); fuller ones get 507. 0: none."
     ),
@@ -58,5 +66,5 @@ def serve(
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
     admin_key = read_admin_key(admin_key_file)
     limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota, auth_rate=auth_rate, auth_burst=auth_burst)
-    guards = dict(read_timeout_s=read_timeout, per_client=connections_per_client)
-    run_server(store, host=host, port=port, admin_key=admin_key, **guards, **limits)
+    guards = dict(read_timeout_s=read_timeout, per_client=connections_per_client, max_waiting=max_waiting)
+    run_server(store, host=host, port=port, admin_key=admin_key, trusted_proxy=trusted_proxy, **guards, **limits)

@@ -13,7 +13,7 @@ from typing import Any, Literal, Optional
 import typer
 from pydantic.fields import FieldInfo
 
-from ttlearn.cli.common import console, friendly, parse_options, progress_bar
+from ttlearn.cli.common import console, friendly, parse_options, progress_bar, styled
 from ttlearn.registry import PluginError
 from ttlearn.train.base import TRAINERS, TrainConfig
 
@@ -95,7 +95,7 @@ def _command(name: str) -> Callable[..., None]:
         with training_progress(config.steps) as advance:
             trainer = trainer_class(config, progress=advance)
             trainer.train()
-        console.print(f"final: [bold]{config.out / 'final'}[/] — {trainer.next_command()}")
+        console.print(styled("final: ", "", str(config.out / "final"), "bold", f" — {trainer.next_command()}"))
 
     command.__name__ = f"train_{name}"
     command.__doc__ = inspect.getdoc(trainer_class)

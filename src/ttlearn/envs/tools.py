@@ -33,6 +33,7 @@ import re
 import select
 import subprocess
 import sys
+import unicodedata
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -202,10 +203,13 @@ def _json_value(value: Any, depth: int = 0) -> Any:
 
 
 def _name(text: str, what: str) -> str:
-    """`text` if it can stand as a function or argument name in a canonical Python call, else MalformedCall."""
-    if not text.isidentifier() or keyword.iskeyword(text):
-        raise MalformedCall(f"{what} must be a Python identifier and not a keyword, got {text[:60]!r}")
-    return text
+    """`text` as a function or argument name of a canonical Python call, else MalformedCall. NFKC first, as Python's
+    own parser reads identifiers (`ｌｓ` is `ls`, `ﬁle` is `file`), then ASCII only: the call must read back from
+    its `text()` as the very same call, and the Python syntax matches ASCII names."""
+    name = unicodedata.normalize("NFKC", text)
+    if not name.isascii() or not name.isidentifier() or keyword.iskeyword(name):
+        raise MalformedCall(f"{what} must be an ASCII Python identifier and not a keyword, got {text[:60]!r}")
+    return name
 
 
 def _closing_paren(text: str, start: int) -> int:
@@ -242,7 +246,9 @@ def _python_call(text: str, start: int, paren: int) -> Call:
         raise MalformedCall(f"{shown!r} is not a single call with named or positional arguments")
     try:
         args = tuple(_json_value(ast.literal_eval(a)) for a in node.args)
-        kwargs = tuple((k.arg, _json_value(ast.literal_eval(k.value))) for k in node.keywords)
+        kwargs = tuple(
+            (_name(k.arg, "an argument name"), _json_value(ast.literal_eval(k.value))) for k in node.keywords
+        )
     except MalformedCall:
         raise
     except PARSE_ERRORS:

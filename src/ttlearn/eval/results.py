@@ -16,12 +16,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
 from ttlearn.runs import RunDir
+from ttlearn.untrusted import read_json
 
 TABLE = "table.json"
 BEGIN = "<!-- results table: rebuilt from results/ by `ttlearn results --write README.md` -->"
@@ -49,13 +49,13 @@ def _summary(root: Path, name: str) -> dict[str, Any]:
     path = RunDir(root / name).summary
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: results/table.json names a result that is not there")
-    return json.loads(path.read_text())
+    return read_json(path)
 
 
 def player_cell(spec: dict[str, Any], root: Path) -> str:
     """The player of the row's result, as its config names it (with its temperature when it samples)."""
     if spec["kind"] == "arena":
-        report = json.loads((root / spec["result"] / "report.json").read_text())
+        report = read_json(root / spec["result"] / "report.json")
         return f"`{report['provenance']['methods'][spec['method']]['player']}`"
     config = RunDir(root / (spec["results"][0] if spec["kind"] == "pooled" else spec["result"])).config()
     return f"`{config.player}`" + (f" (T = {config.temperature:g})" if config.temperature > 0 else "")
@@ -65,7 +65,7 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
     """The numeric cells of one row: n, with memory, control, only mem / only ctl, p."""
     kind = spec["kind"]
     if kind == "arena":
-        report = json.loads((root / spec["result"] / "report.json").read_text())["ratings"]
+        report = read_json(root / spec["result"] / "report.json")["ratings"]
         rows = {r["method"]: r for r in report["rows"]}
         a, b = rows[spec["method"]], rows[spec["against"]]
         matrix = report["win_matrix"]
@@ -105,7 +105,7 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
 
 def render(root: Path) -> str:
     """The whole table, header first, one line per row of `root/table.json`."""
-    specs = json.loads((Path(root) / TABLE).read_text())["rows"]
+    specs = read_json(Path(root) / TABLE)["rows"]
     lines = [HEADER]
     for spec in specs:
         cells = [spec["experiment"], player_cell(spec, Path(root)), spec["comparison"], *row_cells(spec, Path(root))]

@@ -197,6 +197,10 @@ def migrate(pg: psycopg.Connection, where: str, target: int = SCHEMA_VERSION) ->
         )
 
 
+_JSON_BYTES = "(octet_length(to_json({})::text) - 2)"
+"""SQL: the bytes of a text column as a JSON export writes it, as `store._JSON_BYTES` counts them in SQLite."""
+
+
 class PostgresStore(MemoryStore):
     """MemRL's store in a PostgreSQL database (see the module docstring); `path` is the URL without its password."""
 
@@ -247,13 +251,14 @@ class PostgresStore(MemoryStore):
         """Nothing to save (see `_saved_index`)."""
 
     def usage(self, name: str) -> int:
-        """About the bytes of namespace `name`'s export (`export_size`), as `MemoryStore.usage`."""
+        """About the bytes of namespace `name`'s export (`export_size`), as `MemoryStore.usage`: texts as the export
+        escapes them (`to_json`; PostgreSQL text holds no NUL)."""
         ns_id = self._namespace_id(name)
         dim, item_text, items, intent_text, intents = self._conn.execute(
             "SELECT n.dim, "
-            "(SELECT COALESCE(SUM(octet_length(experience) + COALESCE(octet_length(run_id), 0)), 0) FROM items "
-            "WHERE namespace_id = n.id), (SELECT COUNT(*) FROM items WHERE namespace_id = n.id), "
-            "(SELECT COALESCE(SUM(octet_length(text)), 0) FROM intents WHERE namespace_id = n.id), "
+            f"(SELECT COALESCE(SUM({_JSON_BYTES.format('experience')} + COALESCE({_JSON_BYTES.format('run_id')}, 0)),"
+            " 0) FROM items WHERE namespace_id = n.id), (SELECT COUNT(*) FROM items WHERE namespace_id = n.id), "
+            f"(SELECT COALESCE(SUM({_JSON_BYTES.format('text')}), 0) FROM intents WHERE namespace_id = n.id), "
             "(SELECT COUNT(*) FROM intents WHERE namespace_id = n.id) FROM namespaces n WHERE n.id = ?",
             (ns_id,),
         ).fetchone()

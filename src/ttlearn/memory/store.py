@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn.memory.embed import Embedder
 from ttlearn.memory.vector_index import VectorIndex
+from ttlearn.untrusted import UntrustedFileError, loads
 
 SCHEMA_VERSION = 1
 DEFAULT_JOIN_THRESHOLD = 0.90
@@ -186,6 +187,14 @@ STORE_EXPORT_FORMAT = "ttlearn-memrl-store/1"
 MAX_MAGNITUDE = 1e12
 """The largest |value| of a snapshot's numbers: Q statistics over them cannot overflow (time stamps are ~2e9)."""
 _Finite = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
+MAX_COUNT = 2**53
+"""The largest visit count and episode number a store holds: exact in every JSON reader, far below SQLite's 2^63,
+so `visits + 1` can never overflow. Counters saturate here and imports refuse more."""
+_Count = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
+_SATURATED_VISIT = f"CASE WHEN visits < {MAX_COUNT} THEN visits + 1 ELSE visits END"
+"""SQL (SQLite and PostgreSQL alike): one more visit, saturating at MAX_COUNT."""
+UNIT_TOLERANCE = 1e-3
+"""How far from 1 an imported intent vector's norm may be: retrieval ranks by dot products of unit vectors."""
 
 
 class _Strict(BaseModel):
@@ -193,7 +202,7 @@ class _Strict(BaseModel):
 
 
 class IntentRecord(_Strict):
-    id: int
+    id: _Count
     text: str
     embedding: str
     """The unit vector as base64 of little-endian float32 values, so a restore needs no embedder."""
@@ -201,14 +210,14 @@ class IntentRecord(_Strict):
 
 
 class ItemRecord(_Strict):
-    id: int
-    intent_id: int
+    id: _Count
+    intent_id: _Count
     experience: str
     q_value: _Finite
-    visits: int = Field(ge=0)
+    visits: int = Field(ge=0, le=MAX_COUNT)
     last_reward: _Finite | None
     run_id: str | None
-    episode: int | None
+    episode: _Count | None
     created: _Finite
 
 
@@ -229,12 +238,42 @@ INTENT_RECORD_BYTES = 96
 """An exported intent key's JSON beside its text and vector: id, time stamp and the keys."""
 
 
+_JSON_BYTES = "(length(CAST(json_quote({}) AS BLOB)) - 2)"
+"""SQL: the bytes of a text column as a JSON export writes it (escapes counted: a NUL is six bytes there)."""
+
+
+def json_text_bytes(text: str | None) -> int:
+    """The bytes of `text` inside a JSON export (UTF-8, escapes counted), as `_JSON_BYTES` counts them in SQL."""
+    return 0 if text is None else len(json.dumps(text, ensure_ascii=False).encode("utf-8")) - 2
+
+
 def export_size(item_text: int, items: int, intent_text: int, intents: int, dim: int) -> int:
-    """About the bytes of a namespace's export: `item_text` UTF-8 bytes of experiences and run ids over `items`
-    items, `intent_text` bytes of intent texts over `intents` keys whose vectors have `dim` floats (base64 of
-    float32: 4·⌈4·dim / 3⌉ characters). Texts count once, unescaped (JSON escapes may add to them)."""
+    """About the bytes of a namespace's export: `item_text` bytes of experiences and run ids over `items` items,
+    `intent_text` bytes of intent texts over `intents` keys whose vectors have `dim` floats (base64 of float32:
+    4·⌈4·dim / 3⌉ characters). Texts count as the export writes them (`json_text_bytes`: escapes included), so a
+    text of control characters cannot hold six times its quota."""
     vector = 4 * math.ceil(4 * dim / 3)
     return item_text + items * ITEM_RECORD_BYTES + intent_text + intents * (vector + INTENT_RECORD_BYTES)
+
+
+UNTRUSTED_READ_S = 20.0
+"""The longest a read-only command reads a store it was handed: a crafted file's views can recurse forever."""
+
+
+def _open_untrusted(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-only connection to a store named by a run directory (`memory inspect`, `explain`): a regular file,
+    opened with `mode=ro` and `query_only` (nothing written, not even a journal-mode switch), functions in its
+    schema not trusted, and every statement aborted after UNTRUSTED_READ_S."""
+    if path.is_symlink() or not path.is_file():
+        raise UntrustedFileError(f"{path} is not a regular file (a link, FIFO or device); refused")
+    conn = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False
+    )
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA trusted_schema = OFF")
+    deadline = time.monotonic() + UNTRUSTED_READ_S
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    return conn
 
 
 class MemoryStore:
@@ -249,17 +288,22 @@ class MemoryStore:
         *,
         timeout_s: float = 60.0,
         ann_threshold: int = DEFAULT_ANN_THRESHOLD,
+        read_only: bool = False,
     ) -> None:
         self.path = str(path)
         self.timeout_s = timeout_s
         self.ann_threshold = ann_threshold
+        self._indexes: dict[int, VectorIndex] = {}
+        if read_only:
+            self._conn = _open_untrusted(Path(path), timeout_s)
+            self._check_version(self._conn)
+            return
         Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._conn = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA foreign_keys = ON")
         self._retry(lambda: self._conn.execute("PRAGMA journal_mode = WAL"))
         self._conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
         self._write(self._create_schema)
-        self._indexes: dict[int, VectorIndex] = {}
 
     # -- transactions -------------------------------------------------------------------------------------------
 
@@ -299,13 +343,18 @@ class MemoryStore:
                 conn.execute(statement)
         for statement in _REWRITE_COUNTERS:
             conn.execute(statement)
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if row is None:
+        if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() is None:
             conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        elif int(row[0]) != SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.path} has memory-store schema version {row[0]}; this ttlearn reads version {SCHEMA_VERSION}"
-            )
+        self._check_version(conn)
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"{self.path} is not a ttlearn memory store ({exc})") from None
+        if row is None or str(row[0]) != str(SCHEMA_VERSION):
+            found = "no memory-store schema version" if row is None else f"memory-store schema version {row[0]}"
+            raise ValueError(f"{self.path} has {found}; this ttlearn reads version {SCHEMA_VERSION}")
 
     def _lock_intents(self, conn: sqlite3.Connection, ns_id: int) -> None:
         """Serialise the writers of a namespace's intent keys for the rest of the transaction: BEGIN IMMEDIATE already
@@ -408,12 +457,12 @@ class MemoryStore:
         ns_id = self._namespace_id(name)
         (dim,) = self._conn.execute("SELECT dim FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
         item_text, items = self._conn.execute(
-            "SELECT COALESCE(SUM(length(CAST(experience AS BLOB)) + COALESCE(length(CAST(run_id AS BLOB)), 0)), 0), "
-            "COUNT(*) FROM items WHERE namespace_id = ?",
+            f"SELECT COALESCE(SUM({_JSON_BYTES.format('experience')}"
+            f" + COALESCE({_JSON_BYTES.format('run_id')}, 0)), 0), COUNT(*) FROM items WHERE namespace_id = ?",
             (ns_id,),
         ).fetchone()
         intent_text, intents = self._conn.execute(
-            "SELECT COALESCE(SUM(length(CAST(text AS BLOB))), 0), COUNT(*) FROM intents WHERE namespace_id = ?",
+            f"SELECT COALESCE(SUM({_JSON_BYTES.format('text')}), 0), COUNT(*) FROM intents WHERE namespace_id = ?",
             (ns_id,),
         ).fetchone()
         return export_size(item_text, items, intent_text, intents, dim)
@@ -443,7 +492,8 @@ class MemoryStore:
                 params.append(value)
         rows = self._conn.execute(sql + " ORDER BY id", params).fetchall()
         return [
-            RetrievalRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), json.loads(r[5]), bool(r[6]), r[7]) for r in rows
+            RetrievalRecord(r[0], r[1], r[2], r[3], loads(r[4], self.path), loads(r[5], self.path), bool(r[6]), r[7])
+            for r in rows
         ]
 
     def integrity_check(self) -> str:
@@ -783,7 +833,7 @@ class Namespace:
         def write(conn: sqlite3.Connection) -> dict[int, float]:
             if isinstance(new_q, AffineUpdate):
                 rows = conn.execute(
-                    f"UPDATE items SET q_value = ? * q_value + ?, visits = visits + 1, last_reward = ? "
+                    f"UPDATE items SET q_value = ? * q_value + ?, visits = {_SATURATED_VISIT}, last_reward = ? "
                     f"WHERE namespace_id = ? AND id IN ({marks}) RETURNING id, q_value",
                     (new_q.keep, new_q.add, float(reward), self.id, *wanted),
                 ).fetchall()
@@ -795,7 +845,7 @@ class Namespace:
                 q_new = np.asarray(new_q(np.array([row[1] for row in rows], dtype=np.float64)), dtype=np.float64)
                 rows = [(row[0], float(q)) for row, q in zip(rows, q_new)]
                 conn.executemany(
-                    "UPDATE items SET q_value = ?, visits = visits + 1, last_reward = ? WHERE id = ?",
+                    f"UPDATE items SET q_value = ?, visits = {_SATURATED_VISIT}, last_reward = ? WHERE id = ?",
                     [(q, float(reward), i) for i, q in rows],
                 )
             if len(rows) != len(wanted):  # raising rolls the transaction back: all or nothing
@@ -925,6 +975,9 @@ def _decode_vector(text: str, dim: int, intent_id: int) -> np.ndarray:
     vector = np.frombuffer(raw, dtype="<f4").astype(np.float32)
     if not np.isfinite(vector).all():
         raise ValueError(f"intent {intent_id}: the embedding holds a non-finite value")
+    norm = float(np.linalg.norm(vector.astype(np.float64)))
+    if abs(norm - 1.0) > UNIT_TOLERANCE:
+        raise ValueError(f"intent {intent_id}: the embedding has norm {norm:.4g}; embeddings are unit vectors")
     return vector
 
 

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
-from ttlearn.registry import loaded_plugins
+from ttlearn.registry import PLUGINS_VAR, load_plugins, loaded_plugins
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.run import play, prepare as prepare_run, validate
 from ttlearn.runs import (
@@ -50,6 +50,7 @@ from ttlearn.runs import (
     check_trusted,
     credential_urls,
 )
+from ttlearn.untrusted import write_atomic
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -106,7 +107,20 @@ class ArenaConfig(BaseModel):
     writer: str | None = None
     temperature: float = Field(0.0, ge=0.0)
     plugins: Plugins = Field(default_factory=loaded_plugins)
-    """Plug-in modules every run imports (module names or .py files), besides entry-point plug-ins."""
+    """Plug-in modules every run imports (module names or .py files), besides entry-point plug-ins: those this
+    process loaded (`--plugin`, `$TTLEARN_PLUGINS`), which its worker processes import again. A config file only
+    names them; it never makes anything import."""
+
+    @field_validator("plugins")
+    @classmethod
+    def _plugins_loaded(cls, plugins: list[str]) -> list[str]:
+        missing = [spec for spec in plugins if spec not in loaded_plugins()]
+        if missing:
+            raise ValueError(
+                f"plug-in {missing[0]} is named but not loaded; a config never imports code: load it with "
+                f"--plugin {missing[0]} (before the command) or ${PLUGINS_VAR}"
+            )
+        return plugins
 
     @field_validator("seeds")
     @classmethod
@@ -235,7 +249,7 @@ def prepare(config: ArenaConfig, out: Path) -> tuple[list[PlanItem], list[PlanIt
     finished = [item for item in items if is_finished(item)]
     Path(out).mkdir(parents=True, exist_ok=True)
     record = {"config": config.model_dump(), "ttlearn_version": __version__, "git_commit": git_commit()}
-    (Path(out) / ARENA_FILE).write_text(json.dumps(record, indent=2, sort_keys=True))
+    write_atomic(Path(out) / ARENA_FILE, json.dumps(record, indent=2, sort_keys=True))  # never through a link
     return [item for item in items if item not in finished], finished
 
 
@@ -262,10 +276,12 @@ def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[
     """Create or resume one run and play its missing games; returns what the progress bar shows. `pool`: back ends
     shared with other runs in flight in this process. The arena validated its plan before handing it out."""
     run_dir, config = RunDir(Path(path)), RunConfig.model_validate_json(config_json)
+    load_plugins(config.plugins, origin="the arena")  # the parent's own --plugin / $TTLEARN_PLUGINS, never a file's
     run_dir.path.mkdir(parents=True, exist_ok=True)
     with _locked(run_dir.lock):
         run = prepare_run(run_dir.path, config, check=False)
-        check_trusted(run.config, credential_urls(config), run_dir.path)  # credentials go where the command says only
+        own_store = [str(config.memory_options["store"])] if "store" in config.memory_options else []
+        check_trusted(run.config, credential_urls(config), run_dir.path, stores=own_store)  # where the command says
         already = run.done
         summary = play(run, pool=pool)
     return {"played": run.done - already, "mean_score": summary["mean_score"], "wall_s": summary["wall_s"]}

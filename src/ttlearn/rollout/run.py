@@ -39,6 +39,7 @@ from ttlearn.llm.cache import ReplayBook
 from ttlearn.memory.base import MEMORIES
 from ttlearn.memory.none import NoMemory
 from ttlearn.players.base import PLAYERS
+from ttlearn.registry import UnknownNameError
 from ttlearn.rollout.inflight import play_in_order
 from ttlearn.rollout.loop import Trial, play_sequence_game, play_trial
 from ttlearn.rollout.parts import (
@@ -50,7 +51,7 @@ from ttlearn.rollout.parts import (
     resolve_moves_per_turn,
     validate_parts,
 )
-from ttlearn.runs import Run, RunConfig, RunDir, TrialConfig, latest_state, parse_config
+from ttlearn.runs import Run, RunConfig, RunDir, TrialConfig, latest_state, parse_config, plugin_hint
 from ttlearn.seeding import derive_seed
 from ttlearn.types import Step
 
@@ -93,7 +94,15 @@ def _check_instances(env: Env, wanted: int, what: str) -> None:
 def validate(config: Config, concurrency: int = 1) -> None:
     """What a config cannot check by itself, checked once before any model loads or any directory is written: its
     names against the registries (building its environment once), and the declared capabilities of its memory and
-    player against the kind of run and `concurrency`."""
+    player against the kind of run and `concurrency`. A name no plug-in registered, in a run recorded with
+    plug-ins this process has not loaded, says which flag loads them: a run directory never imports code."""
+    try:
+        _validate(config, concurrency)
+    except UnknownNameError as exc:
+        raise UnknownNameError(f"{exc}{plugin_hint(config)}") from None
+
+
+def _validate(config: Config, concurrency: int) -> None:
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     parse_config(config.model_dump())  # its own checks again: `model_copy(update=…)` skips them

@@ -125,13 +125,45 @@ def _isolate(uid, disk, status, files):
         _check(libc.mount(path.encode(), name.encode(), None, 0x1000, None), f"bind {path}")
         _check(libc.mount(None, name.encode(), None, 0x1000 | 0x20 | 0x1, None), f"read-only {path}")
 
-def _landlock():
+def _readable(files, own_proc):
+    # (path, rights) the program may read beyond its directory, 1 EXECUTE | 4 READ_FILE | 8 READ_DIR: this
+    # interpreter's standard library but never a site-packages below it (its directories listable, nothing in a
+    # site-packages readable), the shared libraries extension modules load, a few devices, FILES' targets, and
+    # /proc when it is its own (a PID namespace's)
+    stdlib = [p for p in sys.path if os.path.isdir(p)]
+    found = {p: 8 for p in stdlib}
+    for folder in stdlib:
+        for entry in os.scandir(folder):
+            if entry.name not in ("site-packages", "dist-packages"):
+                found.setdefault(entry.path, 13 if entry.is_dir(follow_symlinks=False) else 5)
+    found.update((p, 5) for p in sys.path if os.path.isfile(p))  # python3X.zip
+    mapped = set()
+    with open("/proc/self/maps") as maps:
+        mapped.update(line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6)
+    libraries = {"/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+                 "/usr/lib/aarch64-linux-gnu"}
+    for path in mapped - {"[heap]", "[stack]", "[vdso]", "[vvar]", "[vsyscall]"}:
+        if path.startswith("/") and os.path.isfile(path):
+            found.setdefault(path, 5)
+            libraries.add(os.path.dirname(path))
+    for folder in libraries:  # a folder above the standard library (a pyenv's lib/) holds site-packages: not it
+        if os.path.isdir(folder) and not any(p.startswith(folder.rstrip("/") + "/") for p in stdlib):
+            found.setdefault(os.path.realpath(folder), 13)
+    for path in ("/etc/ld.so.cache", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", *files.values()):
+        if os.path.exists(path):
+            found.setdefault(path, 5)
+    if own_proc:
+        found["/proc"] = 13
+    return found
+
+def _landlock(readable):
     abi = libc.syscall(444, None, 0, 1)
     if abi < 1:
         return
-    # every write-like filesystem right this ABI knows: 1 WRITE_FILE, 4 REMOVE_DIR .. 12 MAKE_SYM, 13 REFER (ABI 2),
-    # 14 TRUNCATE (ABI 3), 15 IOCTL_DEV (ABI 5); execute (0), read file (2) and read dir (3) stay unrestricted
-    bits = [1] + list(range(4, 13)) + [13] * (abi >= 2) + [14] * (abi >= 3) + [15] * (abi >= 5)
+    # every filesystem right this ABI knows: 0 EXECUTE, 1 WRITE_FILE, 2 READ_FILE, 3 READ_DIR, 4 REMOVE_DIR ..
+    # 12 MAKE_SYM, 13 REFER (ABI 2), 14 TRUNCATE (ABI 3), 15 IOCTL_DEV (ABI 5): writes only in its directory, reads
+    # there and in `readable` only
+    bits = list(range(0, 13)) + [13] * (abi >= 2) + [14] * (abi >= 3) + [15] * (abi >= 5)
     fs = sum(1 << b for b in bits)
     net = 0b11 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP, with no rule allowing any port
     scoped = 0b11 if abi >= 6 else 0  # ABSTRACT_UNIX_SOCKET | SIGNAL
@@ -145,6 +177,15 @@ def _landlock():
     here = os.open(".", os.O_PATH | os.O_DIRECTORY)
     if ruleset < 0 or libc.syscall(445, ruleset, 1, ctypes.byref(PathBeneath(fs, here)), 0) != 0:
         raise OSError(ctypes.get_errno(), "landlock ruleset")
+    for path, rights in readable.items():
+        try:
+            fd = os.open(path, os.O_PATH)
+        except OSError:
+            continue
+        try:
+            _check(libc.syscall(445, ruleset, 1, ctypes.byref(PathBeneath(rights, fd)), 0), f"landlock rule {path}")
+        finally:
+            os.close(fd)
     _check(libc.syscall(446, ruleset, 0), "landlock restrict_self")
     os.close(here)
     os.close(ruleset)
@@ -168,6 +209,7 @@ def _seccomp(denied, clone, clone3):
 if REPORT[0] != REPORT[1]:
     os.dup2(*REPORT)
     os.close(REPORT[0])
+_read = _readable(FILES, UID is not None and ISOLATE) if sys.platform == "linux" else {}
 if UID is not None and ISOLATE:
     _isolate(UID, DISK, STATUS, FILES)
 for _name, _value in LIMITS:
@@ -178,10 +220,10 @@ if UID is not None:
     os.setuid(UID)
 if sys.platform == "linux":
     _check(libc.prctl(38, 1, 0, 0, 0), "no-new-privileges")
-    _landlock()
+    _landlock(_read)
     if SECCOMP:
         _seccomp(*SECCOMP)
-del _check, _isolate, _landlock, _seccomp, _name, _value, libc
+del _check, _isolate, _readable, _landlock, _seccomp, _name, _value, _read, libc
 del REPORT, LIMITS, UID, ISOLATE, DISK, STATUS, SECCOMP, FILES
 sys.argv = ["main.py"]
 with open("main.py", encoding="utf-8") as _source:

@@ -19,3 +19,5 @@ DEFAULT_READ_TIMEOUT_S = 10.0
 """Seconds a request may take to arrive whole (head and body); a slower connection is closed."""
 DEFAULT_CONNECTIONS_PER_CLIENT = 32
 """Connections one client address may hold at once; more are closed as soon as they are accepted."""
+DEFAULT_MAX_WAITING = 256
+"""Connections the whole server keeps waiting for a request (over every address); past it the oldest is closed."""

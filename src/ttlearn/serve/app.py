@@ -43,6 +43,7 @@ from ttlearn.memory.store import (
     NamespaceSnapshot,
     NewItem,
     export_size,
+    json_text_bytes,
 )
 from ttlearn.memory.backends import open_store
 from ttlearn.serve import (
@@ -51,6 +52,7 @@ from ttlearn.serve import (
     DEFAULT_BURST,
     DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_WAITING,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
     DEFAULT_READ_TIMEOUT_S,
@@ -294,8 +296,8 @@ class MemoryService:
             ns = self._open(name)
         vector = self._embed(ns, body.intent)
         item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector)
-        text = len(body.experience.encode()) + len((body.run_id or "").encode())
-        growth = export_size(text, 1, len(body.intent.encode()), 1, len(vector))
+        text = json_text_bytes(body.experience) + json_text_bytes(body.run_id)
+        growth = export_size(text, 1, json_text_bytes(body.intent), 1, len(vector))
         with self._store_lock:
             self._within_quota(name, self.store.usage(name) + growth)
             added = ns.add(item, join_threshold=body.join_threshold)
@@ -358,8 +360,8 @@ class MemoryService:
             )
 
     def restore(self, name: str, snapshot: NamespaceSnapshot) -> Imported:
-        items = sum(len(m.experience.encode()) + len((m.run_id or "").encode()) for m in snapshot.items)
-        intents = sum(len(i.text.encode()) for i in snapshot.intents)
+        items = sum(json_text_bytes(m.experience) + json_text_bytes(m.run_id) for m in snapshot.items)
+        intents = sum(json_text_bytes(i.text) for i in snapshot.intents)
         self._within_quota(name, export_size(items, len(snapshot.items), intents, len(snapshot.intents), snapshot.dim))
         with self._store_lock, _refusals():
             self.store.import_namespace(name, snapshot)
@@ -539,10 +541,14 @@ def serve(
     admin_key: str,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
     per_client: int = DEFAULT_CONNECTIONS_PER_CLIENT,
+    max_waiting: int = DEFAULT_MAX_WAITING,
+    trusted_proxy: str | None = None,
     **limits: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
-    Connections are guarded by `guarded_h11(read_timeout_s, per_client)`; `limits` go to `create_app`.
+    Connections are guarded by `guarded_h11(read_timeout_s, per_client, max_waiting)`; `limits` go to `create_app`.
+    Proxy headers (X-Forwarded-For) are ignored unless `trusted_proxy` names the proxy's address(es): uvicorn would
+    otherwise believe them from loopback, and one header per request would dodge the per-address limits.
 
     uvicorn hands a signal it stopped on back to the handler it found, so a clean exit there makes a requested stop
     end with status 0 (call from the main thread).
@@ -550,8 +556,9 @@ def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
     app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_rate, auth_burst
-    http = guarded_h11(read_timeout_s, per_client)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=http, timeout_graceful_shutdown=30)).run()
+    http = guarded_h11(read_timeout_s, per_client, max_waiting)
+    proxy = {"proxy_headers": trusted_proxy is not None, "forwarded_allow_ips": trusted_proxy or ""}
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=http, timeout_graceful_shutdown=30, **proxy)).run()
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

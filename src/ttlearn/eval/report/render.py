@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ttlearn.eval.report.plots import curves_chart, elo_chart, method_styles, slug, success_chart
 from ttlearn.eval.report.sections import build_report
+from ttlearn.untrusted import write_atomic
 
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 
@@ -22,10 +23,8 @@ REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 def write_report(out_dir: Path) -> dict[str, Any]:
     """Build the report and write OUT/report.json and OUT/report.html; returns the report."""
     report = build_report(out_dir)
-    (Path(out_dir) / REPORT_JSON).write_text(
-        json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
-    )
-    (Path(out_dir) / REPORT_HTML).write_text(render_html(report), encoding="utf-8")
+    write_atomic(Path(out_dir) / REPORT_JSON, json.dumps(report, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
+    write_atomic(Path(out_dir) / REPORT_HTML, render_html(report))  # never through a link an arena folder holds
     return report
 
 

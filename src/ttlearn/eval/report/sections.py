@@ -8,7 +8,6 @@ can be re-reported offline. Every number is a function of those records and a fi
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from ttlearn.eval.rating import (
 )
 from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir
 from ttlearn.types import Episode, count_causes
+from ttlearn.untrusted import read_json
 
 ELO_SCALE, ELO_ANCHOR = 400.0, 1000.0
 N_BOOT, BOOT_SEED = 1000, 0
@@ -279,7 +279,7 @@ def provenance_section(out_dir: Path, runs: Sequence[RecordedRun]) -> dict[str, 
     """What produced the records: the arena config and git commit (from arena.json), the ttlearn versions and model
     specs recorded in the runs, and what each method label stands for."""
     arena_file = Path(out_dir) / ARENA_FILE
-    arena = json.loads(arena_file.read_text()) if arena_file.exists() else {}
+    arena = read_json(arena_file) if arena_file.exists() else {}
     methods = {}
     for r in runs:
         methods.setdefault(

@@ -1,0 +1,128 @@
+"""Files anyone may have written, opened as safely as a CSV. Run directories get shared, downloaded and attached to
+bug reports, so every file in one is hostile input: it is opened only when it is a regular file (never through a
+symbolic link, never a FIFO or a device, so nothing hangs and nothing outside is read or written), a write goes
+only to a file with one link, and a document or line is read with a bound on its size and nesting depth. Every
+refusal is an `UntrustedFileError`, a `ValueError` whose one line names the file (and the line)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+MAX_LINE_BYTES = 64 << 20
+"""The longest record line read (a trial task with every LLM call of its attempts is a few MB at most)."""
+MAX_DOCUMENT_BYTES = 64 << 20
+"""The largest whole-file JSON document read (configs, summaries, forks, old per-game snapshots)."""
+MAX_DEPTH = 100
+"""The deepest nesting of lists and objects accepted in a record (real records nest fewer than 20 levels)."""
+
+
+class UntrustedFileError(ValueError):
+    """A file refused or a limit reached; the message is one line naming the file."""
+
+
+def _open(path: Path, flags: int) -> int:
+    """A descriptor of `path` opened without following a final symbolic link, refused unless a regular file."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a symbolic link
+            raise UntrustedFileError(f"{path} is a symbolic link; a run directory holds only regular files") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise UntrustedFileError(f"{path} is not a regular file (a FIFO, device or directory); refused")
+    if flags & (os.O_WRONLY | os.O_RDWR) and info.st_nlink > 1:
+        os.close(fd)
+        raise UntrustedFileError(f"{path} has {info.st_nlink} hard links; refusing to write through it")
+    return fd
+
+
+@contextmanager
+def open_regular(path: Path, mode: str = "rb") -> Iterator[IO[Any]]:
+    """`path` opened as a binary file: "rb" to read, "ab" to append (created when missing), "r+b" to cut."""
+    flags = {"rb": os.O_RDONLY, "ab": os.O_WRONLY | os.O_APPEND | os.O_CREAT, "r+b": os.O_RDWR}[mode]
+    with os.fdopen(_open(Path(path), flags), mode) as fh:
+        yield fh
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Write `data` to a file created afresh at `path` (a stale file or link there is removed first), fsynced."""
+    path = Path(path)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically (a temporary file beside it, then a rename, which replaces a link
+    itself rather than what it points at)."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    write_new(tmp, text.encode("utf-8"))
+    os.replace(tmp, path)
+
+
+def nesting_depth(data: bytes) -> int:
+    """How deep the lists and objects of a JSON text (UTF-8) nest; brackets inside strings do not count. Vectorised:
+    a quote opens or closes a string unless an odd run of backslashes precedes it."""
+    codes = np.frombuffer(data, dtype=np.uint8)
+    if codes.size == 0:
+        return 0
+    index = np.arange(codes.size)
+    last_plain = np.maximum.accumulate(np.where(codes != 0x5C, index, -1))  # the last byte that is not a backslash
+    quotes = np.flatnonzero(codes == 0x22)
+    escaped = (quotes - 1 - np.where(quotes > 0, last_plain[np.maximum(quotes - 1, 0)], -1)) % 2 == 1
+    toggles = np.zeros(codes.size, dtype=np.int64)
+    toggles[quotes[~escaped]] = 1
+    outside = np.cumsum(toggles) % 2 == 0
+    steps = np.zeros(codes.size, dtype=np.int64)
+    steps[((codes == 0x5B) | (codes == 0x7B)) & outside] = 1
+    steps[((codes == 0x5D) | (codes == 0x7D)) & outside] = -1
+    return int(np.cumsum(steps).max(initial=0))
+
+
+def loads(text: str | bytes, where: str) -> Any:
+    """`json.loads`, refusing nesting deeper than MAX_DEPTH (`where` names the file and line in the error)."""
+    data = text.encode("utf-8", errors="replace") if isinstance(text, str) else text
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and nesting_depth(data) > MAX_DEPTH:
+        raise UntrustedFileError(f"{where}: JSON nested deeper than {MAX_DEPTH} levels; refused")
+    return json.loads(data)
+
+
+def read_json(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    """The JSON document in the regular file `path`, of at most `limit` bytes."""
+    with open_regular(path) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise UntrustedFileError(f"{path} is larger than {limit >> 20} MiB; refused")
+    try:
+        return loads(data, str(path))
+    except json.JSONDecodeError as exc:
+        raise UntrustedFileError(f"{path} is not valid JSON ({exc}); refused") from None
+
+
+def lines(fh: IO[bytes], path: Path) -> Iterator[bytes]:
+    """The lines of an open file, each at most MAX_LINE_BYTES (a longer one is an error naming its number)."""
+    number = 0
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES:
+            raise UntrustedFileError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES >> 20} MiB; refused")
+        yield line

@@ -1,0 +1,369 @@
+"""A run directory is untrusted input (docs/run-directory.md): every command that reads one — show, replay,
+resume, memory diff / fork / inspect / explain, results, report, the arena — runs none of its code, writes nothing
+outside it, and ends within seconds in a correct result or one error line, whatever the directory holds.
+
+Each crafted directory starts as a copy of a real run (`run rps --llm scripted:random --memory history --games 2`)
+with one edit, and always names a plug-in that would leave a marker file if it were ever imported. The commands run
+in a fresh process per directory (so no import from an earlier case hides one), each under an alarm (LIMIT_S)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ttlearn.cli import app
+from ttlearn.runs import CHUNKS
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+LIMIT_S = 30
+"""Per command: a hang or a gigabyte expansion runs into it; `report` of a valid arena (matplotlib, bootstrap) takes
+about 3 s on an idle machine and several times that on the shared, loaded one."""
+
+
+def invoke(*args: str, cwd: Path | None = None):
+    old = os.getcwd()
+    try:
+        if cwd:
+            os.chdir(cwd)
+        return runner.invoke(app, list(args), env={"COLUMNS": "10000"})
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("real") / "run"
+    result = invoke("run", "rps", "--llm", "scripted:random", "--memory", "history", "--games", "2", "--rounds", "4",
+                    "--out", str(path))
+    assert result.exit_code == 0, result.output
+    return path
+
+
+EVIL = "from pathlib import Path\nPath({marker!r}).write_text('imported')\n"
+
+
+def crafted(real_run: Path, where: Path, marker: Path, plugins: list[str] | None = None) -> Path:
+    """A copy of the real run whose config names a plug-in that writes `marker` when imported."""
+    run = where / "run"
+    shutil.copytree(real_run, run)
+    (where / "dl" / "evilrun").mkdir(parents=True)
+    (where / "dl" / "evilrun" / "notes.py").write_text(EVIL.format(marker=str(marker)))
+    (run / "runhelpers.py").write_text(EVIL.format(marker=str(marker)))
+    edit_config(run, plugins=plugins or [str(where / "dl" / "evilrun" / "notes.py"), "runhelpers"])
+    return run
+
+
+def edit_config(run: Path, **fields) -> None:
+    config = json.loads((run / "config.json").read_text())
+    config.update(fields)
+    (run / "config.json").write_text(json.dumps(config))
+
+
+# ---- the bounds, hand-computed ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, depth",
+    [("", 0), ("1", 0), ("[]", 1), ("[[1,[2]]]", 3), ('"[[["', 0), ('["\\\\"]', 1), ('["\\"[["]', 1),
+     ('{"a": "\\\\\\"[", "b": [[]]}', 3), ('["\\\\\\\\", [[]]]', 3), ("[" * 300 + "]" * 300, 300)],
+)
+def test_nesting_depth_skips_brackets_in_strings(text, depth):
+    from ttlearn.untrusted import nesting_depth
+
+    assert nesting_depth(text.encode()) == depth
+    if text:
+        json.loads(text)  # each is valid JSON
+
+
+def test_lines_past_the_limit_and_snapshot_expansions_are_refused(tmp_path, monkeypatch):
+    from ttlearn import untrusted
+    from ttlearn.runs import MAX_EXPANDED, expanded_size
+
+    monkeypatch.setattr(untrusted, "MAX_LINE_BYTES", 10)
+    (tmp_path / "f").write_bytes(b"123456789\n" + b"x" * 11 + b"\n")
+    with open(tmp_path / "f", "rb") as fh, pytest.raises(untrusted.UntrustedFileError, match=r"f:2: a line longer"):
+        list(untrusted.lines(fh, tmp_path / "f"))
+    # a state {"memory": [["ab", "ab"]]}: 1 (state) + 1 (chunked list) + 2 × (1 + 2) for the string = 8
+    objects = {"k": {"memory": {CHUNKS: ["c"]}}, "c": ["s", "s"], "s": "ab"}
+    assert expanded_size(objects, "k", tmp_path) == 1 + 1 + 2 * 3
+    bomb = {"s": "x" * 100}  # a list of 64 chunks of 64 references to the level below, three levels: 64^6 strings
+    for level, below in enumerate(["s", "l0", "l1"]):
+        bomb[f"c{level}"], bomb[f"l{level}"] = [below] * 64, {CHUNKS: [f"c{level}"] * 64}
+    assert expanded_size(bomb, "l0", tmp_path) == 1 + 64 * 64 * 101  # one level: 413,697
+    with pytest.raises(ValueError, match=f"more than {MAX_EXPANDED:,}"):
+        expanded_size(bomb, "l2", tmp_path)
+    with pytest.raises(ValueError, match="cycle"):
+        expanded_size({"k": {CHUNKS: ["c"]}, "c": ["k"]}, "k", tmp_path)
+
+
+# ---- item 1: reading a run directory runs none of its code --------------------------------------------------------
+@pytest.mark.parametrize(
+    "command",
+    [["show", "{run}"], ["show", "."], ["memory", "diff", "{run}", "--from", "1", "--to", "2"],
+     ["memory", "fork", "{run}", "--game", "1", "--out", "{out}/fork"], ["replay", "{run}", "--out", "{out}/replay"],
+     ["resume", "{run}"]],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_a_recorded_plugin_is_never_imported(real_run, tmp_path, command):
+    marker = tmp_path / "marker"
+    run = crafted(real_run, tmp_path, marker)
+    args = [part.format(run=run, out=tmp_path) for part in command]
+    done = subprocess.run(  # a fresh process each: `cd DIR && ttlearn show .` once imported ./runhelpers.py
+        [sys.executable, "-m", "ttlearn", *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        cwd=run,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert not marker.exists(), "a plug-in named by the run directory was imported"
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_recorded_plugin_that_is_needed_is_named_with_the_flag_that_loads_it(real_run, tmp_path):
+    run = crafted(real_run, tmp_path, tmp_path / "marker", plugins=[str(tmp_path / "solo.py")])
+    edit_config(run, env="solo", env_options={})
+    (run / "events.jsonl").write_text("")
+    result = invoke("resume", str(run))
+    assert result.exit_code == 2 and f"--plugin {tmp_path / 'solo.py'}" in result.output, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert "TTLEARN_PLUGINS" in result.output and len(errors) == 1
+    assert errors[0].startswith("error: unknown environment")
+
+
+# ---- item 2: resume writes only regular files inside the run ------------------------------------------------------
+def test_resume_never_writes_through_a_link(real_run, tmp_path):
+    run = crafted(real_run, tmp_path, tmp_path / "marker")
+    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
+    (run / "events.jsonl").write_text("".join(lines[: next(i for i, x in enumerate(lines) if '"game"' in x and
+                                                           json.loads(x).get("type") == "game") + 1]))
+    outside = {name: tmp_path / f"victim-{name}" for name in ("events.jsonl", "snapshots.jsonl")}
+    for name, victim in outside.items():
+        victim.write_text(f"precious {name}\n")
+        (run / name).unlink()
+        (run / name).symlink_to(victim)
+    result = invoke("resume", str(run))
+    assert result.exit_code == 2 and "symbolic link" in result.output, result.output
+    assert all(v.read_text() == f"precious {n}\n" for n, v in outside.items())
+
+
+# ---- item 3: memory inspect writes nothing --------------------------------------------------------------------------
+def test_memory_inspect_opens_a_named_store_read_only(real_run, tmp_path):
+    run = crafted(real_run, tmp_path, tmp_path / "marker")
+    other = tmp_path / "other.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE mine (x)")
+    before = other.read_bytes()
+    edit_config(run, memory_options={"store": str(other)})
+    for command in ("inspect", "explain"):
+        result = invoke("memory", command, str(run))
+        assert result.exit_code == 2 and "not a ttlearn memory store" in result.output, result.output
+    assert other.read_bytes() == before and not Path(f"{other}-wal").exists()
+
+
+# ---- item 5: strings from files are literal text --------------------------------------------------------------------
+def test_markup_in_a_config_or_a_memory_is_printed_literally(real_run, tmp_path):
+    run = crafted(real_run, tmp_path, tmp_path / "marker")
+    edit_config(run, player="scripted:random[/]", env_options={"rounds": 4, "x": "[link=https://evil.example]y"})
+    result = invoke("show", str(run))
+    assert result.exit_code == 0 and "scripted:random[/]" in result.output, result.output
+    from ttlearn.memory.embed import make_embedder
+    from ttlearn.memory.store import MemoryStore, NewItem
+
+    store = tmp_path / "m.sqlite"
+    with MemoryStore(store) as memory:
+        namespace = memory.namespace("default", make_embedder("hash"))
+        namespace.add(NewItem("[/] intent [bold]x", "[link=https://evil.example]experience[/link]", 0.0, "r", 1))
+    edit_config(run, memory_options={"store": str(store)})
+    result = invoke("memory", "inspect", str(run))
+    assert result.exit_code == 0 and "[/] intent [bold]x" in result.output and "[link=https" in result.output
+
+
+# ---- the corpus: every crafted directory through every command that reads one --------------------------------------
+def chunk_cycle(run: Path) -> None:
+    key = last_hash(run)
+    a, b = "a" * 64, "b" * 64
+    append(run / "snapshots.jsonl", [{"hash": a, "value": [b]}, {"hash": b, "value": {CHUNKS: [a]}},
+                                     {"hash": key, "value": {"memory": {CHUNKS: [a]}}}])
+
+
+def chunk_bomb(run: Path) -> None:
+    """A 64 × 64 chunk tree three levels deep: a few hundred KB that expand to 64^6 strings."""
+    records, ref = [{"hash": "s" * 64, "value": "x" * 100}], "s" * 64
+    for level in range(3):
+        refs = [ref] * 64
+        chunk = f"c{level}".ljust(64, "0")
+        records.append({"hash": chunk, "value": refs})
+        ref = f"l{level}".ljust(64, "0")
+        records.append({"hash": ref, "value": {CHUNKS: [chunk] * 64}})
+    records.append({"hash": "t".ljust(64, "0"), "value": [ref]})
+    records.append({"hash": last_hash(run), "value": {"memory": {CHUNKS: ["t".ljust(64, "0")]}}})
+    append(run / "snapshots.jsonl", records)
+
+
+def deep_line(run: Path) -> None:
+    with open(run / "events.jsonl", "a") as fh:
+        fh.write('{"type": "game", "game": 3, "x": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    edit_config(run, games=3)
+
+
+def deep_config(run: Path) -> None:
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps(config)[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+def link_to(target: str, name: str = "events.jsonl"):
+    def edit(run: Path) -> None:
+        (run / name).unlink()
+        (run / name).symlink_to(target)
+
+    return edit
+
+
+def fifo(run: Path) -> None:
+    (run / "events.jsonl").unlink()
+    os.mkfifo(run / "events.jsonl")
+
+
+def malformed(run: Path) -> None:
+    lines = (run / "events.jsonl").read_text().splitlines()
+    game = json.loads(lines[-1])
+    game["episode"] = 5
+    (run / "events.jsonl").write_text("\n".join([*lines[:-1], json.dumps(game)]) + "\n")
+
+
+def last_hash(run: Path) -> str:
+    """Point the last game at a new snapshot hash (returned) that the edit then stores."""
+    lines = (run / "events.jsonl").read_text().splitlines()
+    game = json.loads(lines[-1])
+    game["memory_hash"] = "f" * 64
+    (run / "events.jsonl").write_text("\n".join([*lines[:-1], json.dumps(game)]) + "\n")
+    return "f" * 64
+
+
+def append(path: Path, records: list[dict]) -> None:
+    with open(path, "a") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in records))
+
+
+def other_store(run: Path) -> None:
+    other = run.parent / "outside" / "victim.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE mine (x)")
+    edit_config(run, memory="memrl", memory_options={"store": str(other)})
+
+
+CORPUS = {
+    "plugins only": lambda run: None,
+    "markup": lambda run: edit_config(run, player="scripted:random[/]", env_options={"x": "[link=https://e.x]y[/]"}),
+    "chunk cycle": chunk_cycle,
+    "chunk bomb": chunk_bomb,
+    "deep line": deep_line,
+    "deep config": deep_config,
+    "events to /dev/zero": link_to("/dev/zero"),
+    "events to outside": link_to("../outside/victim.txt"),
+    "snapshots to outside": link_to("../outside/victim.txt", "snapshots.jsonl"),
+    "config to outside": link_to("../outside/victim.json", "config.json"),
+    "summary to outside": link_to("../outside/victim.json", "summary.json"),
+    "events a FIFO": fifo,
+    "malformed record": malformed,
+    "store elsewhere": other_store,
+}
+
+COMMANDS = [
+    ["show", "{run}"],
+    ["show", "{run}", "--game", "1", "--prompts"],
+    ["replay", "{run}", "--out", "{out}/replay"],
+    ["resume", "{run}"],
+    ["memory", "diff", "{run}", "--from", "1", "--to", "2"],
+    ["memory", "fork", "{run}", "--game", "2", "--out", "{out}/fork"],
+    ["memory", "inspect", "{run}"],
+    ["memory", "explain", "{run}"],
+    ["results", "--root", "{results}"],
+    ["report", "{arena}"],
+    ["arena", "--env", "rps", "--memories", "history", "--seeds", "1", "--games", "2", "--llm", "scripted:random",
+     "--rounds", "4", "--out", "{arena}", "--workers", "1"],
+]
+
+DRIVER = """
+import json, os, signal, sys, time, traceback
+from typer.testing import CliRunner
+from ttlearn.cli import app
+
+def alarm(*_):
+    raise TimeoutError("command ran too long")
+
+signal.signal(signal.SIGALRM, alarm)
+found = []
+for args in json.loads(sys.argv[1]):
+    start = time.perf_counter()
+    signal.alarm(%d)
+    try:
+        result = CliRunner().invoke(app, args, env={"COLUMNS": "10000"})
+        crash = None if result.exception is None or isinstance(result.exception, SystemExit) else repr(result.exception)
+        code, output = result.exit_code, result.output
+    except TimeoutError as exc:
+        code, output, crash = None, "", repr(exc)
+    finally:
+        signal.alarm(0)
+    found.append({"args": args, "code": code, "output": output, "crash": crash, "s": time.perf_counter() - start})
+print(json.dumps(found))
+""" % LIMIT_S
+
+
+def tree_hashes(root: Path, skip: set[Path]) -> dict[str, str]:
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if any(path == s or s in path.parents for s in skip) or path.is_symlink() or not path.is_file():
+            continue
+        found[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.mark.parametrize("case", list(CORPUS), ids=list(CORPUS))
+def test_every_command_survives_a_crafted_run_directory(real_run, tmp_path, case):
+    marker = tmp_path / "marker"
+    run = crafted(real_run, tmp_path, marker)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "victim.txt").write_text("precious\n")
+    (tmp_path / "outside" / "victim.json").write_text('{"precious": true}')
+    CORPUS[case](run)
+    results_root = tmp_path / "results"
+    results_root.mkdir()
+    (results_root / "table.json").write_text(json.dumps(
+        {"rows": [{"experiment": "x", "comparison": "y", "kind": "control", "result": "run"}]}))
+    (results_root / "run").symlink_to(run)  # a results folder naming the crafted run
+    arena = tmp_path / "arena"
+    (arena / "runs" / "history" / "default").mkdir(parents=True)
+    (arena / "runs" / "history" / "default" / "seed0").symlink_to(run)
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    before = tree_hashes(tmp_path, {run, outputs, arena})
+    commands = [[part.format(run=run, out=outputs, results=results_root, arena=arena) for part in c] for c in COMMANDS]
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(commands)],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        cwd=run,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT_S * len(COMMANDS) + 60,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not marker.exists(), "a plug-in named by the run directory was imported"
+    assert tree_hashes(tmp_path, {run, outputs, arena}) == before, "a file outside the run directory changed"
+    for outcome in json.loads(done.stdout):
+        command = " ".join(outcome["args"][:2])
+        assert outcome["crash"] is None, f"{case} / {command}: {outcome['crash']}\n{outcome['output'][-2000:]}"
+        assert outcome["s"] < LIMIT_S, f"{case} / {command} took {outcome['s']:.1f}s"
+        if outcome["code"] != 0:
+            errors = [line for line in outcome["output"].splitlines() if line.startswith("error:")]
+            assert outcome["code"] in (1, 2) and len(errors) == 1, f"{case} / {command}: {outcome['output'][-2000:]}"
+            assert "Traceback" not in outcome["output"]
