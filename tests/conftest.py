@@ -15,6 +15,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def forget_plugins_loaded_by_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plug-in one test loads in this process stays registered, but it is not "loaded" for the next test: runs record
+    the loaded plug-ins, so a leftover would make an in-process run differ from a subprocess's (test order)."""
+    from ttlearn import registry
+
+    monkeypatch.setattr(registry, "_loaded_plugins", list(registry._loaded_plugins))
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The embedded default model, loaded once for the whole test session."""
