@@ -59,3 +59,29 @@ def test_a_reply_does_not_depend_on_the_thread_count() -> None:
         finally:
             llm.close()
     assert seen[0] == seen[1]
+
+
+def test_replies_in_flight_together_are_the_replies_given_alone() -> None:
+    """Calls in flight together each take their own context on the shared weights (`LlamaCpp._slot_for`): every
+    written reply and every choice score is bit for bit the one the same prompt gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ttlearn.llm import make_llm
+
+    llm = make_llm("qwen-coder")
+
+    def ask(index: int) -> tuple:
+        prompt = SQL_ASKS[index % len(SQL_ASKS)]
+        if index >= len(SQL_ASKS):
+            return llm.complete(prompt, choices=["rock", "paper", "scissors"]).choice_logprobs
+        return llm.complete(prompt, max_tokens=12).text
+
+    try:
+        alone = [ask(i) for i in range(2 * len(SQL_ASKS))]
+        assert len(llm._slots) == 1  # one at a time never opens a second context
+        with ThreadPoolExecutor(4) as pool:
+            together = list(pool.map(ask, range(2 * len(SQL_ASKS))))
+        assert len(llm._slots) > 1  # they were in flight together, on contexts of their own
+    finally:
+        llm.close()
+    assert together == alone

@@ -1,6 +1,6 @@
 """Episodes in flight give the results of a sequential run: against llama.cpp's server over HTTP (`--concurrency`
-through the CLI, a session and a trial run), and on one shared in-process llama.cpp back end (serialised by its
-lock). The server is llama-cpp-python's, started on loopback with the embedded SmolLM2."""
+through the CLI, a session and a trial run), and on one shared in-process llama.cpp back end (a context per call
+in flight). The server is llama-cpp-python's, started on loopback with the embedded SmolLM2."""
 
 from __future__ import annotations
 
@@ -78,9 +78,9 @@ MOVES = ["rock", "paper", "scissors"]
 
 
 def test_threads_sharing_one_in_process_model_get_the_sequential_answers(smollm2):
-    """Four threads on one llama.cpp context: without the back end's lock they evaluate into the same KV cache at
-    once (llama.cpp aborts the process on a GGML_ASSERT); with it every call scores its choices exactly as the
-    sequential calls did, whatever the order in which the threads took turns."""
+    """Four threads on one in-process model: sharing one context they would evaluate into the same KV cache at once
+    (llama.cpp aborts the process on a GGML_ASSERT); each on a context of its own, every call scores its choices
+    exactly as the sequential calls did, whatever the order in which the threads ran."""
 
     def ask(messages: list[dict]) -> dict[str, float]:
         return smollm2.complete(messages, max_tokens=4, choices=MOVES).choice_logprobs

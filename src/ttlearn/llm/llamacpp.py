@@ -16,6 +16,10 @@ reply depend on the calls before it (4 of 43 Spider replies differed between two
 reused only in whole aligned batches — the leading `n_batch`-token blocks of the previous *prompt*, which a fresh
 evaluation of this prompt would compute identically — and the rest is evaluated from there, in the same blocks a
 fresh evaluation uses. `benchmarks/llamacpp_prefix.py` measures what this costs against unrestricted reuse.
+
+Calls in flight together (episodes in flight, a control arm beside the memory arm) each take a context of their own
+on the one loaded model (`Slot`), since a reply depends neither on the slot's earlier contents (the rule above) nor on
+the thread count; `benchmarks/decode_throughput.py` measures what running them side by side gains.
 """
 
 from __future__ import annotations
@@ -162,9 +166,86 @@ def native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
+def context_beside(base: Any) -> Any:
+    """A `Llama` with its own llama.cpp context beside `base`'s, sharing its loaded weights, tokenizer and metadata
+    (llama.cpp allows several contexts on one model). llama-cpp-python's `Llama` owns one context; a shallow copy
+    with a fresh context, batch and token buffers is the cheapest whole `Llama` on the same weights."""
+    from llama_cpp import _internals
+
+    twin = object.__new__(type(base))  # not copy.copy: `Llama.__setstate__` would load the model again
+    twin.__dict__.update(base.__dict__)
+    twin._stack = contextlib.ExitStack()  # closes only what the twin owns, never the shared model
+    with native_stderr_silenced():
+        twin._ctx = twin._stack.enter_context(
+            contextlib.closing(_internals.LlamaContext(model=base._model, params=base.context_params, verbose=False))
+        )
+    twin._batch = twin._stack.enter_context(
+        contextlib.closing(
+            _internals.LlamaBatch(n_tokens=base.n_batch, embd=0, n_seq_max=base.context_params.n_ctx, verbose=False)
+        )
+    )
+    twin._candidates = _internals.LlamaTokenDataArray(n_vocab=base.n_vocab())
+    twin._sampler = None
+    twin.input_ids = np.zeros_like(base.input_ids)
+    twin.scores = np.zeros_like(base.scores)
+    twin.n_tokens = 0
+    twin._requires_eval = True
+    return twin
+
+
+class Slot:
+    """One llama.cpp context: a KV cache and a token position, so one call at a time. Its cache is reused only in
+    whole aligned batches (the module's docstring), so a reply is the same in any slot, whatever it held before."""
+
+    def __init__(self, llama: Any) -> None:
+        self.llama = llama
+        self.exact_upto = 0
+        """Leading cache positions filled by a prompt evaluation that started at an aligned block."""
+
+    def reusable(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` this slot's cache holds exactly: whole `n_batch` blocks of the
+        previous prompt (at least one token is always evaluated afresh)."""
+        common = 0
+        for a, b in zip(self.llama.input_ids[: min(self.exact_upto, len(tokens) - 1)], tokens):
+            if a != b:
+                break
+            common += 1
+        return common - common % self.llama.n_batch
+
+    def reuse_exactly(self, tokens: list[int]) -> None:
+        """Keep the exactly reusable cached prefix of `tokens`; the caller evaluates the rest."""
+        self.llama.n_tokens = self.reusable(tokens)
+        self.exact_upto = len(tokens)
+
+    def last_logprobs(self) -> np.ndarray:
+        logits = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(self.llama.n_vocab(),))
+        logits = logits.astype(np.float64)
+        logits -= logits.max()
+        return logits - math.log(np.exp(logits).sum())
+
+    def eval_prompt(self, tokens: list[int]) -> np.ndarray:
+        """Evaluate `tokens`, reusing the exact cached prefix; returns log P(next token | tokens)."""
+        self.reuse_exactly(tokens)
+        self.llama.eval(tokens[self.llama.n_tokens :])
+        return self.last_logprobs()
+
+    def set_threads(self, threads: int) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_set_n_threads(self.llama._ctx.ctx, threads, threads)
+
+
+DEFAULT_SLOTS = 4
+"""Contexts one model keeps at most for calls in flight together (each holds its own KV cache and buffers: +90 MB resident
+for the 0.5B coder at n_ctx 4096, measured); a call beyond them waits for a free one."""
+
+
 class LlamaCpp(LLM):
-    """One llama.cpp context in this process. It is not thread-safe (one KV cache, one token position), so calls are
-    serialised by a lock: episodes in flight share it and take turns; only a server batches concurrent requests."""
+    """One llama.cpp model in this process, with a context (`Slot`) per call in flight. A context is not thread-safe
+    (one KV cache, one token position), so concurrent callers (episodes in flight) each take a free one, and a new
+    one is opened beside the others, on the same weights, while fewer than `max_slots` exist. A reply does not depend
+    on the slot or on the thread count, so calls in flight together get the replies they would get alone; the
+    `threads` are shared among the busy slots."""
 
     supports_choices = True
 
@@ -177,6 +258,7 @@ class LlamaCpp(LLM):
         n_batch: int = 64,
         n_threads: int | None = None,
         choice_method: str = DEFAULT_CHOICE_METHOD,
+        max_slots: int = DEFAULT_SLOTS,
     ) -> None:
         if choice_method not in CHOICE_METHODS:
             raise ValueError(f"unknown choice method {choice_method!r}; choose one of: {', '.join(CHOICE_METHODS)}")
@@ -187,15 +269,15 @@ class LlamaCpp(LLM):
         except ImportError as exc:
             raise LLMError(f"llama-cpp-python is not installed: {REBUILD_HINT}") from exc
         probe_runtime(Path(model_path))
-        threads = n_threads or default_threads()
+        self.threads = n_threads or default_threads()
         with native_stderr_silenced():
             self.model = Llama(
                 model_path=str(model_path),
                 n_ctx=n_ctx,
                 n_batch=n_batch,
                 n_ubatch=n_batch,
-                n_threads=threads,
-                n_threads_batch=threads,
+                n_threads=self.threads,
+                n_threads_batch=self.threads,
                 seed=0,
                 verbose=False,
             )
@@ -205,10 +287,33 @@ class LlamaCpp(LLM):
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
-        self._exact_upto = 0
-        """Leading cache positions filled by a prompt evaluation that started at an aligned block."""
-        self._lock = threading.Lock()
-        """One model, one KV cache: concurrent callers (episodes in flight) take turns."""
+        self.max_slots = max_slots
+        self._slots = [Slot(self.model)]
+        self._free = list(self._slots)
+        self._turns = threading.Condition()
+        """Guards the free slots: a caller takes one, or opens one, or waits for one."""
+
+    @contextlib.contextmanager
+    def _slot_for(self, tokens: list[int]) -> Iterator[Slot]:
+        """A slot for a call on `tokens`: the free one whose cache reuses most of them, else a new one while fewer
+        than `max_slots` exist, else the first one freed. Each busy slot gets an equal share of the threads."""
+        with self._turns:
+            while not self._free and len(self._slots) >= self.max_slots:
+                self._turns.wait()
+            if self._free:
+                slot = max(self._free, key=lambda free: free.reusable(tokens))
+                self._free.remove(slot)
+            else:
+                slot = Slot(context_beside(self.model))
+                self._slots.append(slot)
+            busy = len(self._slots) - len(self._free)
+        slot.set_threads(max(1, self.threads // busy))
+        try:
+            yield slot
+        finally:
+            with self._turns:
+                self._free.append(slot)
+                self._turns.notify_all()
 
     # ---- prompts ----------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
@@ -233,33 +338,9 @@ class LlamaCpp(LLM):
             return self._tokens(choice, first=False) + [self.model.token_eos()]
         return self._tokens(plain_answer(choice), first=False)
 
-    # ---- low-level evaluation with prefix reuse ---------------------------------------------------------------
-    def _last_logprobs(self) -> np.ndarray:
-        logits = np.ctypeslib.as_array(self.model._ctx.get_logits(), shape=(self.n_vocab,)).astype(np.float64)
-        logits -= logits.max()
-        return logits - math.log(np.exp(logits).sum())
-
-    def _reuse_exactly(self, tokens: list[int]) -> None:
-        """Keep the longest cached prefix of `tokens` made of whole `n_batch` blocks of the previous prompt (at least
-        one token is always evaluated afresh): its keys and values are those a fresh evaluation computes."""
-        if len(tokens) >= self.n_ctx:
-            raise ContextOverflow(self._overflow(len(tokens)), len(tokens))
-        common = 0
-        for a, b in zip(self.model.input_ids[: min(self._exact_upto, len(tokens) - 1)], tokens):
-            if a != b:
-                break
-            common += 1
-        self.model.n_tokens = common - common % self.model.n_batch
-        self._exact_upto = len(tokens)
-
-    def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
-        """Evaluate `tokens`, reusing the exact cached prefix; returns log P(next token | tokens)."""
-        self._reuse_exactly(tokens)
-        self.model.eval(tokens[self.model.n_tokens :])
-        return self._last_logprobs()
-
+    # ---- scoring on one slot -------------------------------------------------------------------------------
     def score_paths(
-        self, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None = None
+        self, slot: Slot, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None = None
     ) -> list[float]:
         """log P(path | prompt) = Σ_i log p(path_i | prompt, path_<i) for each token path; with `end_mask`, plus
         log P(next token ∈ end_mask | prompt, path).
@@ -268,8 +349,8 @@ class LlamaCpp(LLM):
         further once its prefix is PRUNE_NATS below the best complete path: a prefix's log-probability bounds every
         extension, so the prefix's value stands in, and no choice's probability moves by more than e^-PRUNE_NATS
         of the best one's per form."""
-        first = self._eval_prompt(prompt)
-        base = self.model.n_tokens
+        first = slot.eval_prompt(prompt)
+        base = slot.llama.n_tokens
         scores = [0.0] * len(paths)
         best = -math.inf
         walked: list[int] = []
@@ -287,21 +368,21 @@ class LlamaCpp(LLM):
                 if score < best - PRUNE_NATS:
                     break
                 if len(walked) == depth < needed:
-                    self.model.n_tokens = base + depth
-                    self.model.eval([token])
+                    slot.llama.n_tokens = base + depth
+                    slot.llama.eval([token])
                     walked.append(token)
-                    after.append(self._last_logprobs())
+                    after.append(slot.last_logprobs())
             else:
                 if end_mask is not None:
                     score += float(np.logaddexp.reduce(after[len(path)][end_mask]))
                 best = max(best, score)
             scores[index] = score
-        self.model.n_tokens = base
+        slot.llama.n_tokens = base
         return scores
 
-    def score_choices(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
+    def score_choices(self, slot: Slot, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
         """log P(choice + end | prompt) for each choice, the choice written exactly as listed."""
-        return dict(zip(choices, self.score_paths(prompt, [self._answer_tokens(c) for c in choices])))
+        return dict(zip(choices, self.score_paths(slot, prompt, [self._answer_tokens(c) for c in choices])))
 
     def end_mask(self) -> np.ndarray:
         """The tokens that end a written choice: the end-of-generation tokens and those that spell an END_PIECE."""
@@ -317,18 +398,20 @@ class LlamaCpp(LLM):
             self._end_mask = mask
         return self._end_mask
 
-    def score_forms(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
+    def score_forms(self, slot: Slot, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
         """log Σ_forms P(form + end | prompt) per choice, over its `surface_forms` (logsumexp of the form scores)."""
         owner_of_path: dict[tuple[int, ...], str] = {}
         for form, choice in surface_forms(choices).items():
             owner_of_path.setdefault(tuple(self._tokens(form, first=False)), choice)
         paths = list(owner_of_path)
         by_choice: dict[str, list[float]] = defaultdict(list)
-        for path, score in zip(paths, self.score_paths(prompt, paths, self.end_mask())):
+        for path, score in zip(paths, self.score_paths(slot, prompt, paths, self.end_mask())):
             by_choice[owner_of_path[path]].append(score)
         return {choice: float(np.logaddexp.reduce(by_choice[choice])) for choice in choices}
 
-    def write_choice(self, prompt: list[int], choices: Sequence[str], temperature: float, seed: int) -> Completion:
+    def write_choice(
+        self, slot: Slot, prompt: list[int], choices: Sequence[str], temperature: float, seed: int
+    ) -> Completion:
         """Let the model write one of the choices' surface forms under a grammar (unfiltered sampling at T > 0)."""
         from llama_cpp import LlamaGrammar
 
@@ -336,8 +419,8 @@ class LlamaCpp(LLM):
         with native_stderr_silenced():
             grammar = LlamaGrammar.from_string(choice_grammar(list(forms)), verbose=False)
         longest = max(len(self._tokens(form, first=False)) for form in forms)
-        self._reuse_exactly(prompt)
-        out: dict[str, Any] = self.model.create_completion(
+        slot.reuse_exactly(prompt)
+        out: dict[str, Any] = slot.llama.create_completion(
             prompt,
             max_tokens=longest + 2,
             temperature=temperature,
@@ -376,19 +459,19 @@ class LlamaCpp(LLM):
             if len(prompt) + longest > self.n_ctx:
                 raise ContextOverflow(self._overflow(len(prompt), longest), len(prompt))
         if choices and self.choice_method == "grammar":
-            with self._lock:
-                answer = self.write_choice(prompt, choices, temperature, seed)
+            with self._slot_for(prompt) as slot:
+                answer = self.write_choice(slot, prompt, choices, temperature, seed)
             return replace(answer, latency_s=time.perf_counter() - start)
         if choices:
             score = self.score_forms if self.choice_method == "forms" else self.score_choices
-            with self._lock:
-                scores = score(prompt, choices)
+            with self._slot_for(prompt) as slot:
+                scores = score(slot, prompt, choices)
             return choice_completion(scores, temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.n_ctx:
             raise ContextOverflow(self._overflow(len(prompt), max_tokens), len(prompt))
-        with self._lock:
-            self._reuse_exactly(prompt)
-            out: dict[str, Any] = self.model.create_completion(
+        with self._slot_for(prompt) as slot:
+            slot.reuse_exactly(prompt)
+            out: dict[str, Any] = slot.llama.create_completion(
                 prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
             )
         usage = out.get("usage", {})
@@ -400,8 +483,12 @@ class LlamaCpp(LLM):
         )
 
     def close(self) -> None:
-        with self._lock:  # never free the model under a call in flight
-            self.model.close()
+        """Free the contexts, then the model, once no call is in flight (never free them under one)."""
+        with self._turns:
+            while len(self._free) < len(self._slots):
+                self._turns.wait()
+            for slot in reversed(self._slots):
+                slot.llama.close()
 
 
 SPEC_OPTIONS = {"n_ctx": int}
