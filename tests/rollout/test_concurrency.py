@@ -97,3 +97,41 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
     with pytest.raises(LLMError, match="did not start"):
         with llama_server(missing, "missing", tmp_path / "server.log"):
             pass
+
+
+TIMES = {"wall_s", "llm_s", "latency_s"}
+
+
+def without_times(value):
+    """A record with its wall-clock measurements dropped: what must match between two runs of the same work."""
+    if isinstance(value, dict):
+        return {k: without_times(v) for k, v in value.items() if k not in TIMES}
+    if isinstance(value, list):
+        return [without_times(v) for v in value]
+    return value
+
+
+def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_after_it(tmp_path):
+    """The control arm never depends on the memory arm, so the driver plays it at the same time on parts of its own
+    (the in-process model opens a second context for it). The records, calls included, are those of playing it after
+    the memory arm, wall times aside."""
+    from ttlearn.rollout.run import play, prepare
+    from ttlearn.runs import TrialConfig
+
+    config = TrialConfig(
+        env="sql",
+        env_options={"dataset": "mini"},
+        memory="history",
+        player="qwen-coder",
+        tasks=3,
+        attempts=1,
+        carry_memory=True,
+        control=True,
+    )
+    records = {}
+    for beside in (False, True):
+        out = tmp_path / f"beside-{beside}"
+        play(prepare(out, config), control_beside=beside)
+        records[beside] = read_tasks(out)
+    assert [len(r["calls"]) for r in records[True]] == [2, 2, 2]  # one memory-arm and one control reply per task
+    assert without_times(records[True]) == without_times(records[False])
