@@ -178,3 +178,21 @@ def test_a_plugin_that_fails_to_import_breaks_only_its_own_name(tmp_path):
         timeout=120,
     )
     assert done.returncode == 2 and "not_installed_module" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_plugin_named_as_a_module_of_the_current_folder_is_found_again_from_elsewhere(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "solo_module.py").write_text(SOLO)
+    run_dir = tmp_path / "run"
+    ttlearn("--plugin", "solo_module", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out",
+            str(run_dir), cwd=tmp_path / "work")
+    assert json.loads((run_dir / "config.json").read_text())["plugins"] == [f"solo_module@{tmp_path / 'work'}"]
+    cut_after_first_game(run_dir)
+    ttlearn("resume", str(run_dir), cwd=tmp_path)  # another folder, no flag
+    assert len(scores(run_dir)) == 3
+
+
+def test_a_plugin_that_takes_over_a_name_says_so(tmp_path):
+    (tmp_path / "shadow.py").write_text(SOLO.replace('@ENVS.register("solo")', '@ENVS.register("rps")'))
+    listed = ttlearn("--plugin", str(tmp_path / "shadow.py"), "list")
+    assert "warning: environment 'rps' from ttlearn_plugin_shadow shadows ttlearn's own 'rps' " in listed

@@ -4,9 +4,11 @@ and a plug-in that fails to import breaks only its own name."""
 from __future__ import annotations
 
 import importlib
+import json
 import pkgutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,8 @@ from ttlearn.envs.base import ENVS
 from ttlearn.llm.base import LLMS, split_spec, spec_options
 from ttlearn.memory.base import MEMORIES
 from ttlearn.players.base import PLAYERS
-from ttlearn.registry import PluginError, Registry, UnknownNameError, load_object
+from ttlearn import registry as registry_module
+from ttlearn.registry import PluginError, PluginShadowWarning, Registry, UnknownNameError, load_object, load_plugins
 from ttlearn.train.base import TRAINERS
 
 ROOMS = {"ttlearn.envs": ENVS, "ttlearn.memory": MEMORIES, "ttlearn.llm": LLMS, "ttlearn.players": PLAYERS,
@@ -68,6 +71,45 @@ def test_a_broken_plugin_breaks_only_its_own_name(tmp_path, monkeypatch):
     assert registry.get("fine").__name__ == "Fine"
     with pytest.raises(UnknownNameError, match="unknown widget 'nothing'; choose one of: broken, fine"):
         registry.get("nothing")
+
+
+class Gadget:
+    pass
+
+
+def test_a_name_taken_over_from_the_package_or_an_installed_entry_point_warns(tmp_path, monkeypatch):
+    info = tmp_path / "gadgets-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gadgets\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[ttlearn.test-gadgets]\ncounter = gadget_pkg:Counter\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry("gadget", "ttlearn.test-gadgets", {"own": "json:JSONDecoder"})
+    with pytest.warns(PluginShadowWarning, match=r"gadget 'counter' from test_registry shadows the installed entry "
+                      r"point 'counter' \(gadget_pkg:Counter\); this process uses test_registry's"):
+        registry.register("counter")(Gadget)
+    assert registry.get("counter") is Gadget
+    with pytest.warns(PluginShadowWarning, match="shadows ttlearn's own 'own' \\(json:JSONDecoder\\)"):
+        registry.register("own")(Gadget)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        registry.register("fresh")(Gadget)  # a new name takes nothing over
+        Registry("gadget", "ttlearn.test-gadgets", {"own": "json:JSONDecoder"}).register("own")(json.JSONDecoder)
+
+
+def test_a_plugin_module_found_in_the_current_folder_is_recorded_with_that_folder(tmp_path, monkeypatch):
+    (tmp_path / "here_plugin.py").write_text("LOADED = True\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.setattr(registry_module, "_loaded_plugins", [])
+    assert load_plugins(["here_plugin"]) == [f"here_plugin@{tmp_path}"]
+    assert load_plugins(["json"]) == ["json"]  # found where it is installed: the name is enough
+
+    del sys.modules["here_plugin"]
+    monkeypatch.chdir(tmp_path.parent)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(tmp_path)])
+    monkeypatch.setattr(registry_module, "_loaded_plugins", [])
+    assert load_plugins([f"here_plugin@{tmp_path}"]) == [f"here_plugin@{tmp_path}"]  # found again from elsewhere
+    assert sys.modules.pop("here_plugin").LOADED
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ names from outside the package:
 - an installed distribution's entry points in the room's group (`ttlearn.envs`, `ttlearn.memories`, `ttlearn.llms`,
   `ttlearn.players`, `ttlearn.trainers`), loaded when the name is first asked for;
 - modules named by `ttlearn --plugin MODULE` or `$TTLEARN_PLUGINS` (comma-separated module names or .py files),
-  imported at once; they register with the `@REGISTRY.register("name")` decorator;
+  imported at once; they register with the `@REGISTRY.register("name")` decorator (one that takes over a name
+  the package or an installed entry point defines warns: `PluginShadowWarning`);
 - any module that uses the decorator and is imported by the caller.
 
 Run configs record the `--plugin` / `$TTLEARN_PLUGINS` modules (`loaded_plugins`), so `resume`, `replay` and the
@@ -24,6 +25,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
 
@@ -40,6 +42,10 @@ class UnknownNameError(KeyError):
         return str(self.args[0])
 
 
+class PluginShadowWarning(UserWarning):
+    """A plug-in registered a name already defined by the package or an installed entry point, and takes it over."""
+
+
 class PluginError(ImportError):
     """A plug-in could not be imported; the message names it and says why. Only that plug-in's name is affected."""
 
@@ -54,8 +60,8 @@ def load_object(source: str) -> Any:
 
 
 def _import_plugin(spec: str) -> str:
-    """Import one plug-in module: a `.py` file (recorded by absolute path) or a module name (looked up on sys.path
-    and the current directory). Returns the spec to record."""
+    """Import one plug-in module: a `.py` file (recorded by absolute path), or a module name, looked up on sys.path
+    and the current directory (`name@folder`: in that folder too). Returns the spec to record."""
     path = Path(spec).expanduser()
     if spec.endswith(".py"):
         if not path.is_file():
@@ -73,15 +79,32 @@ def _import_plugin(spec: str) -> str:
                 del sys.modules[name]
                 raise
         return str(path)
+    name, _, folder = spec.partition("@")
+    if folder and folder not in sys.path:
+        sys.path.append(folder)
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.append(os.getcwd())  # `ttlearn` is a console script: unlike `python -m`, cwd is not on the path
-    importlib.import_module(spec)
-    return spec
+    module = importlib.import_module(name)
+    root = _root_folder(module, name)
+    return f"{name}@{root}" if root is not None and root == Path.cwd().resolve() else spec
+
+
+def _root_folder(module: Any, name: str) -> Path | None:
+    """The folder a module was imported from (the sys.path entry: for `pkg.mod`, the one holding `pkg`), or None for
+    a module without a file (namespace packages, built-ins). A module found in the current folder is recorded as
+    `name@folder`, so a run resumed from elsewhere finds it again."""
+    top = sys.modules.get(name.split(".")[0], module)
+    file = getattr(top, "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    return path.parent.parent if path.name == "__init__.py" else path.parent
 
 
 def load_plugins(specs: Iterable[str], origin: str = "--plugin") -> list[str]:
-    """Import plug-in modules (names or .py files) once each; returns their recorded specs. A module that fails to
-    import is an error naming it: the names it would register are unknown, so nothing can be run without it."""
+    """Import plug-in modules (names, `name@folder`, or .py files) once each; returns their recorded specs (a .py file
+    by absolute path, a module found in the current folder as `name@folder`). A module that fails to import is an
+    error naming it: the names it would register are unknown, so nothing can be run without it."""
     recorded = []
     for spec in specs:
         spec = spec.strip()
@@ -128,10 +151,26 @@ class Registry(Generic[T]):
         def decorate(obj: T) -> T:
             if name in self._entries and self._entries[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
+            self._warn_if_shadowing(name, obj)
             self._entries[name] = obj
             return obj
 
         return decorate
+
+    def _warn_if_shadowing(self, name: str, obj: Any) -> None:
+        """A module registering a name that the package or an installed distribution defines in another top-level
+        package takes it over in this process: say so (`PluginShadowWarning`), since the run then plays something
+        other than the name's usual meaning."""
+        source = self.table.get(name) or self.external().get(name)
+        module = getattr(obj, "__module__", None) or "?"
+        if source is None or module.split(".")[0] == source.split(".")[0].partition(":")[0]:
+            return  # the package that defines the name, registering it (perhaps from a submodule)
+        whose = "ttlearn's own" if name in self.table else "the installed entry point"
+        warnings.warn(
+            f"{self.kind} {name!r} from {module} shadows {whose} {name!r} ({source}); this process uses {module}'s",
+            PluginShadowWarning,
+            stacklevel=3,
+        )
 
     def external(self) -> dict[str, str]:
         """Entry points of installed distributions in this room's group, name → "module:attr" (none loaded)."""

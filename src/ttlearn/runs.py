@@ -91,6 +91,8 @@ class PartsConfig(BaseModel):
     free_text_tokens: int | None = Field(None, ge=1)
     """LaMer's free-text policy: one reply of up to this many tokens, reasoning then the action, never choice
     scoring; None: score the legal actions where the back end can."""
+    max_options: int | None = Field(None, ge=1)
+    """LLM players: the most legal actions one prompt lists (the shortlist, `players.llm.shortlist`); None: 64."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
 
     @field_validator("memory_options")

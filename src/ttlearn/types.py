@@ -7,6 +7,7 @@ re-evaluated without importing the code that produced it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -38,10 +39,14 @@ class Observation:
 
 @dataclass(frozen=True)
 class StepResult:
+    """What one `Env.step` did. `rejected` is the simulator's reason when it refused the command ("No known action
+    matches that input"): the step still happened (the environment answered it) but counts as an invalid one."""
+
     observation: Observation
     reward: float
     done: bool
     info: dict[str, Any] = field(default_factory=dict)
+    rejected: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,9 +61,17 @@ class Completion:
     cached: bool = False
 
 
+UNPARSEABLE, REJECTED, OVERFLOW = "unparseable", "rejected", "overflow"
+"""Why a step is invalid: the reply named no action; the simulator refused the command (its reason in the step's
+info under "rejected"); the prompt did not fit the model's context (the reason is the step's `raw`)."""
+NO_REPLY = "[no reply: "
+"""How the reply of a step whose prompt overflowed begins (`[no reply: prompt of N tokens exceeds …]`)."""
+
+
 @dataclass(frozen=True)
 class Step:
-    """One decision of an episode: what was seen, what was done, and how it went."""
+    """One decision of an episode: what was seen, what was done, and how it went; `cause` says why an invalid one is
+    invalid (`UNPARSEABLE`, `REJECTED`, `OVERFLOW`)."""
 
     observation: str
     action: str
@@ -66,6 +79,23 @@ class Step:
     valid: bool = True
     raw: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    cause: str = ""
+
+    @property
+    def invalid_cause(self) -> str | None:
+        """None for a valid step; else its cause, read for records written before causes were (an overflow's reply
+        was then the only sign of it)."""
+        if self.valid:
+            return None
+        return self.cause or (OVERFLOW if self.raw.startswith(NO_REPLY) else UNPARSEABLE)
+
+    def to_json(self) -> dict[str, Any]:
+        """Its record; `cause` is written only where there is one, so records of valid play stay as they were
+        before causes were recorded."""
+        data = asdict(self)
+        if not self.cause:
+            del data["cause"]
+        return data
 
 
 @dataclass(frozen=True)
@@ -84,10 +114,26 @@ class Episode:
     def invalid_actions(self) -> int:
         return sum(not s.valid for s in self.steps)
 
+    @property
+    def invalid_causes(self) -> dict[str, int]:
+        """How many of its steps are invalid, by cause (only the causes that occur)."""
+        return count_causes(self.steps)
+
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "steps": [step.to_json() for step in self.steps]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Episode:
         steps = tuple(Step(**s) for s in data["steps"])
         return cls(**{**data, "steps": steps})
+
+
+def count_causes(steps: Iterable[Step]) -> dict[str, int]:
+    """Invalid steps by cause, in the order `UNPARSEABLE, REJECTED, OVERFLOW` (then any other), zeros left out."""
+    counts: dict[str, int] = {}
+    for step in steps:
+        cause = step.invalid_cause
+        if cause is not None:
+            counts[cause] = counts.get(cause, 0) + 1
+    order = [UNPARSEABLE, REJECTED, OVERFLOW]
+    return dict(sorted(counts.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))

@@ -321,7 +321,7 @@ def carried_sql_config() -> TrialConfig:
     """Three `sql` mini questions, the memory carried from one to the next, each also played without it."""
     return TrialConfig(
         env="sql",
-        env_options={"dataset": "mini"},
+        env_options={"dataset": "mini", "prefill": False},  # prose stays prose (with the prefill it is a bad query)
         memory="history",
         player="qwen-coder",
         tasks=3,

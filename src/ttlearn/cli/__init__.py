@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from ttlearn.cli import arena, data, memory, play, results, serve, show, train
-from ttlearn.cli.common import console, friendly
+from ttlearn.cli import arena, check, data, memory, play, results, serve, show, train
+from ttlearn.cli.common import console, friendly, load_plugin_flags
 
 app = typer.Typer(
     help="Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory.",
@@ -21,13 +21,12 @@ def plugins(
         "--plugin",
         metavar="MODULE",
         help="Import a plug-in module (a module name or a .py file) that registers environments, memories, LLM back "
-        "ends or players; repeatable. Also $TTLEARN_PLUGINS (comma-separated). Runs record it for resume and replay.",
+        "ends or players; repeatable. Also $TTLEARN_PLUGINS (comma-separated). Runs record it for resume and replay "
+        "(a module of the current folder as NAME@FOLDER, found again from anywhere).",
     ),
 ) -> None:
     """Test-time learning for LLM agents: a frozen LLM plays a sequence of episodes and improves through a memory."""
-    from ttlearn.registry import load_plugins
-
-    load_plugins(plugin)
+    load_plugin_flags(plugin)
 
 
 app.callback()(friendly(plugins))
@@ -36,6 +35,7 @@ app.command()(friendly(show.show))
 app.command()(friendly(show.rejudge))
 app.command()(friendly(serve.serve))
 app.command()(friendly(results.results))
+app.command()(friendly(check.check))
 arena.register(app)
 app.add_typer(memory.memory_app, name="memory")
 app.add_typer(train.train_app, name="train")

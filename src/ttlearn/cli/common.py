@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ttlearn.llm.base import LLMError
-from ttlearn.registry import UnknownNameError
+from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.runs import MEMORY_KEY_ENV
+from ttlearn.types import REJECTED, Step
 
 console = Console()
 USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError)
@@ -40,6 +42,15 @@ def friendly(command: Callable[..., Any]) -> Callable[..., Any]:
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+def load_plugin_flags(specs: list[str]) -> None:
+    """Import the `--plugin` modules, printing a yellow line for each name one takes over (`PluginShadowWarning`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PluginShadowWarning)
+        load_plugins(specs)
+    for warning in caught:
+        console.print(f"[yellow]warning:[/] {warning.message}", markup=True, highlight=False)
 
 
 def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
@@ -131,9 +142,16 @@ def print_games(summary: dict[str, Any]) -> None:
     console.print(table)
     share = summary["llm_s"] / summary["played_s"] if summary["played_s"] else 0.0
     console.print(
-        f"mean score {summary['mean_score']:+.2f} · invalid actions {summary['invalid_rate']:.1%} · "
+        f"mean score {summary['mean_score']:+.2f} · invalid actions {format_invalid(summary)} · "
         f"{summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s of {summary['played_s']:.1f}s played ({share:.0%})"
     )
+
+
+def format_invalid(summary: dict[str, Any]) -> str:
+    """The invalid-step rate with its causes, e.g. "12.5% (rejected 3, overflow 2)" (older summaries: the rate)."""
+    causes = summary.get("invalid_causes") or {}
+    parts = ", ".join(f"{cause} {count}" for cause, count in causes.items())
+    return f"{summary['invalid_rate']:.1%}" + (f" ({parts})" if parts else "")
 
 
 def progress_line(record: dict[str, Any]) -> str:
@@ -168,7 +186,7 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
         extra = f"{summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
         lines.append(f"{k:<3}{value:<11.3f}{f'{low:.3f}–{high:.3f}':<15}{extra}".rstrip())
     lines.append(
-        f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {summary['invalid_rate']:.1%}"
+        f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {format_invalid(summary)}"
         f" · {summary['wall_s_per_task']:.1f} s/task"
     )
     if summary.get("memory_gain"):
@@ -219,9 +237,16 @@ def format_unit(record: dict[str, Any]) -> str:
         if context:
             lines.append("  saw: " + " ".join(context.split()))
         for number, step in enumerate(attempt["steps"], start=1):
-            flag = "" if step["valid"] else " (invalid)"
+            flag = "" if step["valid"] else f" (invalid: {invalid_reason(step)})"
             lines.append(f"  step {number}: {step['action'] or '(no move)'} → {step['reward']:+g}{flag}")
     return "\n".join(lines)
+
+
+def invalid_reason(step: dict[str, Any]) -> str:
+    """Why a recorded step is invalid, with the simulator's words where it rejected the command."""
+    cause = Step(**step).invalid_cause
+    rejected = step.get("info", {}).get("rejected")
+    return f"{cause}: {' '.join(str(rejected).split())}" if cause == REJECTED and rejected else str(cause)
 
 
 def format_comparison(comparison: dict[str, Any], name_a: str, name_b: str) -> str:

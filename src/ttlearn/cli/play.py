@@ -131,6 +131,13 @@ def run(
         min=1,
         help="LaMer's policy: one reply of up to N tokens, reasoning then <action>…</action>, never choice scoring.",
     ),
+    max_options: Optional[int] = typer.Option(
+        None,
+        "--max-options",
+        min=1,
+        help="LLM player: the most legal actions one prompt lists (default 64): the environment's ranked actions "
+        "first, then those most like the observation. A choice-scoring player picks among these only.",
+    ),
     seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
     concurrency: int = typer.Option(
         1, min=1, help="Episodes in flight sharing one back end (independent games, or trial tasks); same results."
@@ -153,6 +160,7 @@ def run(
         "temperature": temperature,
         "retries": retries,
         "free_text_tokens": free_text,
+        "max_options": max_options,
         "games": games,
         "memory_from": str(memory_from) if memory_from else None,
         "tasks": tasks,

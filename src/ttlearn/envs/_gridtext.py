@@ -1,11 +1,8 @@
-"""Text helpers shared by the grid puzzles (Sokoban, Minesweeper): numbered boards and the answer part of a reply."""
+"""Text helpers shared by the grid puzzles (Sokoban, Minesweeper): numbered boards."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-
-_TAGGED = re.compile(r"<(action|answer)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 
 
 def render_grid(symbols: Sequence[Sequence[str]]) -> str:
@@ -19,12 +16,3 @@ def render_grid(symbols: Sequence[Sequence[str]]) -> str:
     for r, row in enumerate(symbols, start=1):
         lines.append(str(r).rjust(width) + " " + " ".join(s.rjust(width) for s in row))
     return "\n".join(lines)
-
-
-def answer_part(text: str) -> str:
-    """The content of the last <action>…</action> or <answer>…</answer> block, else the whole reply.
-
-    Models that reason before answering mention moves they reject; the tagged block is what they chose.
-    """
-    blocks = _TAGGED.findall(text)
-    return blocks[-1][1] if blocks else text

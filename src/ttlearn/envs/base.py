@@ -46,6 +46,8 @@ ENVS: Registry[type["Env"]] = Registry(
 )
 
 _WORD = re.compile(r"[a-z0-9]+")
+_TAGGED = re.compile(r"<(action|answer)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"</?(action|answer)>", re.IGNORECASE)
 
 
 def words(text: str) -> list[str]:
@@ -55,6 +57,14 @@ def words(text: str) -> list[str]:
 
 def _normalise(text: str) -> str:
     return " ".join(words(text))
+
+
+def answer_part(text: str) -> str:
+    """The content of the last <action>…</action> or <answer>…</answer> block, else the whole reply, with any stray
+    tag removed. Models that reason before answering mention moves they reject; the tagged block is what they chose
+    (the LLM player asks for that format when it lets the model think first)."""
+    blocks = _TAGGED.findall(text)
+    return _TAG.sub(" ", blocks[-1][1] if blocks else text).strip()
 
 
 def match_legal_action(text: str, legal_actions: Sequence[str]) -> str | None:
@@ -169,13 +179,24 @@ class Env(ABC):
         return None
 
     def parse_action(self, text: str, legal_actions: Sequence[str]) -> str | None:
-        """The action a free-text reply means, or None when it means none. The default matches a legal action, and
-        where the list is `partial_actions` takes the reply's first line as the command; environments with free-text
-        or multi-move actions document their own rule here."""
-        action = match_legal_action(text, legal_actions)
+        """The action a free-text reply means, or None when it means none. The default reads the reply's last
+        <action>…</action> block (else the whole reply) and matches a legal action in it; where the list is
+        `partial_actions` it takes that part's first line as the command. Environments with free-text or multi-move
+        actions document their own rule here."""
+        answer = answer_part(text)
+        action = match_legal_action(answer, legal_actions)
         if action is None and self.partial_actions:
-            action = next((line.strip() for line in text.splitlines() if line.strip()), None)
+            action = next((line.strip() for line in answer.splitlines() if words(line)), None)
         return action
+
+    def action_tier(self, action: str) -> int | None:
+        """Where a player that shows only some of the legal actions (the LLM player's shortlist of `max_options`)
+        should put `action`: lower tiers first, an action of tier 0 pinned (shown whenever the shortlist has room),
+        and within a tier the actions most like the observation first. None: never shown (the model may still type
+        it where the list is `partial_actions`). The default puts every action in tier 1, so the shortlist is by
+        likeness alone. A simulator with hundreds of moves pins navigation and observation ("open door to kitchen",
+        "look around") and puts moves that end the task, or that are rarely useful, last."""
+        return 1
 
     def invalid_step(self, reply: str) -> StepResult | None:
         """What a reply that names no action does. None (the default): the player falls back to a random legal

@@ -1,18 +1,24 @@
 """`check_env`: the one contract check every environment must pass (in the spirit of Gymnasium's `check_env`).
 
-It plays one seeded episode (random legal moves, an unusable free-text reply, or the oracle's moves), replays the
-same moves on a twin built from the same options and, after `restart()`, on the environment itself, and checks what
-the play loop, the trial runner, the memories and the reports rely on. Write a new
-environment, then run `check_env(make_env("mine"))` — the test suite does it for every registered one.
+For each seed it plays one episode (random legal moves, an unusable free-text reply, or the oracle's moves), replays
+the same moves on a twin built from the same options and, after each of `restarts` `restart()`s, on the environment
+itself, and finally resets the first seed again; it checks what the play loop, the trial runner, the memories and the
+reports rely on. Write a new environment, then run `check_env(make_env("mine"))`, or `ttlearn check mine` for the
+report of every rule — the test suite does it for every registered one. Several seeds and restarts catch
+non-determinism that one episode may not show (a simulator that lists a room's contents in another order only in
+some rooms, or after a restart).
 
 An environment that declares `deterministic = False` (a real simulator) is held to what must still hold — legal
 actions are strings, rewards and score are numbers, success is a bool, episodes end, the agent sees no hidden fact,
-the oracle solves — and the checks that need two runs to agree are skipped and named in the result's "skipped".
+the oracle solves — and the checks that need two runs to agree are skipped and named in the result's "skipped"; no
+twin is built for it, since nothing is compared (a simulator may take seconds to start).
 """
 
 from __future__ import annotations
 
 import random
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from ttlearn.envs.base import Env, make_env
@@ -22,14 +28,51 @@ MAX_STEPS = 400
 HIDDEN_PHRASES = ("optimal", "fewest", "solvable", "gold", "canonical solution", "ground truth")
 """Words that only a hidden fact (a solution, a ceiling) would put into what the agent sees."""
 
+DESCRIBES = "describe() must give the rules"
+ENDS = f"an episode must end within {MAX_STEPS} steps"
+STRINGS = "legal actions must be strings"
+TIERS = "action_tier() must give an int or None for every legal action"
+REWARDS = "rewards must be numbers"
+REJECTS = "a rejected step must give the simulator's reason as text"
+FREE_TEXT = "free-text actions need invalid_step to answer an unusable reply"
+SCORES = "score() must be a number"
+SUCCEEDS = "success() must be a bool or None"
+ORACLE = "the oracle must solve every checked instance"
+RESTARTS = "restart() must return an observation"
+HIDDEN = "what the agent sees must hold no hidden facts"
+COUNTS = "instance_count() must be positive"
+
+RESETS = "reset(seed) must be deterministic given the options and the seed"
+REPLAYS = "the same seed and moves must give the same rewards"
+RESTART_SAME = "restart() must return the instance's initial observation and replay the same rewards"
+RESET_AGAIN = "reset(seed) must give the same instance again after other seeds were played"
+INSTANCES = "reset(seed) must play instance seed % instance_count()"
+EXACT_CHECKS = (RESETS, REPLAYS, RESTART_SAME, RESET_AGAIN, INSTANCES)
+"""What a `deterministic = False` environment is not checked for (the checks that compare two runs)."""
+
+UNDECLARED = " (if the simulator is not deterministic, declare deterministic = False)"
+
 
 class ContractError(AssertionError):
-    """The environment breaks the contract; the message says which rule."""
+    """The environment breaks the contract; the message says which rule, `passed` the rules that held before."""
+
+    def __init__(self, message: str, passed: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.passed = list(passed)
 
 
-def _require(condition: bool, message: str) -> None:
-    if not condition:
-        raise ContractError(message)
+class _Rules:
+    """The rules checked so far, in order; `require` raises `ContractError` naming the broken rule."""
+
+    def __init__(self) -> None:
+        self.passed: dict[str, None] = {}
+
+    def require(self, condition: bool, rule: str, detail: str = "") -> None:
+        if not condition:
+            hint = UNDECLARED if rule in EXACT_CHECKS else ""
+            held = [passed for passed in self.passed if passed != rule]  # it may have held on an earlier seed
+            raise ContractError(rule + (f" ({detail})" if detail else "") + hint, held)
+        self.passed.setdefault(rule)
 
 
 def _choose(env: Env, obs: Observation, rng: random.Random, use_oracle: bool, seed: int) -> str:
@@ -40,28 +83,37 @@ def _choose(env: Env, obs: Observation, rng: random.Random, use_oracle: bool, se
     return "this reply names no action"
 
 
-def _play(env: Env, obs: Observation, seed: int, use_oracle: bool) -> tuple[list[str], list[StepResult]]:
+def _play(
+    env: Env, obs: Observation, seed: int, use_oracle: bool, rules: _Rules
+) -> tuple[list[str], list[StepResult], int]:
     """An episode from `obs`: the oracle's moves, or seeded random legal moves (free text: an unusable reply,
-    which must go through `invalid_step`)."""
+    which must go through `invalid_step`). Also returns the most legal actions one step offered."""
     rng = random.Random(seed)
     actions: list[str] = []
     results: list[StepResult] = []
+    most = 0
     done = False
     while not done:
-        _require(len(actions) < MAX_STEPS, f"no end after {MAX_STEPS} steps")
-        _require(all(isinstance(a, str) for a in obs.legal_actions), "legal actions must be strings")
+        rules.require(len(actions) < MAX_STEPS, ENDS)
+        rules.require(all(isinstance(a, str) for a in obs.legal_actions), STRINGS)
+        tiers = {env.action_tier(a) for a in obs.legal_actions}
+        rules.require(all(t is None or isinstance(t, int) for t in tiers), TIERS, f"got {sorted(map(repr, tiers))}")
+        most = max(most, len(obs.legal_actions))
         action = _choose(env, obs, rng, use_oracle, seed)
         if obs.legal_actions or use_oracle:
             result = env.step(action)
         else:
             passed = env.invalid_step(action)
-            _require(passed is not None, "free-text actions need invalid_step to answer an unusable reply")
+            rules.require(passed is not None, FREE_TEXT)
+            assert passed is not None
             result = passed
-        _require(isinstance(result.reward, (int, float)), "rewards must be numbers")
+        rules.require(isinstance(result.reward, (int, float)), REWARDS)
+        rejected = result.rejected
+        rules.require(rejected is None or (isinstance(rejected, str) and bool(rejected.strip())), REJECTS)
         actions.append(action)
         results.append(result)
         obs, done = result.observation, result.done
-    return actions, results
+    return actions, results, most
 
 
 def _replay(env: Env, actions: list[str], free_text: bool) -> list[float]:
@@ -77,53 +129,80 @@ def _seen_text(env: Env, first: Observation, results: list[StepResult], transcri
     return "\n".join([env.describe(), env.task(), first.text, *(r.observation.text for r in results), transcript])
 
 
-EXACT_CHECKS = (
-    "reset(seed) is deterministic",
-    "the same seed and moves give the same rewards",
-    "restart() returns the initial observation and replays the same rewards",
-    "reset(seed) plays instance seed % instance_count()",
-)
-"""What a `deterministic = False` environment is not checked for (the checks that compare two runs)."""
-
-
-def check_env(env: Env, seed: int = 3, use_oracle: bool = False) -> dict[str, Any]:
-    """Check `env` against the contract; raises `ContractError` naming the broken rule. With `use_oracle` the episode
-    is played by `oracle_action`, which must then solve it where `success()` is defined. Returns what was played,
-    and under "skipped" the checks a non-deterministic environment is spared. The twin it builds is closed."""
-    twin = make_env(env.name, **env.config())
+def check_env(
+    env: Env, seed: int = 3, use_oracle: bool = False, *, seeds: Sequence[int] | None = None, restarts: int = 1
+) -> dict[str, Any]:
+    """Check `env` against the contract on `seeds` (default: `seed` alone), restarting each instance `restarts`
+    times; raises `ContractError` naming the broken rule. With `use_oracle` the episodes are played by
+    `oracle_action`, which must then solve them where `success()` is defined. Returns what the first seed played
+    ("actions", "score", "success"), the rules that held ("passed"), those a non-deterministic environment is spared
+    ("skipped"), the most legal actions one step offered ("most_actions") and the time taken ("seconds"). The twin
+    it builds (deterministic environments only) is closed."""
+    seeds = [seed] if seeds is None else list(seeds)
+    if not seeds or restarts < 1:
+        raise ValueError("check_env needs at least one seed and one restart")
+    started = time.perf_counter()
+    twin = make_env(env.name, **env.config()) if env.deterministic else None
     try:
-        return _check(env, twin, seed, use_oracle)
+        report = _check(env, twin, seeds, restarts, use_oracle)
     finally:
-        twin.close()
+        if twin is not None:
+            twin.close()
+    return {**report, "seconds": time.perf_counter() - started}
 
 
-def _check(env: Env, twin: Env, seed: int, use_oracle: bool) -> dict[str, Any]:
-    exact = env.deterministic
-    first, twin_first = env.reset(seed), twin.reset(seed)
-    _require(not exact or first == twin_first, "reset(seed) must be deterministic given the options and the seed")
-    _require(isinstance(env.describe(), str) and env.describe().strip(), "describe() must give the rules")
-    free_text = not first.legal_actions
+def _check(env: Env, twin: Env | None, seeds: list[int], restarts: int, use_oracle: bool) -> dict[str, Any]:
+    rules = _Rules()
+    rules.require(isinstance(env.describe(), str) and bool(env.describe().strip()), DESCRIBES)
     if use_oracle:
-        _require(env.has_oracle, f"{env.name} has no oracle_action")
-    actions, results = _play(env, first, seed, use_oracle)
-    replays_free_text = free_text and not use_oracle
-    _require(
-        not exact or _replay(twin, actions, replays_free_text) == [r.reward for r in results],
-        "the same seed and moves must give the same rewards",
-    )
-    score, success, transcript = env.score(), env.success(), env.transcript()
-    _require(isinstance(score, (int, float)), "score() must be a number")
-    _require(success is None or isinstance(success, bool), "success() must be a bool or None")
-    if use_oracle and success is not None:
-        _require(success, f"the oracle must solve instance {seed}")
+        rules.require(env.has_oracle, f"{env.name} has no oracle_action")
+    played = [_check_seed(env, twin, seed, restarts, use_oracle, rules) for seed in seeds]
+    if twin is not None and len(seeds) > 1:
+        again = env.reset(seeds[0])
+        rules.require(again == played[0]["first"], RESET_AGAIN, f"seed {seeds[0]}")
+    first = played[0]
+    return {
+        "actions": first["actions"],
+        "score": first["score"],
+        "success": first["success"],
+        "passed": list(rules.passed),
+        "skipped": [] if twin is not None else list(EXACT_CHECKS),
+        "seeds": seeds,
+        "restarts": restarts,
+        "most_actions": max(p["most"] for p in played),
+        "partial_actions": env.partial_actions,
+    }
 
-    restarted = env.restart()
-    _require(isinstance(restarted, Observation), "restart() must return an observation")
-    if exact:
-        _require(restarted == first, "restart() must return the instance's initial observation")
-        replayed = _replay(env, actions, replays_free_text)
-        _require(replayed == [r.reward for r in results], "after restart() the same moves must give the same rewards")
-        _require(env.transcript() == transcript and env.score() == score, "a restarted replay must end the same way")
+
+def _check_seed(
+    env: Env, twin: Env | None, seed: int, restarts: int, use_oracle: bool, rules: _Rules
+) -> dict[str, Any]:
+    """The checks of one instance: play it, replay it on the twin and after each restart, look for hidden facts."""
+    first = env.reset(seed)
+    if twin is not None:
+        rules.require(twin.reset(seed) == first, RESETS, f"seed {seed}: the twin saw another first observation")
+    free_text = not first.legal_actions
+    actions, results, most = _play(env, first, seed, use_oracle, rules)
+    replays_free_text = free_text and not use_oracle
+    rewards = [r.reward for r in results]
+    if twin is not None:
+        rules.require(_replay(twin, actions, replays_free_text) == rewards, REPLAYS, f"seed {seed}")
+    score, success, transcript = env.score(), env.success(), env.transcript()
+    rules.require(isinstance(score, (int, float)), SCORES)
+    rules.require(success is None or isinstance(success, bool), SUCCEEDS)
+    if use_oracle and success is not None:
+        rules.require(success, ORACLE, f"instance {seed} unsolved")
+
+    for number in range(1, restarts + 1):
+        restarted = env.restart()
+        rules.require(isinstance(restarted, Observation), RESTARTS)
+        if twin is not None:
+            where = f"seed {seed}, restart {number}"
+            rules.require(restarted == first, RESTART_SAME, f"{where}: another initial observation")
+            replayed = _replay(env, actions, replays_free_text)
+            rules.require(replayed == rewards, RESTART_SAME, f"{where}: other rewards")
+            same_end = env.transcript() == transcript and env.score() == score
+            rules.require(same_end, RESTART_SAME, f"{where}: another transcript or score")
 
     seen = _seen_text(env, first, results, transcript).lower()
     leaked = [phrase for phrase in HIDDEN_PHRASES if phrase in seen]
@@ -131,12 +210,11 @@ def _check(env: Env, twin: Env, seed: int, use_oracle: bool) -> dict[str, Any]:
         env.restart()
         gold = env.oracle_action(seed=seed).strip().lower()
         leaked += [gold[:40]] if len(gold) >= 24 and gold in seen else []  # short calls may appear as examples
-    _require(not leaked, f"what the agent sees holds hidden facts: {leaked}")
+    rules.require(not leaked, HIDDEN, f"found {leaked}")
 
     count = env.instance_count()
     if count is not None:
-        _require(count > 0, "instance_count() must be positive")
-        same = not exact or twin.reset(seed + count) == first
-        _require(same, "reset(seed) must play instance seed % instance_count()")
-    skipped = [] if exact else list(EXACT_CHECKS)
-    return {"actions": actions, "score": score, "success": success, "skipped": skipped}
+        rules.require(count > 0, COUNTS)
+        if twin is not None:
+            rules.require(twin.reset(seed + count) == first, INSTANCES, f"seed {seed} and {seed + count}")
+    return {"first": first, "actions": actions, "score": score, "success": success, "most": most}

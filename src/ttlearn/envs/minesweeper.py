@@ -17,8 +17,8 @@ from fractions import Fraction
 from math import comb
 from typing import Any
 
-from ttlearn.envs._gridtext import answer_part, render_grid
-from ttlearn.envs.base import ENVS, Env
+from ttlearn.envs._gridtext import render_grid
+from ttlearn.envs.base import ENVS, Env, answer_part
 from ttlearn.types import Observation, StepResult
 
 Cell = tuple[int, int]

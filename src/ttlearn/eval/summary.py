@@ -1,5 +1,6 @@
 """One summariser for every run, from its records alone (so `show`, `resume` and `run` agree): what every run has,
-then the sections its records hold — a session's games (score, cumulative performance, cost), a trial run's
+then the sections its records hold — a session's games (score, cumulative performance, cost; invalid steps by cause:
+unparseable replies, commands the simulator rejected, prompts over the context), a trial run's
 success@k with Wilson intervals, pass@k of independent attempts, trajectory entropy, instance-set ceilings, MemRL's
 protocol metrics and the paired control. Also the paired comparison of two trial runs."""
 
@@ -19,7 +20,7 @@ from ttlearn.eval.metrics import (
     wilson_interval,
 )
 from ttlearn.runs import Run, TrialConfig
-from ttlearn.types import Episode
+from ttlearn.types import Episode, count_causes
 
 
 def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
@@ -61,6 +62,7 @@ def summarize_games(episodes: list[Episode], wall_s: float | None = None) -> dic
         ],
         "mean_score": sum(scores) / len(scores) if scores else 0.0,
         "invalid_rate": invalid / steps if steps else 0.0,
+        "invalid_causes": count_causes(s for e in episodes for s in e.steps),
         "tokens": sum(e.info.get("prompt_tokens", 0) + e.info.get("completion_tokens", 0) for e in episodes),
         "llm_s": llm_s,
         "played_s": played_s,
@@ -128,6 +130,7 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         "mean_attempts": float(np.mean([len(eps) for eps in attempts])),
         "first_attempt_score": float(np.mean([eps[0].score for eps in attempts])),
         "invalid_rate": float(np.mean([not s.valid for eps in attempts for e in eps for s in e.steps])),
+        "invalid_causes": count_causes(s for eps in attempts for e in eps for s in e.steps),
         "wall_s_per_task": float(np.mean([r["wall_s"] for r in records])),
         "instances": instance_summary([r["instance"] for r in records]),
         "pass_at_k": None,

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ttlearn.envs.base import Env
 from ttlearn.registry import Registry
-from ttlearn.types import Observation
+from ttlearn.types import UNPARSEABLE, Observation
 
 PLAYERS: Registry[type["Player"]] = Registry(
     "scripted player",
@@ -33,12 +33,14 @@ PLAYERS: Registry[type["Player"]] = Registry(
 
 @dataclass(frozen=True)
 class Decision:
-    """`action` is what to play; when `valid` is False it names nothing playable and `raw` holds the reply."""
+    """`action` is what to play; when `valid` is False it names nothing playable, `raw` holds the reply and `cause`
+    says why (`types.UNPARSEABLE`, or `OVERFLOW` when the prompt did not fit)."""
 
     action: str
     valid: bool = True
     raw: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    cause: str = UNPARSEABLE
 
 
 class Player(ABC):

@@ -8,41 +8,49 @@ score, reason then act in one reply of up to that many tokens; with `retries=0` 
 step with the environment's penalty, as in LaMer.
 
 A real simulator may list thousands of actions, or only some of those it accepts (`Env.partial_actions`): the player
-then shows a shortlist of `max_options` (the actions most like the observation, `shortlist`), and where the
-environment's list is partial it also takes a command that is not listed (the environment's `parse_action` reads it,
-`step` judges it). A prompt that still does not fit the model's context is an invalid step with the reason as its
-reply, never the end of the run.
+then shows a shortlist of `max_options` (those the environment ranks first, `Env.action_tier`, then those most like
+the observation: `shortlist`). A choice-scoring player picks among the shortlist only; where the environment's list is
+partial a text-writing player also takes a command that is not listed (the environment's `parse_action` reads it,
+`step` judges it, and may reject it: an invalid step with the simulator's reason). A prompt that still does not fit
+the model's context is an invalid step with the reason as its reply, never the end of the run.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ttlearn.envs.base import Env, words
 from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.base import Decision, Player
-from ttlearn.types import Observation
+from ttlearn.types import NO_REPLY, OVERFLOW, Observation
 
 
 MAX_OPTIONS = 64
-"""The most actions one prompt lists: more than every built-in game offers (Minesweeper 36, household rooms rarely over
-40), so shortlisting changes nothing there; a real simulator's thousands are cut to the most relevant."""
+"""The most actions one prompt lists, unless the run says otherwise (`--max-options`): more than every built-in game
+offers (Minesweeper 36, household rooms rarely over 40), so shortlisting changes nothing there; a real simulator's
+hundreds are cut to the ones its environment ranks first (`Env.action_tier`), then the ones most like the
+observation."""
 
 
-def shortlist(actions: Sequence[str], context: str, k: int) -> list[str]:
-    """The `k` actions most like `context`: by the share of an action's words that occur in it (a "take apple" scores
-    1.0 against "an apple is here", a "go north" 0.0). Ties keep the order of `actions`, so a shuffled list breaks
-    them at random."""
-    if len(actions) <= k:
-        return list(actions)
+def shortlist(
+    actions: Sequence[str], context: str, k: int, tier: Callable[[str], int | None] = lambda action: 1
+) -> list[str]:
+    """The `k` actions to show: those `tier` does not hide (None), the lower tiers first and, within a tier, by the
+    share of an action's words that occur in `context` (a "take apple" scores 1.0 against "an apple is here", a "go
+    north" 0.0). Ties keep the order of `actions`, so a shuffled list breaks them at random. When every shown
+    action fits, they keep the order of `actions`."""
+    tiers = {action: tier(action) for action in actions}
+    shown = [action for action in actions if tiers[action] is not None]
+    if len(shown) <= k:
+        return shown
     seen = set(words(context))
 
-    def likeness(action: str) -> float:
+    def rank(action: str) -> tuple[int, float]:
         named = words(action)
-        return sum(w in seen for w in named) / len(named) if named else 0.0
+        return tiers[action], -(sum(w in seen for w in named) / len(named) if named else 0.0)
 
-    return sorted(actions, key=lambda action: -likeness(action))[:k]
+    return sorted(shown, key=rank)[:k]
 
 
 REASON_THEN_ACT = "First think briefly about the situation, then give your action as <action>...</action>."
@@ -99,6 +107,8 @@ class LLMPlayer(Player):
     ) -> None:
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
+        if max_options < 1:
+            raise ValueError(f"max_options must be >= 1, got {max_options}")
         if free_text_tokens is not None and free_text_tokens < 1:
             raise ValueError(f"free_text_tokens must be >= 1, got {free_text_tokens}")
         self.llm, self.temperature, self.retries, self.max_options = llm, temperature, retries, max_options
@@ -107,7 +117,7 @@ class LLMPlayer(Player):
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
         options = list(obs.legal_actions)
         random.Random(seed).shuffle(options)
-        options = shortlist(options, obs.text, self.max_options)
+        options = shortlist(options, obs.text, self.max_options, env.action_tier)
         all_listed = len(options) == len(obs.legal_actions) and not env.partial_actions
         reasoning = self.free_text_tokens is not None
         messages = build_messages(
@@ -116,7 +126,7 @@ class LLMPlayer(Player):
         try:
             return self._decide(env, obs, messages, options, seed)
         except ContextOverflow as exc:
-            return Decision("", False, f"[no reply: {exc}]", {"error": str(exc)})
+            return Decision("", False, f"{NO_REPLY}{exc}]", {"error": str(exc)}, OVERFLOW)
 
     def _decide(self, env: Env, obs: Observation, messages: list[Message], options: list[str], seed: int) -> Decision:
         if options and self.llm.supports_choices and self.free_text_tokens is None:

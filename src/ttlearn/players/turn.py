@@ -8,6 +8,7 @@ from typing import Any
 from ttlearn.envs.base import Env
 from ttlearn.players.base import Decision, Player
 from ttlearn.seeding import derive_seed
+from ttlearn.types import UNPARSEABLE
 
 
 class TurnPlayer(Player):
@@ -44,9 +45,11 @@ class TurnPlayer(Player):
             view = view_env.step(", ".join(d.action for d in chosen)).observation
             if view_env.success():
                 break
+        invalid = [d for d in chosen if not d.valid]
         return Decision(
             ", ".join(d.action for d in chosen),
-            all(d.valid for d in chosen),
+            not invalid,
             " | ".join(d.raw for d in chosen if d.raw),
             {"decisions": len(chosen)},
+            cause=invalid[0].cause if invalid else UNPARSEABLE,
         )

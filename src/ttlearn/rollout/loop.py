@@ -3,8 +3,8 @@
 An episode is played from an observation until the environment says it is done. Each decision sees the memory's
 context for the current situation; a decision that names no action goes to the environment's `invalid_step` (the
 turn passes with a penalty), or, for games where a move is compulsory, is replaced by a seeded random legal move —
-counted invalid either way. A trial is N such episodes at one instance, `restart()`ed between them, the memory
-observing each attempt before the next.
+counted invalid either way, as is a command the simulator rejects (`StepResult.rejected`). A trial is N such
+episodes at one instance, `restart()`ed between them, the memory observing each attempt before the next.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from ttlearn.envs.base import Env
 from ttlearn.memory.base import Memory
 from ttlearn.players.base import Decision, Player
 from ttlearn.seeding import derive_seed
-from ttlearn.types import Episode, Observation, Step, StepResult
+from ttlearn.types import REJECTED, Episode, Observation, Step, StepResult
 
 Mark = Callable[[str, int, int], None]
 """Told ("act", attempt, step) before each decision and ("reflect", attempt, 0) before each memory write, so a
@@ -36,6 +36,16 @@ def apply_decision(env: Env, obs: Observation, decision: Decision, seed: int) ->
         raise ValueError(f"environment {env.name!r} has free-text actions but no invalid_step to answer a bad reply")
     fallback = random.Random(derive_seed(seed, "fallback")).choice(list(obs.legal_actions))
     return fallback, env.step(fallback)
+
+
+def played_step(obs: Observation, decision: Decision, action: str, result: StepResult) -> Step:
+    """The record of one decision: invalid when the player named no action (its cause) or when the simulator
+    rejected the command (its reason under info "rejected")."""
+    if decision.valid and result.rejected is not None:
+        info = {**result.info, "rejected": result.rejected}
+        return Step(obs.text, action, result.reward, False, decision.raw, info, REJECTED)
+    cause = "" if decision.valid else decision.cause
+    return Step(obs.text, action, result.reward, decision.valid, decision.raw, dict(result.info), cause)
 
 
 def play_episode(
@@ -68,7 +78,7 @@ def play_episode(
         decision_seed = act_seed(len(steps))
         decision = player.act(env, obs, shown, seed=decision_seed)
         action, result = apply_decision(env, obs, decision, decision_seed)
-        steps.append(Step(obs.text, action, result.reward, decision.valid, decision.raw, dict(result.info)))
+        steps.append(played_step(obs, decision, action, result))
         if on_step is not None:
             on_step(steps[-1], shown)
         obs, done = result.observation, result.done

@@ -28,7 +28,6 @@ import copy
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -237,7 +236,7 @@ def play_game(parts: Parts, run_seed: int, index: int) -> Unit:
     def record(step: Step, shown: str) -> None:
         nonlocal steps
         steps += 1
-        parts.events.append({"type": "step", "step": steps, "memory": shown, **asdict(step)})
+        parts.events.append({"type": "step", "step": steps, "memory": shown, **step.to_json()})
 
     episode = play_sequence_game(parts.env, parts.player, parts.memory.context, run_seed, index, record)
     parts.memory.observe(episode)

@@ -28,7 +28,7 @@ from ttlearn.eval.rating import (
     win_matrix,
 )
 from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir
-from ttlearn.types import Episode
+from ttlearn.types import Episode, count_causes
 
 ELO_SCALE, ELO_ANCHOR = 400.0, 1000.0
 N_BOOT, BOOT_SEED = 1000, 0
@@ -247,7 +247,8 @@ def success_section(runs: Sequence[RecordedRun]) -> dict[str, list[float]]:
 
 
 def costs_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
-    """Per method: invalid-action rate (invalid steps / steps), success rate, tokens, LLM calls, LLM and wall time."""
+    """Per method: invalid-action rate (invalid steps / steps) and its causes, success rate, tokens, LLM calls, LLM
+    and wall time."""
     by_method: dict[str, list[Episode]] = defaultdict(list)
     for r in runs:
         by_method[r.method].extend(r.episodes)
@@ -262,6 +263,7 @@ def costs_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
                 "games": len(episodes),
                 "steps": steps,
                 "invalid_rate": _round(sum(e.invalid_actions for e in episodes) / steps) if steps else None,
+                "invalid_causes": count_causes(s for e in episodes for s in e.steps),
                 "success_rate": _round(sum(map(bool, flags)) / len(flags)) if flags and None not in flags else None,
                 "tokens": tokens,
                 "tokens_per_game": _round(tokens / len(episodes)) if episodes else None,
