@@ -115,6 +115,7 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
     """The control arm never depends on the memory arm, so the driver plays it at the same time on parts of its own
     (the in-process model opens a second context for it). The records, calls included, are those of playing it after
     the memory arm, wall times aside."""
+    from ttlearn.rollout.parts import LLMPool
     from ttlearn.rollout.run import play, prepare
     from ttlearn.runs import TrialConfig
 
@@ -123,15 +124,20 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
         env_options={"dataset": "mini"},
         memory="history",
         player="qwen-coder",
-        tasks=3,
+        tasks=2,
         attempts=1,
         carry_memory=True,
         control=True,
     )
-    records = {}
+    records, contexts = {}, {}
     for beside in (False, True):
-        out = tmp_path / f"beside-{beside}"
-        play(prepare(out, config), control_beside=beside)
+        out, pool = tmp_path / f"beside-{beside}", LLMPool()
+        try:
+            play(prepare(out, config), control_beside=beside, pool=pool)
+            contexts[beside] = len(pool.get("qwen-coder")._slots)
+        finally:
+            pool.close()
         records[beside] = read_tasks(out)
-    assert [len(r["calls"]) for r in records[True]] == [2, 2, 2]  # one memory-arm and one control reply per task
+    assert contexts == {False: 1, True: 2}  # beside: both arms were in flight together
+    assert [len(r["calls"]) for r in records[True]] == [2, 2]  # one memory-arm and one control reply per task
     assert without_times(records[True]) == without_times(records[False])
