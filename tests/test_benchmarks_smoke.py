@@ -24,6 +24,12 @@ SMOKE = {
         True,
         "ratio",
     ),
+    "decode_throughput.py": (
+        ["--llm", "smollm2", "--sizes", "1", "2", "--tokens", "4", "--repeats", "1"],
+        ["llama_cpp"],
+        True,
+        "ratio",
+    ),
     "gigpo_anchors.py": (["--instances", "2", "--group", "2", "--attempts", "2"], [], False, "anchor recurs"),
     "grpo_step.py": (
         ["--group", "2", "--games", "2", "--rounds", "2", "--max-completion-length", "8", "--repeats", "1"],
