@@ -111,7 +111,7 @@ def without_times(value):
     return value
 
 
-def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_after_it(tmp_path):
+def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_after_it(tmp_path, monkeypatch):
     """The control arm never depends on the memory arm, so the driver plays it at the same time on parts of its own
     (the in-process model opens a second context for it). The records, calls included, are those of playing it after
     the memory arm, wall times aside."""
@@ -119,6 +119,7 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
     from ttlearn.rollout.run import play, prepare
     from ttlearn.runs import TrialConfig
 
+    monkeypatch.setenv("TTLEARN_THREADS", "2")  # two threads: two contexts side by side, whatever the machine's load
     config = TrialConfig(
         env="sql",
         env_options={"dataset": "mini"},
@@ -141,3 +142,27 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
     assert contexts == {False: 1, True: 2}  # beside: both arms were in flight together
     assert [len(r["calls"]) for r in records[True]] == [2, 2]  # one memory-arm and one control reply per task
     assert without_times(records[True]) == without_times(records[False])
+
+
+def test_independent_games_are_played_side_by_side_by_themselves_with_the_records_of_one_at_a_time(
+    tmp_path, monkeypatch
+):
+    """Memory none: with no --concurrency the driver keeps as many games in flight as the embedded model has
+    threads (a context each), and writes the records a one-at-a-time run writes."""
+    from ttlearn.rollout.parts import LLMPool
+    from ttlearn.rollout.run import play, prepare
+    from ttlearn.runs import RunConfig
+
+    monkeypatch.setenv("TTLEARN_THREADS", "2")
+    config = RunConfig(env="rps", env_options={"opponent": "cycle3", "rounds": 2}, memory="none", player="smollm2", games=2)
+    records, contexts = {}, {}
+    for concurrency in (1, None):
+        out, pool = tmp_path / f"c{concurrency}", LLMPool()
+        try:
+            play(prepare(out, config), concurrency=concurrency, pool=pool)
+            contexts[concurrency] = len(pool.get("smollm2")._slots)
+        finally:
+            pool.close()
+        records[concurrency] = without_times([e.to_json() for e in Run.open(out).episodes])
+    assert contexts == {1: 1, None: 2}
+    assert records[None] == records[1]

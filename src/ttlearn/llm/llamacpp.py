@@ -288,6 +288,8 @@ class LlamaCpp(LLM):
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
         self.max_slots = max_slots
+        self.side_by_side = min(self.threads, max_slots)
+        """A context per thread: more calls side by side than threads would only take turns on the cores."""
         self._slots = [Slot(self.model)]
         self._free = list(self._slots)
         self._turns = threading.Condition()

@@ -48,6 +48,7 @@ from ttlearn.rollout.parts import (
     Parts,
     build_parts,
     default_memory_options,
+    side_by_side,
     resolve_moves_per_turn,
     validate_parts,
 )
@@ -87,6 +88,13 @@ def player_learns(cfg: Config) -> bool:
 def games_are_independent(cfg: RunConfig) -> bool:
     """True when no game can influence another: nothing carries over in the memory or the player."""
     return not MEMORIES.get(cfg.memory).carries_over and not player_learns(cfg)
+
+
+def units_are_independent(config: Config) -> bool:
+    """True when the units of a run may be in flight together (what `validate` allows for `concurrency` > 1)."""
+    if isinstance(config, RunConfig):
+        return games_are_independent(config)
+    return not config.carries_memory and not MEMORIES.get(config.memory).keeps_files
 
 
 def _check_instances(env: Env, wanted: int, what: str) -> None:
@@ -163,18 +171,25 @@ def play(
     progress: Progress | None = None,
     *,
     llm_factory: Callable[[str], LLM] = make_llm,
-    concurrency: int = 1,
+    concurrency: int | None = None,
     replay: ReplayBook | None = None,
     pool: LLMPool | None = None,
     control_beside: bool = True,
 ) -> dict[str, Any]:
     """Play the units still missing from `run` (from `prepare`) and write its summary, which it returns.
-    `replay`: answer every LLM call from a recording instead of a model; `pool`: back ends already loaded, shared
-    with other runs in flight (by default the run loads its own and closes them); `control_beside=False`: play a
-    trial's control arm after its memory arm on the same parts, as before (the records are the same either way)."""
+    `concurrency`: units in flight; None: where the units are independent, as many as the back ends answer side by
+    side with unchanged replies (`side_by_side`: the embedded model, a context per idle core), else 1. A trial's
+    control arm is played beside its memory arm on such back ends too (`control_beside=False`: after it, on the same
+    parts, as before). Records are the same either way. `replay`: answer every LLM call from a recording instead of
+    a model; `pool`: back ends already loaded, shared with other runs in flight (by default the run loads its own and
+    closes them)."""
     start = time.perf_counter()
     if not run.finished:
         shared = pool or LLMPool(llm_factory, replay)
+        together = side_by_side(run.config, shared)
+        if concurrency is None:
+            concurrency = together if units_are_independent(run.config) else 1
+        control_beside = control_beside and together > 1
         built: list[Parts] = []  # every Parts made, so that whatever happens their environments are closed
 
         def build(parts_config: Config) -> Parts:
@@ -205,7 +220,7 @@ def play(
 
 def play_run(out: Path, config: Config | None = None, progress: Progress | None = None, **options: Any) -> dict:
     """`prepare` then `play` (`options`: those of `play`); returns the summary."""
-    return play(prepare(out, config, options.get("concurrency", 1)), progress, **options)
+    return play(prepare(out, config, options.get("concurrency") or 1), progress, **options)
 
 
 # ---- a session's unit: one game --------------------------------------------------------------------------------
