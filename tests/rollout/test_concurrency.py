@@ -13,7 +13,7 @@ from ttlearn.cli import app
 from ttlearn.llm import LLMError
 from ttlearn.llm.local_server import llama_server
 from ttlearn.llm.models import model_path
-from ttlearn.runs import Run, read_tasks
+from ttlearn.runs import Run, parse_config, read_tasks, without_times
 
 pytestmark = pytest.mark.model
 
@@ -99,46 +99,41 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
             pass
 
 
-TIMES = {"wall_s", "llm_s", "latency_s"}
+def play_counting_contexts(out, config, **options) -> int:
+    """Play `config` into `out` on a fresh pool; returns how many llama.cpp contexts its player's model opened."""
+    from ttlearn.rollout.parts import LLMPool
+    from ttlearn.rollout.run import play, prepare
 
-
-def without_times(value):
-    """A record with its wall-clock measurements dropped: what must match between two runs of the same work."""
-    if isinstance(value, dict):
-        return {k: without_times(v) for k, v in value.items() if k not in TIMES}
-    if isinstance(value, list):
-        return [without_times(v) for v in value]
-    return value
+    pool = LLMPool()
+    try:
+        play(prepare(out, config), pool=pool, **options)
+        return len(pool.get(config.player)._slots)
+    finally:
+        pool.close()
 
 
 def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_after_it(tmp_path, monkeypatch):
     """The control arm never depends on the memory arm, so the driver plays it at the same time on parts of its own
     (the in-process model opens a second context for it). The records, calls included, are those of playing it after
     the memory arm, wall times aside."""
-    from ttlearn.rollout.parts import LLMPool
-    from ttlearn.rollout.run import play, prepare
-    from ttlearn.runs import TrialConfig
-
     monkeypatch.setenv("TTLEARN_THREADS", "2")  # two threads: two contexts side by side, whatever the machine's load
-    config = TrialConfig(
-        env="sql",
-        env_options={"dataset": "mini"},
-        memory="history",
-        player="qwen-coder",
-        tasks=2,
-        attempts=1,
-        carry_memory=True,
-        control=True,
+    config = parse_config(
+        {
+            "env": "sql",
+            "env_options": {"dataset": "mini"},
+            "memory": "history",
+            "player": "qwen-coder",
+            "tasks": 2,
+            "attempts": 1,
+            "carry_memory": True,
+            "control": True,
+        }
     )
-    records, contexts = {}, {}
-    for beside in (False, True):
-        out, pool = tmp_path / f"beside-{beside}", LLMPool()
-        try:
-            play(prepare(out, config), control_beside=beside, pool=pool)
-            contexts[beside] = len(pool.get("qwen-coder")._slots)
-        finally:
-            pool.close()
-        records[beside] = read_tasks(out)
+    contexts = {
+        beside: play_counting_contexts(tmp_path / f"{beside}", config, control_beside=beside)
+        for beside in (False, True)
+    }
+    records = {beside: read_tasks(tmp_path / f"{beside}") for beside in (False, True)}
     assert contexts == {False: 1, True: 2}  # beside: both arms were in flight together
     assert [len(r["calls"]) for r in records[True]] == [2, 2]  # one memory-arm and one control reply per task
     assert without_times(records[True]) == without_times(records[False])
@@ -149,20 +144,17 @@ def test_independent_games_are_played_side_by_side_by_themselves_with_the_record
 ):
     """Memory none: with no --concurrency the driver keeps as many games in flight as the embedded model has
     threads (a context each), and writes the records a one-at-a-time run writes."""
-    from ttlearn.rollout.parts import LLMPool
-    from ttlearn.rollout.run import play, prepare
-    from ttlearn.runs import RunConfig
-
     monkeypatch.setenv("TTLEARN_THREADS", "2")
-    config = RunConfig(env="rps", env_options={"opponent": "cycle3", "rounds": 2}, memory="none", player="smollm2", games=2)
-    records, contexts = {}, {}
-    for concurrency in (1, None):
-        out, pool = tmp_path / f"c{concurrency}", LLMPool()
-        try:
-            play(prepare(out, config), concurrency=concurrency, pool=pool)
-            contexts[concurrency] = len(pool.get("smollm2")._slots)
-        finally:
-            pool.close()
-        records[concurrency] = without_times([e.to_json() for e in Run.open(out).episodes])
+    config = parse_config(
+        {
+            "env": "rps",
+            "env_options": {"opponent": "cycle3", "rounds": 2},
+            "memory": "none",
+            "player": "smollm2",
+            "games": 2,
+        }
+    )
+    contexts = {n: play_counting_contexts(tmp_path / f"c{n}", config, concurrency=n) for n in (1, None)}
+    records = {n: without_times([e.to_json() for e in Run.open(tmp_path / f"c{n}").episodes]) for n in (1, None)}
     assert contexts == {1: 1, None: 2}
     assert records[None] == records[1]

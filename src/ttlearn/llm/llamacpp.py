@@ -42,9 +42,9 @@ import numpy as np
 from ttlearn.llm.base import (
     CHOICE_METHODS,
     END_PIECES,
-    ContextOverflow,
     LLM,
     LLMS,
+    ContextOverflow,
     LLMError,
     Message,
     cache_root,
@@ -236,8 +236,8 @@ class Slot:
 
 
 DEFAULT_SLOTS = 4
-"""Contexts one model keeps at most for calls in flight together (each holds its own KV cache and buffers: +90 MB resident
-for the 0.5B coder at n_ctx 4096, measured); a call beyond them waits for a free one."""
+"""Contexts one model keeps at most for calls in flight together (each holds its own KV cache and buffers: +90 MB
+resident for the 0.5B coder at n_ctx 4096, measured); a call beyond them waits for a free one."""
 
 
 class LlamaCpp(LLM):
@@ -340,9 +340,9 @@ class LlamaCpp(LLM):
             return self._tokens(choice, first=False) + [self.model.token_eos()]
         return self._tokens(plain_answer(choice), first=False)
 
-    # ---- scoring on one slot -------------------------------------------------------------------------------
+    # ---- scoring ----------------------------------------------------------------------------------------------
     def score_paths(
-        self, slot: Slot, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None = None
+        self, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None = None
     ) -> list[float]:
         """log P(path | prompt) = Σ_i log p(path_i | prompt, path_<i) for each token path; with `end_mask`, plus
         log P(next token ∈ end_mask | prompt, path).
@@ -351,6 +351,13 @@ class LlamaCpp(LLM):
         further once its prefix is PRUNE_NATS below the best complete path: a prefix's log-probability bounds every
         extension, so the prefix's value stands in, and no choice's probability moves by more than e^-PRUNE_NATS
         of the best one's per form."""
+        with self._slot_for(prompt) as slot:
+            return self._walk_paths(slot, prompt, paths, end_mask)
+
+    def _walk_paths(
+        self, slot: Slot, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None
+    ) -> list[float]:
+        """`score_paths` on one slot."""
         first = slot.eval_prompt(prompt)
         base = slot.llama.n_tokens
         scores = [0.0] * len(paths)
@@ -382,9 +389,9 @@ class LlamaCpp(LLM):
         slot.llama.n_tokens = base
         return scores
 
-    def score_choices(self, slot: Slot, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
+    def score_choices(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
         """log P(choice + end | prompt) for each choice, the choice written exactly as listed."""
-        return dict(zip(choices, self.score_paths(slot, prompt, [self._answer_tokens(c) for c in choices])))
+        return dict(zip(choices, self.score_paths(prompt, [self._answer_tokens(c) for c in choices])))
 
     def end_mask(self) -> np.ndarray:
         """The tokens that end a written choice: the end-of-generation tokens and those that spell an END_PIECE."""
@@ -400,20 +407,18 @@ class LlamaCpp(LLM):
             self._end_mask = mask
         return self._end_mask
 
-    def score_forms(self, slot: Slot, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
+    def score_forms(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
         """log Σ_forms P(form + end | prompt) per choice, over its `surface_forms` (logsumexp of the form scores)."""
         owner_of_path: dict[tuple[int, ...], str] = {}
         for form, choice in surface_forms(choices).items():
             owner_of_path.setdefault(tuple(self._tokens(form, first=False)), choice)
         paths = list(owner_of_path)
         by_choice: dict[str, list[float]] = defaultdict(list)
-        for path, score in zip(paths, self.score_paths(slot, prompt, paths, self.end_mask())):
+        for path, score in zip(paths, self.score_paths(prompt, paths, self.end_mask())):
             by_choice[owner_of_path[path]].append(score)
         return {choice: float(np.logaddexp.reduce(by_choice[choice])) for choice in choices}
 
-    def write_choice(
-        self, slot: Slot, prompt: list[int], choices: Sequence[str], temperature: float, seed: int
-    ) -> Completion:
+    def write_choice(self, prompt: list[int], choices: Sequence[str], temperature: float, seed: int) -> Completion:
         """Let the model write one of the choices' surface forms under a grammar (unfiltered sampling at T > 0)."""
         from llama_cpp import LlamaGrammar
 
@@ -421,18 +426,19 @@ class LlamaCpp(LLM):
         with native_stderr_silenced():
             grammar = LlamaGrammar.from_string(choice_grammar(list(forms)), verbose=False)
         longest = max(len(self._tokens(form, first=False)) for form in forms)
-        slot.reuse_exactly(prompt)
-        out: dict[str, Any] = slot.llama.create_completion(
-            prompt,
-            max_tokens=longest + 2,
-            temperature=temperature,
-            seed=seed,
-            grammar=grammar,
-            top_k=0,
-            top_p=1.0,
-            min_p=0.0,
-            repeat_penalty=1.0,
-        )
+        with self._slot_for(prompt) as slot:
+            slot.reuse_exactly(prompt)
+            out: dict[str, Any] = slot.llama.create_completion(
+                prompt,
+                max_tokens=longest + 2,
+                temperature=temperature,
+                seed=seed,
+                grammar=grammar,
+                top_k=0,
+                top_p=1.0,
+                min_p=0.0,
+                repeat_penalty=1.0,
+            )
         text = out["choices"][0]["text"]
         return Completion(written_choice(text, forms) or text, len(prompt), int(out["usage"]["completion_tokens"]))
 
@@ -461,14 +467,11 @@ class LlamaCpp(LLM):
             if len(prompt) + longest > self.n_ctx:
                 raise ContextOverflow(self._overflow(len(prompt), longest), len(prompt))
         if choices and self.choice_method == "grammar":
-            with self._slot_for(prompt) as slot:
-                answer = self.write_choice(slot, prompt, choices, temperature, seed)
+            answer = self.write_choice(prompt, choices, temperature, seed)
             return replace(answer, latency_s=time.perf_counter() - start)
         if choices:
             score = self.score_forms if self.choice_method == "forms" else self.score_choices
-            with self._slot_for(prompt) as slot:
-                scores = score(slot, prompt, choices)
-            return choice_completion(scores, temperature, seed, len(prompt), start)
+            return choice_completion(score(prompt, choices), temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.n_ctx:
             raise ContextOverflow(self._overflow(len(prompt), max_tokens), len(prompt))
         with self._slot_for(prompt) as slot:

@@ -16,18 +16,19 @@ A run's `kind` says what its unit is:
   the instances an uninterrupted one would.
 
 Every seed derives from (run seed, unit, step), so a resumed run plays exactly the units an uninterrupted one would
-have. Independent units (no memory carried, no learning player) may be played `concurrency` at a time; records are
-still written in unit order by `Run.finish`, the one writer. `prepare` checks a config once (`validate`: the configs
-check themselves, this adds what needs the registries) and opens its directory; `play` plays what is missing and
-writes the summary.
+have. Independent units (no memory carried, no learning player) may be played `concurrency` at a time — by default
+as many as the back ends answer side by side with unchanged replies — and a trial's control arm beside its memory
+arm; records are still written in unit order by `Run.finish`, the one writer, and are those of one at a time.
+`prepare` checks a config once (`validate`: the configs check themselves, this adds what needs the registries) and
+opens its directory; `play` plays what is missing and writes the summary.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,8 @@ from ttlearn.rollout.parts import (
     Parts,
     build_parts,
     default_memory_options,
-    side_by_side,
     resolve_moves_per_turn,
+    side_by_side,
     validate_parts,
 )
 from ttlearn.runs import Run, RunConfig, RunDir, TrialConfig, latest_state, parse_config
