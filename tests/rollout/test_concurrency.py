@@ -119,6 +119,7 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
     monkeypatch.setenv("TTLEARN_THREADS", "2")  # two threads: two contexts side by side, whatever the machine's load
     config = parse_config(
         {
+            "kind": "trials",
             "env": "sql",
             "env_options": {"dataset": "mini"},
             "memory": "history",
