@@ -6,7 +6,7 @@ is the same.
 
 Both play the README's config (Spider `split=test`, one database, memory `memrl`, `--control`, `--epochs 2`) from
 scratch into fresh directories, one after the other; the model is loaded before each clock starts. The records are
-compared with their wall times dropped (`without_times`). The memory arm is sequential (MemRL carries from question to
+compared with their wall times dropped (`without_times`), the memory state after every task included. The memory arm is sequential (MemRL carries from question to
 question), so what can overlap is the last epoch's control, and an idle machine's second core helps the memory arm.
 
     python benchmarks/first_run.py [--database concert_singer] [--tasks 43] [--epochs 2]
@@ -43,7 +43,10 @@ def timed(config: TrialConfig, out: Path, threads: str | None, beside: bool) -> 
         os.environ.pop("TTLEARN_THREADS", None)
         if saved is not None:
             os.environ["TTLEARN_THREADS"] = saved
-    return wall, without_times(read_tasks(out))
+    # a record names its memory state by a hash that covers the items' creation times: compare the states instead
+    records = [{key: value for key, value in r.items() if key != "memory_hash"} for r in read_tasks(out)]
+    states = [run.state_after(unit) for unit in range(1, run.done + 1)]
+    return wall, without_times([records, states])
 
 
 def main() -> None:
@@ -63,8 +66,9 @@ def main() -> None:
         control=True,
     )
     with tempfile.TemporaryDirectory() as folder:
-        before, old = timed(config, Path(folder) / "before", "1", beside=False)
-        today, new = timed(config, Path(folder) / "today", None, beside=True)
+        # one run name in two folders: MemRL's provenance (so its `memory_hash`) holds the run's name
+        before, old = timed(config, Path(folder) / "before" / "run", "1", beside=False)
+        today, new = timed(config, Path(folder) / "today" / "run", None, beside=True)
     units = f"{args.tasks * args.epochs} memory-arm tasks + {args.tasks} controls"
     print(f"{args.database} · {args.player} · {units}")
     print(f"before  {before:8.1f} s\ntoday   {today:8.1f} s   ratio today/before {today / before:.2f}")

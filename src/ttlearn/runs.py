@@ -653,8 +653,9 @@ NO_OPPONENT = "default"
 """The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
 
 
-TIMES = frozenset({"wall_s", "llm_s", "latency_s"})
-"""The wall-clock measurements a record holds: the only fields two runs of the same work may disagree on."""
+TIMES = frozenset({"wall_s", "llm_s", "latency_s", "created"})
+"""The wall-clock fields of records and memory states (durations, and a memory item's creation time): the only ones
+two runs of the same work may disagree on — and the content hashes of states that hold them (`memory_hash`)."""
 
 
 def without_times(value: Any) -> Any:

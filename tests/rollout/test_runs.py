@@ -328,6 +328,12 @@ def test_without_times_drops_every_wall_clock_field_and_nothing_else() -> None:
         "wall_s": 3.2,
         "calls": [{"wall_s": 1.0, "completion": {"text": "x", "latency_s": 0.9}}],
         "attempts": [{"info": {"llm_s": 0.5, "tokens": 7}}],
+        "memories": {"items": [{"created": 1796237000.68, "text": "SELECT 1"}]},
     }
-    kept = {"task": 1, "calls": [{"completion": {"text": "x"}}], "attempts": [{"info": {"tokens": 7}}]}
+    kept = {
+        "task": 1,
+        "calls": [{"completion": {"text": "x"}}],
+        "attempts": [{"info": {"tokens": 7}}],
+        "memories": {"items": [{"text": "SELECT 1"}]},
+    }
     assert without_times(record) == kept
