@@ -2,7 +2,7 @@
 
 Unrestricted reuse keeps every cached token a new prompt shares with the last one; the kept keys and values were
 computed in other batches than a fresh evaluation would use, so a greedy reply can depend on the calls before it.
-ttlearn keeps only whole aligned `n_batch` blocks of the previous prompt (`LlamaCpp._reuse_exactly`). This script
+ttlearn keeps only whole aligned `n_batch` blocks of the previous prompt (`Slot.reuse_exactly`). This script
 answers the same SQL prompts (one database's questions, ttlearn's own prompt) in two orders with each policy, and
 prints how many replies differ between the orders (exactness) and the wall time of each policy (ratio to the
 unrestricted baseline, measured in the same run).
@@ -16,19 +16,19 @@ import argparse
 import time
 
 from ttlearn.envs.sql import SQLEnv
-from ttlearn.llm.llamacpp import LlamaCpp
+from ttlearn.llm.llamacpp import LlamaCpp, Slot
 from ttlearn.llm.models import EMBEDDED, model_path
 from ttlearn.players.llm import build_messages
 
 
-def reuse_everything(self: LlamaCpp, tokens: list[int]) -> None:
+def reuse_everything(self: Slot, tokens: list[int]) -> None:
     """The policy before: keep the longest cached prefix, whatever batch computed it."""
     common = 0
-    for a, b in zip(self.model.input_ids[: self.model.n_tokens], tokens[:-1]):
+    for a, b in zip(self.llama.input_ids[: self.llama.n_tokens], tokens[:-1]):
         if a != b:
             break
         common += 1
-    self.model.n_tokens = common
+    self.llama.n_tokens = common
 
 
 def answer_all(llm: LlamaCpp, prompts: list[list[dict]], order: list[int]) -> tuple[dict[int, str], float]:
@@ -55,14 +55,14 @@ def main() -> None:
     tokens = [len(llm._tokens(llm.render(p), first=True)) for p in prompts]
     forward, backward = list(range(len(prompts))), list(reversed(range(len(prompts))))
     results = {}
-    exact = LlamaCpp._reuse_exactly
+    exact = Slot.reuse_exactly
     for policy in ("unrestricted", "whole blocks"):
-        LlamaCpp._reuse_exactly = reuse_everything if policy == "unrestricted" else exact
+        Slot.reuse_exactly = reuse_everything if policy == "unrestricted" else exact
         a, time_a = answer_all(llm, prompts, forward)
         b, time_b = answer_all(llm, prompts, backward)
         differ = sum(a[i] != b[i] for i in forward)
         results[policy] = (differ, time_a + time_b)
-    LlamaCpp._reuse_exactly = exact
+    Slot.reuse_exactly = exact
     base = results["unrestricted"][1]
     print(f"{args.llm} · n_batch {args.n_batch} · {len(prompts)} Spider prompts ({args.database}, "
           f"{min(tokens)}–{max(tokens)} tokens) answered in two orders, greedy")

@@ -24,6 +24,13 @@ SMOKE = {
         True,
         "ratio",
     ),
+    "decode_throughput.py": (
+        ["--llm", "smollm2", "--sizes", "1", "2", "--tokens", "4", "--repeats", "1"],
+        ["llama_cpp"],
+        True,
+        "ratio",
+    ),
+    "first_run.py": (["--tasks", "1", "--epochs", "1"], ["llama_cpp", "usearch"], True, "records identical"),
     "gigpo_anchors.py": (["--instances", "2", "--group", "2", "--attempts", "2"], [], False, "anchor recurs"),
     "grpo_step.py": (
         ["--group", "2", "--games", "2", "--rounds", "2", "--max-completion-length", "8", "--repeats", "1"],
@@ -71,7 +78,7 @@ def tiny_memopilot_run(folder: Path) -> None:
 
 
 PREPARE = {"memopilot_heldout.py": tiny_memopilot_run}
-SPIDER = {"llamacpp_prefix.py", "memory_ceiling.py", "similarity_calibration.py"}
+SPIDER = {"first_run.py", "llamacpp_prefix.py", "memory_ceiling.py", "similarity_calibration.py"}
 """Scripts that read Spider (`ttlearn data prepare sql`, built once per machine by the `spider_data` fixture)."""
 """Scripts that read a folder: what to put in it (the test's own tmp folder, `{tmp}` in the arguments)."""
 

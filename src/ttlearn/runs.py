@@ -721,6 +721,20 @@ NO_OPPONENT = "default"
 """The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
 
 
+TIMES = frozenset({"wall_s", "llm_s", "latency_s", "created"})
+"""The wall-clock fields of records and memory states (durations, and a memory item's creation time): the only ones
+two runs of the same work may disagree on — and the content hashes of states that hold them (`memory_hash`)."""
+
+
+def without_times(value: Any) -> Any:
+    """A record (or any JSON value) with its `TIMES` dropped at every depth: what two runs of the same work share."""
+    if isinstance(value, dict):
+        return {key: without_times(item) for key, item in value.items() if key not in TIMES}
+    if isinstance(value, list):
+        return [without_times(item) for item in value]
+    return value
+
+
 def read_tasks(out: Path, *, repair: bool = True) -> list[dict[str, Any]]:
     """The finished task records of a trial run directory (`read_durable`: a torn last line is dropped, and cut only
     when `repair`)."""

@@ -1,6 +1,6 @@
 """Episodes in flight give the results of a sequential run: against llama.cpp's server over HTTP (`--concurrency`
-through the CLI, a session and a trial run), and on one shared in-process llama.cpp back end (serialised by its
-lock). The server is llama-cpp-python's, started on loopback with the embedded SmolLM2."""
+through the CLI, a session and a trial run), and on one shared in-process llama.cpp back end (a context per call
+in flight). The server is llama-cpp-python's, started on loopback with the embedded SmolLM2."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ttlearn.cli import app
 from ttlearn.llm import LLMError
 from ttlearn.llm.local_server import llama_server
 from ttlearn.llm.models import model_path
-from ttlearn.runs import Run, read_tasks
+from ttlearn.runs import Run, parse_config, read_tasks, without_times
 
 pytestmark = pytest.mark.model
 
@@ -78,9 +78,9 @@ MOVES = ["rock", "paper", "scissors"]
 
 
 def test_threads_sharing_one_in_process_model_get_the_sequential_answers(smollm2):
-    """Four threads on one llama.cpp context: without the back end's lock they evaluate into the same KV cache at
-    once (llama.cpp aborts the process on a GGML_ASSERT); with it every call scores its choices exactly as the
-    sequential calls did, whatever the order in which the threads took turns."""
+    """Four threads on one in-process model: sharing one context they would evaluate into the same KV cache at once
+    (llama.cpp aborts the process on a GGML_ASSERT); each on a context of its own, every call scores its choices
+    exactly as the sequential calls did, whatever the order in which the threads ran."""
 
     def ask(messages: list[dict]) -> dict[str, float]:
         return smollm2.complete(messages, max_tokens=4, choices=MOVES).choice_logprobs
@@ -97,3 +97,65 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
     with pytest.raises(LLMError, match="did not start"):
         with llama_server(missing, "missing", tmp_path / "server.log"):
             pass
+
+
+def play_counting_contexts(out, config, **options) -> int:
+    """Play `config` into `out` on a fresh pool; returns how many llama.cpp contexts its player's model opened."""
+    from ttlearn.rollout.parts import LLMPool
+    from ttlearn.rollout.run import play, prepare
+
+    pool = LLMPool()
+    try:
+        play(prepare(out, config), pool=pool, **options)
+        return len(pool.get(config.player)._slots)
+    finally:
+        pool.close()
+
+
+def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_after_it(tmp_path, monkeypatch):
+    """The control arm never depends on the memory arm, so the driver plays it at the same time on parts of its own
+    (the in-process model opens a second context for it). The records, calls included, are those of playing it after
+    the memory arm, wall times aside."""
+    monkeypatch.setenv("TTLEARN_THREADS", "2")  # two threads: two contexts side by side, whatever the machine's load
+    config = parse_config(
+        {
+            "kind": "trials",
+            "env": "sql",
+            "env_options": {"dataset": "mini"},
+            "memory": "history",
+            "player": "qwen-coder",
+            "tasks": 2,
+            "attempts": 1,
+            "carry_memory": True,
+            "control": True,
+        }
+    )
+    contexts = {
+        beside: play_counting_contexts(tmp_path / f"{beside}", config, control_beside=beside)
+        for beside in (False, True)
+    }
+    records = {beside: read_tasks(tmp_path / f"{beside}") for beside in (False, True)}
+    assert contexts == {False: 1, True: 2}  # beside: both arms were in flight together
+    assert [len(r["calls"]) for r in records[True]] == [2, 2]  # one memory-arm and one control reply per task
+    assert without_times(records[True]) == without_times(records[False])
+
+
+def test_independent_games_are_played_side_by_side_by_themselves_with_the_records_of_one_at_a_time(
+    tmp_path, monkeypatch
+):
+    """Memory none: with no --concurrency the driver keeps as many games in flight as the embedded model has
+    threads (a context each), and writes the records a one-at-a-time run writes."""
+    monkeypatch.setenv("TTLEARN_THREADS", "2")
+    config = parse_config(
+        {
+            "env": "rps",
+            "env_options": {"opponent": "cycle3", "rounds": 2},
+            "memory": "none",
+            "player": "smollm2",
+            "games": 2,
+        }
+    )
+    contexts = {n: play_counting_contexts(tmp_path / f"c{n}", config, concurrency=n) for n in (1, None)}
+    records = {n: without_times([e.to_json() for e in Run.open(tmp_path / f"c{n}").episodes]) for n in (1, None)}
+    assert contexts == {1: 1, None: 2}
+    assert records[None] == records[1]

@@ -318,3 +318,22 @@ def test_every_command_reads_either_kind_of_run(tmp_path, kind):
     assert f"after {unit} 3" in ok("memory", "diff", out, "--from", "1", "--to", "3")
     ok("memory", "fork", out, "--game", "2", "--out", str(tmp_path / "fork"))
     assert Run.open(out).snapshot(2)["state"] == RunDir(tmp_path / "fork").latest_state()
+
+
+def test_without_times_drops_every_wall_clock_field_and_nothing_else() -> None:
+    from ttlearn.runs import without_times
+
+    record = {
+        "task": 1,
+        "wall_s": 3.2,
+        "calls": [{"wall_s": 1.0, "completion": {"text": "x", "latency_s": 0.9}}],
+        "attempts": [{"info": {"llm_s": 0.5, "tokens": 7}}],
+        "memories": {"items": [{"created": 1796237000.68, "text": "SELECT 1"}]},
+    }
+    kept = {
+        "task": 1,
+        "calls": [{"completion": {"text": "x"}}],
+        "attempts": [{"info": {"tokens": 7}}],
+        "memories": {"items": [{"text": "SELECT 1"}]},
+    }
+    assert without_times(record) == kept

@@ -38,11 +38,16 @@ STORE_HELP = "The run's memory store file (-m store=) when it lies outside the r
 
 
 def play_with_progress(
-    out: Path, config: Config | None, concurrency: int = 1, replay: ReplayBook | None = None, how: str | None = None
+    out: Path,
+    config: Config | None,
+    concurrency: int | None = None,
+    replay: ReplayBook | None = None,
+    how: str | None = None,
 ) -> Run:
-    """Create (or resume) the run at `out`, play its missing units with a progress bar, then print its summary;
-    `how` ("resumed", "replayed"): warn first when the environment cannot reproduce such a run exactly."""
-    run = prepare(out, config, concurrency)
+    """Create (or resume) the run at `out`, play its missing units with a progress bar, then print its summary.
+    `concurrency` None: as `play` decides (independent units side by side on the embedded model); `how` ("resumed",
+    "replayed"): warn first when the environment cannot reproduce such a run exactly."""
+    run = prepare(out, config, concurrency or 1)
     if how:
         warn_inexact(run.config.env, how)
     title = f"{run.config.env} · {run.config.memory}"
@@ -152,8 +157,11 @@ def run(
         "first, then those most like the observation. A choice-scoring player picks among these only.",
     ),
     seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
-    concurrency: int = typer.Option(
-        1, min=1, help="Episodes in flight sharing one back end (independent games, or trial tasks); same results."
+    concurrency: Optional[int] = typer.Option(
+        None,
+        min=1,
+        help="Episodes in flight sharing one back end (independent games, or trial tasks); same results. Default: "
+        "as many as the embedded model runs side by side (one per idle core) where the units are independent, else 1.",
     ),
     out: Optional[Path] = typer.Option(None, help="Run directory (default runs/ENV-MEMORY-TIME)."),
 ) -> None:
@@ -191,7 +199,7 @@ def run(
 
 def resume(
     run_dir: Path = typer.Argument(..., help="A run directory left by an interrupted `ttlearn run`."),
-    concurrency: int = typer.Option(1, min=1, help="Episodes in flight, as for `run`."),
+    concurrency: Optional[int] = typer.Option(None, min=1, help="Episodes in flight, as for `run`."),
     memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="Only key=KEY: the memory service's key."),
     trust_url: list[str] = typer.Option([], help=TRUST_HELP),
     trust_store: list[str] = typer.Option([], help=STORE_HELP),

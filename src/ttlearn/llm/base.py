@@ -56,6 +56,10 @@ class LLM(ABC):
     spec: str = "?"
     supports_choices: bool = False
     """True when `complete(..., choices=...)` returns one of the choices, scored or constrained by the back end."""
+    side_by_side: int = 1
+    """How many calls this back end answers at once with each reply exactly the one it gives alone (no batching
+    across requests, no shared cache): the driver plays that many independent units together by itself. 1 where it
+    cannot promise it: a server's batching is its own (`--concurrency` asks for episodes in flight there)."""
 
     @abstractmethod
     def complete(

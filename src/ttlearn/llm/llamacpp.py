@@ -16,6 +16,10 @@ reply depend on the calls before it (4 of 43 Spider replies differed between two
 reused only in whole aligned batches — the leading `n_batch`-token blocks of the previous *prompt*, which a fresh
 evaluation of this prompt would compute identically — and the rest is evaluated from there, in the same blocks a
 fresh evaluation uses. `benchmarks/llamacpp_prefix.py` measures what this costs against unrestricted reuse.
+
+Calls in flight together (episodes in flight, a control arm beside the memory arm) each take a context of their own
+on the one loaded model (`Slot`), since a reply depends neither on the slot's earlier contents (the rule above) nor on
+the thread count; `benchmarks/decode_throughput.py` measures what running them side by side gains.
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ import numpy as np
 from ttlearn.llm.base import (
     CHOICE_METHODS,
     END_PIECES,
-    ContextOverflow,
     LLM,
     LLMS,
+    ContextOverflow,
     LLMError,
     Message,
     cache_root,
@@ -64,12 +68,56 @@ DEFAULT_N_CTX = 4096
 PRUNE_NATS = 12.0
 
 
+IDLE_SHARE = 0.75
+"""A thread is given a core only when that much of it is idle: llama.cpp's threads meet at a barrier after every
+layer, so one thread that shares its core with another process holds all of them up (two threads on a loaded
+2-core machine fell to ~2 tok/s)."""
+
+
+def threads_for(cpus: int, busy_cpus: float) -> int:
+    """Threads for llama.cpp on `cpus` CPUs of which `busy_cpus` (in CPUs) are busy with other work: one per core
+    that is at least `IDLE_SHARE` idle, at least one; on machines with more than two CPUs at most half of them
+    (hyperthread siblings share a core's arithmetic units) and at most 8."""
+    ceiling = cpus if cpus <= 2 else min(8, cpus // 2)
+    return max(1, min(ceiling, math.floor(cpus - busy_cpus + 1 - IDLE_SHARE)))
+
+
+def busy_between(before: dict[str, list[int]], after: dict[str, list[int]]) -> float:
+    """CPUs busy between two readings of /proc/stat's per-CPU lines ({"cpu0": [user, nice, system, idle, iowait,
+    irq, softirq, steal, …]}): Σ over the CPUs of 1 − Δ(idle + iowait) / Δ(all eight counters)."""
+    busy = 0.0
+    for cpu, now in after.items():
+        delta = [b - a for a, b in zip(before[cpu][:8], now[:8])]
+        total = sum(delta)
+        if total > 0:
+            busy += 1 - (delta[3] + delta[4]) / total
+    return busy
+
+
+def _cpu_times(cpus: set[int]) -> dict[str, list[int]]:
+    lines = Path("/proc/stat").read_text().splitlines()
+    fields = (line.split() for line in lines if line.startswith("cpu") and not line.startswith("cpu "))
+    return {f[0]: [int(x) for x in f[1:]] for f in fields if int(f[0][3:]) in cpus}
+
+
+def busy_cpus(cpus: set[int], window_s: float = 0.3) -> float:
+    """How many of `cpus` other work keeps busy now: /proc/stat over `window_s`, else the 1-minute load average."""
+    try:
+        before = _cpu_times(cpus)
+        time.sleep(window_s)
+        return busy_between(before, _cpu_times(cpus))
+    except (OSError, ValueError, KeyError):
+        return os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+
+
 def default_threads() -> int:
-    """One thread on small machines: two OpenMP threads collapse to ~2 tok/s when anything else is running."""
+    """`TTLEARN_THREADS` when set, else `threads_for` the CPUs this process may use and what keeps them busy now: an
+    idle 2-core machine gets both cores, a loaded one a single thread. Replies do not depend on it (each dot product
+    is computed by one thread; tests/llm/test_llamacpp_exact.py), so it is not recorded."""
     if "TTLEARN_THREADS" in os.environ:
         return max(1, int(os.environ["TTLEARN_THREADS"]))
-    cores = os.cpu_count() or 1
-    return 1 if cores <= 2 else min(8, cores // 2)
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    return threads_for(len(cpus), busy_cpus(cpus))
 
 
 _PROBE = """
@@ -118,9 +166,86 @@ def native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
+def context_beside(base: Any) -> Any:
+    """A `Llama` with its own llama.cpp context beside `base`'s, sharing its loaded weights, tokenizer and metadata
+    (llama.cpp allows several contexts on one model). llama-cpp-python's `Llama` owns one context; a shallow copy
+    with a fresh context, batch and token buffers is the cheapest whole `Llama` on the same weights."""
+    from llama_cpp import _internals
+
+    twin = object.__new__(type(base))  # not copy.copy: `Llama.__setstate__` would load the model again
+    twin.__dict__.update(base.__dict__)
+    twin._stack = contextlib.ExitStack()  # closes only what the twin owns, never the shared model
+    with native_stderr_silenced():
+        twin._ctx = twin._stack.enter_context(
+            contextlib.closing(_internals.LlamaContext(model=base._model, params=base.context_params, verbose=False))
+        )
+    twin._batch = twin._stack.enter_context(
+        contextlib.closing(
+            _internals.LlamaBatch(n_tokens=base.n_batch, embd=0, n_seq_max=base.context_params.n_ctx, verbose=False)
+        )
+    )
+    twin._candidates = _internals.LlamaTokenDataArray(n_vocab=base.n_vocab())
+    twin._sampler = None
+    twin.input_ids = np.zeros_like(base.input_ids)
+    twin.scores = np.zeros_like(base.scores)
+    twin.n_tokens = 0
+    twin._requires_eval = True
+    return twin
+
+
+class Slot:
+    """One llama.cpp context: a KV cache and a token position, so one call at a time. Its cache is reused only in
+    whole aligned batches (the module's docstring), so a reply is the same in any slot, whatever it held before."""
+
+    def __init__(self, llama: Any) -> None:
+        self.llama = llama
+        self.exact_upto = 0
+        """Leading cache positions filled by a prompt evaluation that started at an aligned block."""
+
+    def reusable(self, tokens: Sequence[int]) -> int:
+        """How many leading tokens of `tokens` this slot's cache holds exactly: whole `n_batch` blocks of the
+        previous prompt (at least one token is always evaluated afresh)."""
+        common = 0
+        for a, b in zip(self.llama.input_ids[: min(self.exact_upto, len(tokens) - 1)], tokens):
+            if a != b:
+                break
+            common += 1
+        return common - common % self.llama.n_batch
+
+    def reuse_exactly(self, tokens: list[int]) -> None:
+        """Keep the exactly reusable cached prefix of `tokens`; the caller evaluates the rest."""
+        self.llama.n_tokens = self.reusable(tokens)
+        self.exact_upto = len(tokens)
+
+    def last_logprobs(self) -> np.ndarray:
+        logits = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(self.llama.n_vocab(),))
+        logits = logits.astype(np.float64)
+        logits -= logits.max()
+        return logits - math.log(np.exp(logits).sum())
+
+    def eval_prompt(self, tokens: list[int]) -> np.ndarray:
+        """Evaluate `tokens`, reusing the exact cached prefix; returns log P(next token | tokens)."""
+        self.reuse_exactly(tokens)
+        self.llama.eval(tokens[self.llama.n_tokens :])
+        return self.last_logprobs()
+
+    def set_threads(self, threads: int) -> None:
+        import llama_cpp
+
+        llama_cpp.llama_set_n_threads(self.llama._ctx.ctx, threads, threads)
+
+
+DEFAULT_SLOTS = 4
+"""Contexts one model keeps at most for calls in flight together (each holds its own KV cache and buffers: +90 MB
+resident for the 0.5B coder at n_ctx 4096, measured); a call beyond them waits for a free one."""
+
+
 class LlamaCpp(LLM):
-    """One llama.cpp context in this process. It is not thread-safe (one KV cache, one token position), so calls are
-    serialised by a lock: episodes in flight share it and take turns; only a server batches concurrent requests."""
+    """One llama.cpp model in this process, with a context (`Slot`) per call in flight. A context is not thread-safe
+    (one KV cache, one token position), so concurrent callers (episodes in flight) each take a free one, and a new
+    one is opened beside the others, on the same weights, while fewer than `max_slots` exist. A reply does not depend
+    on the slot or on the thread count, so calls in flight together get the replies they would get alone; the
+    `threads` are shared among the busy slots."""
 
     supports_choices = True
 
@@ -133,6 +258,7 @@ class LlamaCpp(LLM):
         n_batch: int = 64,
         n_threads: int | None = None,
         choice_method: str = DEFAULT_CHOICE_METHOD,
+        max_slots: int = DEFAULT_SLOTS,
     ) -> None:
         if choice_method not in CHOICE_METHODS:
             raise ValueError(f"unknown choice method {choice_method!r}; choose one of: {', '.join(CHOICE_METHODS)}")
@@ -143,15 +269,15 @@ class LlamaCpp(LLM):
         except ImportError as exc:
             raise LLMError(f"llama-cpp-python is not installed: {REBUILD_HINT}") from exc
         probe_runtime(Path(model_path))
-        threads = n_threads or default_threads()
+        self.threads = n_threads or default_threads()
         with native_stderr_silenced():
             self.model = Llama(
                 model_path=str(model_path),
                 n_ctx=n_ctx,
                 n_batch=n_batch,
                 n_ubatch=n_batch,
-                n_threads=threads,
-                n_threads_batch=threads,
+                n_threads=self.threads,
+                n_threads_batch=self.threads,
                 seed=0,
                 verbose=False,
             )
@@ -161,10 +287,35 @@ class LlamaCpp(LLM):
         self.template = self.model.metadata.get("tokenizer.chat_template")
         self.n_vocab = self.model.n_vocab()
         self._end_mask: np.ndarray | None = None
-        self._exact_upto = 0
-        """Leading cache positions filled by a prompt evaluation that started at an aligned block."""
-        self._lock = threading.Lock()
-        """One model, one KV cache: concurrent callers (episodes in flight) take turns."""
+        self.max_slots = max_slots
+        self.side_by_side = min(self.threads, max_slots)
+        """A context per thread: more calls side by side than threads would only take turns on the cores."""
+        self._slots = [Slot(self.model)]
+        self._free = list(self._slots)
+        self._turns = threading.Condition()
+        """Guards the free slots: a caller takes one, or opens one, or waits for one."""
+
+    @contextlib.contextmanager
+    def _slot_for(self, tokens: list[int]) -> Iterator[Slot]:
+        """A slot for a call on `tokens`: the free one whose cache reuses most of them, else a new one while fewer
+        than `max_slots` exist, else the first one freed. Each busy slot gets an equal share of the threads."""
+        with self._turns:
+            while not self._free and len(self._slots) >= self.max_slots:
+                self._turns.wait()
+            if self._free:
+                slot = max(self._free, key=lambda free: free.reusable(tokens))
+                self._free.remove(slot)
+            else:
+                slot = Slot(context_beside(self.model))
+                self._slots.append(slot)
+            busy = len(self._slots) - len(self._free)
+        slot.set_threads(max(1, self.threads // busy))
+        try:
+            yield slot
+        finally:
+            with self._turns:
+                self._free.append(slot)
+                self._turns.notify_all()
 
     # ---- prompts ----------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
@@ -189,31 +340,7 @@ class LlamaCpp(LLM):
             return self._tokens(choice, first=False) + [self.model.token_eos()]
         return self._tokens(plain_answer(choice), first=False)
 
-    # ---- low-level evaluation with prefix reuse ---------------------------------------------------------------
-    def _last_logprobs(self) -> np.ndarray:
-        logits = np.ctypeslib.as_array(self.model._ctx.get_logits(), shape=(self.n_vocab,)).astype(np.float64)
-        logits -= logits.max()
-        return logits - math.log(np.exp(logits).sum())
-
-    def _reuse_exactly(self, tokens: list[int]) -> None:
-        """Keep the longest cached prefix of `tokens` made of whole `n_batch` blocks of the previous prompt (at least
-        one token is always evaluated afresh): its keys and values are those a fresh evaluation computes."""
-        if len(tokens) >= self.n_ctx:
-            raise ContextOverflow(self._overflow(len(tokens)), len(tokens))
-        common = 0
-        for a, b in zip(self.model.input_ids[: min(self._exact_upto, len(tokens) - 1)], tokens):
-            if a != b:
-                break
-            common += 1
-        self.model.n_tokens = common - common % self.model.n_batch
-        self._exact_upto = len(tokens)
-
-    def _eval_prompt(self, tokens: list[int]) -> np.ndarray:
-        """Evaluate `tokens`, reusing the exact cached prefix; returns log P(next token | tokens)."""
-        self._reuse_exactly(tokens)
-        self.model.eval(tokens[self.model.n_tokens :])
-        return self._last_logprobs()
-
+    # ---- scoring ----------------------------------------------------------------------------------------------
     def score_paths(
         self, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None = None
     ) -> list[float]:
@@ -224,8 +351,15 @@ class LlamaCpp(LLM):
         further once its prefix is PRUNE_NATS below the best complete path: a prefix's log-probability bounds every
         extension, so the prefix's value stands in, and no choice's probability moves by more than e^-PRUNE_NATS
         of the best one's per form."""
-        first = self._eval_prompt(prompt)
-        base = self.model.n_tokens
+        with self._slot_for(prompt) as slot:
+            return self._walk_paths(slot, prompt, paths, end_mask)
+
+    def _walk_paths(
+        self, slot: Slot, prompt: list[int], paths: Sequence[Sequence[int]], end_mask: np.ndarray | None
+    ) -> list[float]:
+        """`score_paths` on one slot."""
+        first = slot.eval_prompt(prompt)
+        base = slot.llama.n_tokens
         scores = [0.0] * len(paths)
         best = -math.inf
         walked: list[int] = []
@@ -243,16 +377,16 @@ class LlamaCpp(LLM):
                 if score < best - PRUNE_NATS:
                     break
                 if len(walked) == depth < needed:
-                    self.model.n_tokens = base + depth
-                    self.model.eval([token])
+                    slot.llama.n_tokens = base + depth
+                    slot.llama.eval([token])
                     walked.append(token)
-                    after.append(self._last_logprobs())
+                    after.append(slot.last_logprobs())
             else:
                 if end_mask is not None:
                     score += float(np.logaddexp.reduce(after[len(path)][end_mask]))
                 best = max(best, score)
             scores[index] = score
-        self.model.n_tokens = base
+        slot.llama.n_tokens = base
         return scores
 
     def score_choices(self, prompt: list[int], choices: Sequence[str]) -> dict[str, float]:
@@ -292,18 +426,19 @@ class LlamaCpp(LLM):
         with native_stderr_silenced():
             grammar = LlamaGrammar.from_string(choice_grammar(list(forms)), verbose=False)
         longest = max(len(self._tokens(form, first=False)) for form in forms)
-        self._reuse_exactly(prompt)
-        out: dict[str, Any] = self.model.create_completion(
-            prompt,
-            max_tokens=longest + 2,
-            temperature=temperature,
-            seed=seed,
-            grammar=grammar,
-            top_k=0,
-            top_p=1.0,
-            min_p=0.0,
-            repeat_penalty=1.0,
-        )
+        with self._slot_for(prompt) as slot:
+            slot.reuse_exactly(prompt)
+            out: dict[str, Any] = slot.llama.create_completion(
+                prompt,
+                max_tokens=longest + 2,
+                temperature=temperature,
+                seed=seed,
+                grammar=grammar,
+                top_k=0,
+                top_p=1.0,
+                min_p=0.0,
+                repeat_penalty=1.0,
+            )
         text = out["choices"][0]["text"]
         return Completion(written_choice(text, forms) or text, len(prompt), int(out["usage"]["completion_tokens"]))
 
@@ -332,19 +467,16 @@ class LlamaCpp(LLM):
             if len(prompt) + longest > self.n_ctx:
                 raise ContextOverflow(self._overflow(len(prompt), longest), len(prompt))
         if choices and self.choice_method == "grammar":
-            with self._lock:
-                answer = self.write_choice(prompt, choices, temperature, seed)
+            answer = self.write_choice(prompt, choices, temperature, seed)
             return replace(answer, latency_s=time.perf_counter() - start)
         if choices:
             score = self.score_forms if self.choice_method == "forms" else self.score_choices
-            with self._lock:
-                scores = score(prompt, choices)
-            return choice_completion(scores, temperature, seed, len(prompt), start)
+            return choice_completion(score(prompt, choices), temperature, seed, len(prompt), start)
         if len(prompt) + max_tokens > self.n_ctx:
             raise ContextOverflow(self._overflow(len(prompt), max_tokens), len(prompt))
-        with self._lock:
-            self._reuse_exactly(prompt)
-            out: dict[str, Any] = self.model.create_completion(
+        with self._slot_for(prompt) as slot:
+            slot.reuse_exactly(prompt)
+            out: dict[str, Any] = slot.llama.create_completion(
                 prompt, max_tokens=max_tokens, temperature=temperature, seed=seed, stop=list(stop) or None
             )
         usage = out.get("usage", {})
@@ -356,8 +488,12 @@ class LlamaCpp(LLM):
         )
 
     def close(self) -> None:
-        with self._lock:  # never free the model under a call in flight
-            self.model.close()
+        """Free the contexts, then the model, once no call is in flight (never free them under one)."""
+        with self._turns:
+            while len(self._free) < len(self._slots):
+                self._turns.wait()
+            for slot in reversed(self._slots):
+                slot.llama.close()
 
 
 SPEC_OPTIONS = {"n_ctx": int}

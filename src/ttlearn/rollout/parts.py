@@ -124,6 +124,16 @@ class Parts:
         return events
 
 
+def side_by_side(cfg: PartsConfig, pool: LLMPool) -> int:
+    """How many independent units of `cfg` may be played together with every record unchanged: the fewest calls
+    side by side (`LLM.side_by_side`) among the LLMs it plays with; 1 for scripted players and replays."""
+    specs = [] if cfg.player.startswith(SCRIPTED) else [cfg.player]
+    if MEMORIES.get(cfg.memory).needs_llm:
+        specs.append(writer_spec(cfg))
+    loaded = [llm for llm in map(pool.get, specs) if llm is not None]
+    return min((llm.side_by_side for llm in loaded), default=1)
+
+
 def make_player(
     spec: str,
     llm: Callable[[str], LLM],

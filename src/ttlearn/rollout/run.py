@@ -16,10 +16,11 @@ A run's `kind` says what its unit is:
   the instances an uninterrupted one would.
 
 Every seed derives from (run seed, unit, step), so a resumed run plays exactly the units an uninterrupted one would
-have. Independent units (no memory carried, no learning player) may be played `concurrency` at a time; records are
-still written in unit order by `Run.finish`, the one writer. `prepare` checks a config once (`validate`: the configs
-check themselves, this adds what needs the registries) and opens its directory; `play` plays what is missing and
-writes the summary.
+have. Independent units (no memory carried, no learning player) may be played `concurrency` at a time — by default
+as many as the back ends answer side by side with unchanged replies — and a trial's control arm beside its memory
+arm; records are still written in unit order by `Run.finish`, the one writer, and are those of one at a time.
+`prepare` checks a config once (`validate`: the configs check themselves, this adds what needs the registries) and
+opens its directory; `play` plays what is missing and writes the summary.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ from ttlearn.rollout.parts import (
     build_parts,
     default_memory_options,
     resolve_moves_per_turn,
+    side_by_side,
     validate_parts,
 )
 from ttlearn.runs import Run, RunConfig, RunDir, TrialConfig, latest_state, parse_config, plugin_hint
@@ -79,10 +82,21 @@ def resolve(config: Config) -> Config:
     return config.model_copy(update={"carry_memory": carry, "attempts": attempts, "memory_options": options})
 
 
+def player_learns(cfg: Config) -> bool:
+    """True for a scripted player that learns from what it plays (LLM players are frozen)."""
+    return cfg.player.startswith(SCRIPTED) and PLAYERS.get(cfg.player[len(SCRIPTED) :]).learns
+
+
 def games_are_independent(cfg: RunConfig) -> bool:
     """True when no game can influence another: nothing carries over in the memory or the player."""
-    learns = cfg.player.startswith(SCRIPTED) and PLAYERS.get(cfg.player[len(SCRIPTED) :]).learns
-    return not MEMORIES.get(cfg.memory).carries_over and not learns
+    return not MEMORIES.get(cfg.memory).carries_over and not player_learns(cfg)
+
+
+def units_are_independent(config: Config) -> bool:
+    """True when the units of a run may be in flight together (what `validate` allows for `concurrency` > 1)."""
+    if isinstance(config, RunConfig):
+        return games_are_independent(config)
+    return not config.carries_memory and not MEMORIES.get(config.memory).keeps_files
 
 
 def _check_instances(env: Env, wanted: int, what: str) -> None:
@@ -167,16 +181,25 @@ def play(
     progress: Progress | None = None,
     *,
     llm_factory: Callable[[str], LLM] = make_llm,
-    concurrency: int = 1,
+    concurrency: int | None = None,
     replay: ReplayBook | None = None,
     pool: LLMPool | None = None,
+    control_beside: bool = True,
 ) -> dict[str, Any]:
     """Play the units still missing from `run` (from `prepare`) and write its summary, which it returns.
-    `replay`: answer every LLM call from a recording instead of a model; `pool`: back ends already loaded, shared
-    with other runs in flight (by default the run loads its own and closes them)."""
+    `concurrency`: units in flight; None: where the units are independent, as many as the back ends answer side by
+    side with unchanged replies (`side_by_side`: the embedded model, a context per idle core), else 1. A trial's
+    control arm is played beside its memory arm on such back ends too (`control_beside=False`: after it, on the same
+    parts, as before). Records are the same either way. `replay`: answer every LLM call from a recording instead of
+    a model; `pool`: back ends already loaded, shared with other runs in flight (by default the run loads its own and
+    closes them)."""
     start = time.perf_counter()
     if not run.finished:
         shared = pool or LLMPool(llm_factory, replay)
+        together = side_by_side(run.config, shared)
+        if concurrency is None:
+            concurrency = together if units_are_independent(run.config) else 1
+        control_beside = control_beside and together > 1
         built: list[Parts] = []  # every Parts made, so that whatever happens their environments are closed
 
         def build(parts_config: Config) -> Parts:
@@ -190,7 +213,10 @@ def play(
 
         try:
             workers = [build(run.config) for _ in range(concurrency)]
-            play_unit = _game_player(run, workers) if run.unit == "game" else _task_player(run, workers, build)
+            if run.unit == "game":
+                play_unit = _game_player(run, workers)
+            else:
+                play_unit = _task_player(run, workers, build, control_beside)
             play_in_order(range(run.done + 1, run.total + 1), workers, play_unit, finish)
         finally:
             for parts in built:
@@ -203,8 +229,8 @@ def play(
 
 
 def play_run(out: Path, config: Config | None = None, progress: Progress | None = None, **options: Any) -> dict:
-    """`prepare` then `play` (`options`: `concurrency`, `llm_factory`, `replay`, `pool`); returns the summary."""
-    return play(prepare(out, config, options.get("concurrency", 1)), progress, **options)
+    """`prepare` then `play` (`options`: those of `play`); returns the summary."""
+    return play(prepare(out, config, options.get("concurrency") or 1), progress, **options)
 
 
 # ---- a session's unit: one game --------------------------------------------------------------------------------
@@ -253,21 +279,32 @@ def play_game(parts: Parts, run_seed: int, index: int) -> Unit:
 
 
 # ---- a trial run's unit: one task with its attempts ----------------------------------------------------------------
-def _task_player(run: Run, workers: list[Parts], build: Callable[[Config], Parts]) -> Callable[[Parts, int], Unit]:
+def _task_player(
+    run: Run, workers: list[Parts], build: Callable[[Config], Parts], control_beside: bool = True
+) -> Callable[[Parts, int], Unit]:
     """Build the held-out instances' parts; returns the function that plays job `index` from the memory it starts
     from: fresh for independent trials, else the memory after the last played task (held-out instances never carry
-    their writes on)."""
+    their writes on). A control arm is played beside the memory arm, on parts of its own, when the player does not
+    learn (the two arms then share nothing but the LLM back ends)."""
     config = run.config
     assert isinstance(config, TrialConfig)
     held_out = build(config.validation_config()) if config.validation_tasks else None
     fresh = workers[0].memory.state()
+    control_config = config.model_copy(update={"memory": "none", "memory_options": {}})
+    beside: dict[int, Parts] = {}  # each worker's control parts, built when it first plays a control
 
     def play_job(parts: Parts, index: int) -> Unit:
-        if config.position(index)[0] == "validation" and held_out is not None:
+        kind, epoch, _ = config.position(index)
+        if kind == "validation" and held_out is not None:
             parts = held_out
         tasks = [i for i, r in enumerate(run.records, start=1) if r.get("type", "task") == "task"]
         start = run.state_after(tasks[-1]) if config.carries_memory and tasks else fresh
-        return run_task(parts, config, index, start)
+        control_parts = None
+        if control_beside and plays_control(config, kind, epoch) and not player_learns(config):
+            if id(parts) not in beside:
+                beside[id(parts)] = build(control_config)
+            control_parts = beside[id(parts)]
+        return run_task(parts, config, index, start, control_parts)
 
     return play_job
 
@@ -293,10 +330,20 @@ def control_record(control: Trial) -> dict[str, Any]:
     }
 
 
-def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[str, Any]) -> Unit:
+def plays_control(config: TrialConfig, kind: str, epoch: int) -> bool:
+    """A control arm is played once per instance, in the last epoch (the one the summary pairs; a pooled control would
+    count an instance once per epoch)."""
+    return config.control and kind == "task" and epoch == config.epochs
+
+
+def run_task(
+    parts: Parts, config: TrialConfig, index: int, start_state: dict[str, Any], beside: Parts | None = None
+) -> Unit:
     """Play the index-th job (a task, or a held-out instance, of its epoch) from `start_state`; returns its record,
     the memory after it and no separate events (its LLM calls are in the record). `parts` must be built from the
-    job's config (`TrialConfig.validation_config` for held-out ones)."""
+    job's config (`TrialConfig.validation_config` for held-out ones). `beside`: other parts (same player, memory
+    none) on which the control arm is played at the same time as the memory arm; its calls are recorded after the
+    memory arm's, as if played after it."""
     start = time.perf_counter()
     kind, epoch, task = config.position(index)
     act_namespace = ("act",) if kind == "task" else ("act", kind)
@@ -305,25 +352,39 @@ def run_task(parts: Parts, config: TrialConfig, index: int, start_state: dict[st
     def act_seed(attempt: int, step: int) -> int:
         return derive_seed(config.seed, *act_namespace, epoch, task, attempt, step)
 
+    def memory_arm() -> Trial:
+        return play_trial(
+            parts.env,
+            parts.player,
+            parts.memory,
+            seed=seed,
+            attempts=config.attempts,
+            early_stop=config.stops_early,
+            observe_last=config.carries_memory,
+            act_seed=act_seed,
+        )
+
+    def control_arm(on: Parts) -> Trial:
+        # Common random numbers: the control's decisions draw the very seeds the memory's did.
+        return play_trial(
+            on.env, on.player, NoMemory(), seed=seed, attempts=config.attempts, early_stop=True, act_seed=act_seed
+        )
+
     parts.drain()
     parts.memory.load(copy.deepcopy(start_state))
-    trial = play_trial(
-        parts.env,
-        parts.player,
-        parts.memory,
-        seed=seed,
-        attempts=config.attempts,
-        early_stop=config.stops_early,
-        observe_last=config.carries_memory,
-        act_seed=act_seed,
-    )
     control = None
-    if config.control and kind == "task" and epoch == config.epochs:
-        # Once per instance, in the last epoch (the one the summary pairs; a pooled control would count an instance
-        # once per epoch). Common random numbers: the control's decisions draw the very seeds the memory's did.
-        control = play_trial(
-            parts.env, parts.player, NoMemory(), seed=seed, attempts=config.attempts, early_stop=True, act_seed=act_seed
-        )
+    if not plays_control(config, kind, epoch):
+        trial = memory_arm()
+    elif beside is None:
+        trial = memory_arm()
+        control = control_arm(parts)
+    else:
+        beside.drain()
+        with ThreadPoolExecutor(1, thread_name_prefix="control") as pool:
+            played = pool.submit(control_arm, beside)
+            trial = memory_arm()
+            control = played.result()
+        parts.events.extend(beside.drain())
     instance = dict(trial.instance)
     if parts.env.turns is not None:
         instance["budget"] = parts.env.turns * parts.moves_per_turn
