@@ -14,14 +14,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
+from ttlearn import registry as _registry  # noqa: E402
+
+PLUGINS_BEFORE_COLLECTION = tuple(_registry._loaded_plugins)
+"""Plug-ins loaded before any test module was imported (a module may load one at import, as a test aid)."""
+
 
 @pytest.fixture(autouse=True)
 def forget_plugins_loaded_by_the_test(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A plug-in one test loads in this process stays registered, but it is not "loaded" for the next test: runs record
+    """A plug-in a test (or a test module) loads stays registered, but it is not "loaded" for other tests: runs record
     the loaded plug-ins, so a leftover would make an in-process run differ from a subprocess's (test order)."""
     from ttlearn import registry
 
-    monkeypatch.setattr(registry, "_loaded_plugins", list(registry._loaded_plugins))
+    monkeypatch.setattr(registry, "_loaded_plugins", list(PLUGINS_BEFORE_COLLECTION))
 
 
 @pytest.fixture(scope="session")
