@@ -86,18 +86,15 @@ def rows_match(got: Sequence[tuple], gold: Sequence[tuple], ordered: bool) -> bo
     return Counter(got) == Counter(gold)
 
 
-def exec_match(db_path: Path, gold: str, result: QueryResult, query: str, timeout_ms: int) -> bool:
-    """Spider's official verdict on `query`, whose own run gave `result`: the query runs again only when the
-    official normalisation (DISTINCT dropped, operators joined) changed it; the gold query runs normalised too."""
+def exec_match(
+    db_path: Path, gold: str, gold_rows: Sequence[tuple], result: QueryResult, query: str, timeout_ms: int
+) -> bool:
+    """Spider's official verdict on `query`, whose own run gave `result`, against the normalised gold query's rows:
+    the query runs again only when the official normalisation (DISTINCT dropped, operators joined) changed it."""
     normalised = normalise(query)
     if normalised != query:
         result = run_query(db_path, normalised, timeout_ms)
-    if not result.ok:
-        return False
-    gold_rows = execute(str(db_path), normalise(gold), GOLD_TIMEOUT_MS)
-    if "error" in gold_rows:
-        raise RuntimeError(f"the gold query failed once normalised as Spider's evaluator runs it: {gold_rows['error']}")
-    return denotations_equal([tuple(r) for r in gold_rows["rows"]], result.rows, order_matters(gold))
+    return result.ok and denotations_equal(gold_rows, result.rows, order_matters(gold))
 
 
 def held_out_databases(questions_per_db: Mapping[str, int], share: float = TEST_SHARE) -> frozenset[str]:
@@ -345,7 +342,8 @@ class SQLEnv(Env):
     def judge(self, query: str, result: QueryResult) -> bool:
         """Whether `query`, whose run gave `result`, answers the current question, by the env's metric."""
         if self.metric == "exec":
-            return exec_match(self.db_path, self._current.gold, result, query, self.timeout_ms)
+            gold = self._current.gold
+            return exec_match(self.db_path, gold, self._gold_rows(), result, query, self.timeout_ms)
         return result.ok and rows_match(result.rows, self._gold_rows(), self._current.ordered)
 
     def invalid_step(self, reply: str) -> StepResult:
@@ -363,12 +361,14 @@ class SQLEnv(Env):
         return StepResult(self._observation(), attempt.reward, self.done, info)
 
     def _gold_rows(self) -> tuple[tuple, ...]:
-        """The gold query's rows, computed once per question. The gold SQL is the data set's own, so it runs in this
-        process, through the same read-only connection and value conversion as the agent's queries get in the
-        child (`sql_sandbox.execute`); the data build already ran every gold query this way."""
+        """The gold query's rows (normalised as Spider's evaluator runs it under `metric=exec`), computed once per
+        question. The gold SQL is the data set's own, so it runs in this process, through the same read-only
+        connection and value conversion as the agent's queries get in the child (`sql_sandbox.execute`); the data
+        build already ran every gold query this way."""
         question = self._current
         if question.id not in self._gold_rows_by_id:
-            gold = execute(str(self.db_path), question.gold, GOLD_TIMEOUT_MS)
+            sql = normalise(question.gold) if self.metric == "exec" else question.gold
+            gold = execute(str(self.db_path), sql, GOLD_TIMEOUT_MS)
             if "error" in gold:
                 raise RuntimeError(f"gold query of {self.dataset} question {question.id} failed: {gold['error']}")
             self._gold_rows_by_id[question.id] = tuple(tuple(row) for row in gold["rows"])
