@@ -23,10 +23,10 @@ from typing import Any
 
 from ttlearn.rollout.parts import LLMPool
 from ttlearn.rollout.run import play, prepare
-from ttlearn.runs import TrialConfig, read_tasks, without_times
+from ttlearn.runs import Run, RunConfig, without_times
 
 
-def timed(config: TrialConfig, out: Path, threads: str | None, beside: bool) -> tuple[float, list[dict[str, Any]]]:
+def timed(config: RunConfig, out: Path, threads: str | None, beside: bool) -> tuple[float, list[dict[str, Any]]]:
     """Wall seconds of playing `config` into `out` (`threads`: TTLEARN_THREADS at load, None: from what is idle)."""
     saved = os.environ.pop("TTLEARN_THREADS", None)
     if threads is not None:
@@ -44,7 +44,7 @@ def timed(config: TrialConfig, out: Path, threads: str | None, beside: bool) -> 
         if saved is not None:
             os.environ["TTLEARN_THREADS"] = saved
     # a record names its memory state by a hash that covers the items' creation times: compare the states instead
-    records = [{key: value for key, value in r.items() if key != "memory_hash"} for r in read_tasks(out)]
+    records = [{key: value for key, value in r.items() if key != "memory_hash"} for r in Run.open(out).records]
     states = [run.state_after(unit) for unit in range(1, run.done + 1)]
     return wall, without_times([records, states])
 
@@ -56,12 +56,12 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--player", default="qwen-coder")
     args = parser.parse_args()
-    config = TrialConfig(
+    config = RunConfig(
         env="sql",
         env_options={"split": "test", "database": args.database},
         memory="memrl",
         player=args.player,
-        tasks=args.tasks,
+        units=args.tasks,
         epochs=args.epochs,
         control=True,
     )

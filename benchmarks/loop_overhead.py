@@ -34,7 +34,9 @@ def main() -> None:
             env_options={"opponent": "cycle3", "rounds": args.rounds},
             memory=args.memory,
             player=args.llm,
-            games=args.games,
+            units=args.games,
+            attempts=1,
+            carry_memory=True,
         )
         run = prepare(Path(tmp) / "run", config)
         pool = LLMPool()

@@ -89,7 +89,8 @@ def arena(
 
 
 def _print_report(report: dict[str, Any], out: Path) -> None:
-    from ttlearn.eval.report import REPORT_HTML, elo_table
+    from ttlearn.eval.report import elo_table
+    from ttlearn.runs import REPORT_HTML
 
     console.print(elo_table(report))
     console.print(styled("report: ", "", str(out / REPORT_HTML), "bold", " (and report.json)"))

@@ -23,7 +23,7 @@ from rich.text import Text
 
 from ttlearn.llm.base import LLMError
 from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
-from ttlearn.runs import MEMORY_KEY_ENV
+from ttlearn.memory.base import MEMORY_KEY_ENV
 from ttlearn.types import REJECTED, Step
 
 console = Console(markup=False)
@@ -143,40 +143,40 @@ def stage_bars() -> Iterator[Callable[[str, int, int], None]]:
         yield report
 
 
+UNIT_ROWS_SHOWN = 30
+"""A run of at most this many units prints one table row per unit; a longer one its totals only."""
+
+
 def print_summary(summary: dict[str, Any]) -> None:
-    """Any run's summary: the sections it holds (a session's games table, a trial run's success@k), how much of
+    """Any run's summary: its units (a table when they are few), success@k and the sections it holds, how much of
     the run is done, and where it lives."""
-    if "games" in summary:
-        print_games(summary)
-    if "success_at_k" in summary:
-        console.print(format_trial_summary(summary), markup=False, highlight=False)
-    console.print(f"{summary['done']} of {summary['total']} {summary['unit']}s finished")
+    if "units" in summary:
+        if len(summary["units"]) <= UNIT_ROWS_SHOWN:
+            print_units(summary)
+        console.print(format_run_summary(summary), markup=False, highlight=False)
+    console.print(f"{summary['done']} of {summary['total']} units finished")
     console.print(styled("run directory: ", "", str(summary["run_dir"]), "bold"))
 
 
-def print_games(summary: dict[str, Any]) -> None:
-    """A session's games as a table, then the totals."""
+def print_units(summary: dict[str, Any]) -> None:
+    """One row per unit: score, cumulative mean score, steps, invalid steps and cost."""
     config = summary["config"]
     table = Table(title=f"{config['env']} · memory {config['memory']} · {config['player']}")
-    for column in ("game", "score", "cumulative", "steps", "invalid", "tokens", "LLM s", "wall s"):
+    for column in ("unit", "score", "cumulative", "solved", "steps", "invalid", "tokens", "LLM s", "wall s"):
         table.add_column(column, justify="right")
-    for g in summary["games"]:
+    for u in summary["units"]:
         table.add_row(
-            str(g["game"]),
-            f"{g['score']:+g}",
-            f"{g['cumulative']:+.2f}",
-            str(g["steps"]),
-            str(g["invalid"]),
-            str(g["tokens"]),
-            f"{g['llm_s']:.1f}",
-            f"{g['wall_s']:.1f}",
+            str(u["unit"]),
+            f"{u['score']:+g}",
+            f"{u['cumulative']:+.2f}",
+            "yes" if u["solved"] else "no",
+            str(u["steps"]),
+            str(u["invalid"]),
+            str(u["tokens"]),
+            f"{u['llm_s']:.1f}",
+            f"{u['wall_s']:.1f}",
         )
     console.print(table)
-    share = summary["llm_s"] / summary["played_s"] if summary["played_s"] else 0.0
-    console.print(
-        f"mean score {summary['mean_score']:+.2f} · invalid actions {format_invalid(summary)} · "
-        f"{summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s of {summary['played_s']:.1f}s played ({share:.0%})"
-    )
 
 
 def format_invalid(summary: dict[str, Any]) -> str:
@@ -187,11 +187,9 @@ def format_invalid(summary: dict[str, Any]) -> str:
 
 
 def progress_line(record: dict[str, Any]) -> str:
-    """The progress bar's note on a finished unit: a game's score, or whether a task was solved."""
-    if "episode" in record:
-        return f"game {record['game']}: {record['episode']['score']:+g}"
+    """The progress bar's note on a finished unit: its score, and whether and when it was solved."""
     solved = record["first_success"]
-    return f"task {record['task']}: {'solved at ' + str(solved) if solved else 'unsolved'}"
+    return f"unit {record['index']}: {record['score']:+g}, {'solved at ' + str(solved) if solved else 'unsolved'}"
 
 
 def print_call(call: dict[str, Any], prompts: bool) -> None:
@@ -204,13 +202,18 @@ def print_call(call: dict[str, Any], prompts: bool) -> None:
     console.print(Text.assemble(("reply:", "bold"), f" {call['completion']['text']!r}"), highlight=False)
 
 
-def format_trial_summary(summary: dict[str, Any]) -> str:
-    """A plain-text table of success@k (and pass@k) of a trial run."""
+def format_run_summary(summary: dict[str, Any]) -> str:
+    """A run's totals and success@k (and pass@k) as plain text, then the sections the summary holds."""
     options = "".join(f" {k}={v}" for k, v in summary.get("memory_options", {}).items())
     memory = f"{summary['memory']}{f' ({options.strip()})' if options else ''}"
     epochs = len(summary["protocol"]["epoch_success"]) if summary.get("protocol") else 1
-    count = f"{summary['tasks']} tasks" if epochs == 1 else f"{summary['tasks'] // epochs} tasks × {epochs} epochs"
+    count = f"{summary['tasks']} units" if epochs == 1 else f"{summary['tasks'] // epochs} units × {epochs} epochs"
     lines = [f"{summary['env']} · memory {memory} · {summary['player']} · {count}"]
+    share = summary["llm_s"] / summary["played_s"] if summary["played_s"] else 0.0
+    lines.append(
+        f"mean score {summary['mean_score']:+.2f} · {summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s of "
+        f"{summary['played_s']:.1f}s played ({share:.0%}) · ttlearn {summary['version']}"
+    )
     head = f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")
     lines.append(head.rstrip() + ("   (all epochs)" if epochs > 1 else ""))
     for k, value in enumerate(summary["success_at_k"], start=1):
@@ -254,23 +257,18 @@ def format_trial_summary(summary: dict[str, Any]) -> str:
 
 
 def format_unit(record: dict[str, Any]) -> str:
-    """One finished unit as plain text: a game's score, or a task's instance facts; then each attempt's context (a
-    game is one attempt), moves and outcome."""
-    if "episode" in record:
-        attempts, lines = [record["episode"]], [f"game {record['game']} score {record['episode']['score']:+g}"]
-    else:
-        facts = f"(epoch {record['epoch']}, seed {record['seed']}) · {json.dumps(record['instance'])}"
-        attempts, lines = record["attempts"], [f"task {record['task']} {facts}"]
-    for attempt in attempts:
-        if "attempts" in record:
-            outcome = "solved" if attempt["success"] else "unsolved"
-            lines.append(f"attempt {attempt['index']}: score {attempt['score']:+g}, {outcome}")
+    """One finished unit as plain text: its instance facts, then each attempt's context, moves and outcome."""
+    facts = f"(epoch {record['epoch']}, seed {record['seed']}) · {json.dumps(record['instance'])}"
+    lines = [f"unit {record['index']} score {record['score']:+g} {facts}"]
+    for number, attempt in enumerate(record["attempts"], start=1):
+        outcome = "solved" if attempt["success"] else "unsolved"
+        lines.append(f"attempt {number}: score {attempt['score']:+g}, {outcome}")
         context = attempt["info"].get("context", "")
         if context:
             lines.append("  saw: " + " ".join(context.split()))
-        for number, step in enumerate(attempt["steps"], start=1):
+        for step_number, step in enumerate(attempt["steps"], start=1):
             flag = "" if step["valid"] else f" (invalid: {invalid_reason(step)})"
-            lines.append(f"  step {number}: {step['action'] or '(no move)'} → {step['reward']:+g}{flag}")
+            lines.append(f"  step {step_number}: {step['action'] or '(no move)'} → {step['reward']:+g}{flag}")
     return "\n".join(lines)
 
 

@@ -12,11 +12,8 @@ from rich.table import Table
 
 from ttlearn.cli.common import console, friendly, reads_runs
 from ttlearn.eval.retrievals import q_effect
-from ttlearn.runs import Run, RunDir
+from ttlearn.runs import Run, RunDir, read_config
 
-
-def _unit(run_dir: Path) -> str:
-    return Run.open(run_dir, repair=False).unit
 
 TRUST_STORE_HELP = "The run's memory database (postgresql://…) when you trust it; a SQLite file needs no flag."
 
@@ -27,30 +24,30 @@ memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of
 @friendly
 @reads_runs
 def memory_fork(
-    run_dir: Path = typer.Argument(..., help="The run whose memory to fork (a session or a trial run)."),
-    game: int = typer.Option(..., help="Fork the memory as it was after this game (trial runs: this task)."),
+    run_dir: Path = typer.Argument(..., help="The run whose memory to fork."),
+    unit: int = typer.Option(..., "--unit", "--game", help="Fork the memory as it was after this unit (a game)."),
     out: Path = typer.Option(..., help="Folder for the fork; pass it to `ttlearn run --memory-from`."),
 ) -> None:
-    """Copy the memory after game (or task) N into a new folder, to continue from it with `run --memory-from`."""
+    """Copy the memory after unit N into a new folder, to continue from it with `run --memory-from`."""
     if out.exists():
         raise FileExistsError(f"{out} already exists; fork into a new folder")
-    snapshot = RunDir(run_dir).memory_after(game)
-    RunDir(out).write_fork(run_dir, game, snapshot)
-    console.print(f"forked memory of {run_dir} after {_unit(run_dir)} {game} (hash {snapshot['hash'][:12]}) → {out}")
+    snapshot = Run.open(run_dir, repair=False).snapshot(unit)
+    RunDir(out).write_fork(run_dir, unit, snapshot)
+    console.print(f"forked memory of {run_dir} after unit {unit} (hash {snapshot['hash'][:12]}) → {out}")
 
 
 @memory_app.command("diff")
 @friendly
 @reads_runs
 def memory_diff(
-    run_dir: Path = typer.Argument(..., help="A run directory (a session or a trial run)."),
-    a: int = typer.Option(..., "--from", help="Earlier game (trial runs: task)."),
-    b: int = typer.Option(..., "--to", help="Later game (trial runs: task)."),
+    run_dir: Path = typer.Argument(..., help="A run directory."),
+    a: int = typer.Option(..., "--from", help="Earlier unit."),
+    b: int = typer.Option(..., "--to", help="Later unit."),
 ) -> None:
-    """Show what changed in the memory between two games or tasks (a unified diff of the snapshots)."""
-    run, unit = RunDir(run_dir), _unit(run_dir)
-    before, after = (json.dumps(run.memory_after(g)["state"], indent=1, sort_keys=True).splitlines() for g in (a, b))
-    lines = list(difflib.unified_diff(before, after, f"after {unit} {a}", f"after {unit} {b}", lineterm=""))
+    """Show what changed in the memory between two units (a unified diff of the snapshots)."""
+    run = Run.open(run_dir, repair=False)
+    before, after = (json.dumps(run.snapshot(u)["state"], indent=1, sort_keys=True).splitlines() for u in (a, b))
+    lines = list(difflib.unified_diff(before, after, f"after unit {a}", f"after unit {b}", lineterm=""))
     console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
 
 
@@ -62,8 +59,8 @@ def _memrl_store(run_dir: Path, trust_store: list[str]) -> tuple[Any, str, str]:
     from ttlearn.memory.store import MemoryStore, is_database_url
 
     run = RunDir(run_dir)
-    options = run.config().memory_options
-    location = str(options.get("store") or run.path / "memrl.sqlite")
+    options = read_config(run_dir).memory_options
+    location = str(options.get("store") or run.memrl_store)
     if is_database_url(location):
         if location not in trust_store:
             raise ValueError(
@@ -110,13 +107,13 @@ def memory_inspect(
 @reads_runs
 def memory_explain(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
-    game: Optional[int] = typer.Option(None, help="The game of a session whose retrievals to show."),
+    unit: Optional[int] = typer.Option(None, "--unit", "--game", help="The unit (a game) whose retrievals to show."),
     trust_store: list[str] = typer.Option([], help=TRUST_STORE_HELP),
 ) -> None:
-    """Show which memories were retrieved for a game, with similarity, Q and the combined score; without --game,
+    """Show which memories were retrieved for a unit, with similarity, Q and the combined score; without --unit,
     what Q did over the whole run (how often its ranking or its q_min filter changed what was shown)."""
     store, namespace, run_id = _memrl_store(run_dir, trust_store)
-    if game is None:
+    if unit is None:
         records = store.retrievals(namespace, run_id=run_id)
         counts = q_effect((r.candidates, r.chosen, r.explored) for r in records)
         console.print(
@@ -126,11 +123,11 @@ def memory_explain(
             f"{counts['explored']} were ε-random picks"
         )
         return
-    records = store.retrievals(namespace, run_id=run_id, episode=game)
+    records = store.retrievals(namespace, run_id=run_id, episode=unit)
     if not records:
-        console.print(f"no retrieval was recorded for game {game}")
+        console.print(f"no retrieval was recorded for unit {unit}")
     for number, record in enumerate(records, start=1):
-        console.rule(f"retrieval {number} of game {game}{' · ε-exploration' if record.explored else ''}")
+        console.rule(f"retrieval {number} of unit {unit}{' · ε-exploration' if record.explored else ''}")
         console.print(f"query: {record.query}", markup=False, highlight=False)
         for cand in record.candidates:
             mark = "→" if cand["id"] in record.chosen else " "

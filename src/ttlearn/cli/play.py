@@ -1,10 +1,9 @@
 """`ttlearn run`, `resume` and `replay`: play into a run directory, finish an interrupted one, or re-play a recording.
 
-`run` plays either kind of run, named by its flags: a *session* (`--games N`: one sequence of games, the memory
-carried from each game to the next) or a *trial run* (`--tasks K`: K task instances, each tried up to `--attempts`
-times with the memory's reflections in between; LaMer, and MemRL's protocol with `--epochs`). The flags become one
-config, which checks itself (trial-only flags without `--tasks` are an error, never a silent switch of kind); the
-driver (`rollout.run`) checks the rest once and plays. Nothing here depends on the kind.
+`run` plays units: task instances, each tried up to `--attempts` times with the memory's reflections in between
+(LaMer; MemRL's protocol with `--epochs`). `--games N` is the session of games: N units of one attempt, the memory
+carried from each game to the next. The flags become one config, which checks itself; the driver (`rollout.run`)
+checks the rest once and plays.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ from ttlearn.envs.base import ENVS
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.rollout.parts import default_player
-from ttlearn.rollout.run import Config, play, prepare
-from ttlearn.runs import Run, RunDir, check_trusted, parse_config
+from ttlearn.rollout.run import play, prepare
+from ttlearn.runs import Run, RunConfig, check_trusted, parse_config, read_config
 
 TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
 STORE_HELP = "The run's memory store file (-m store=) when it lies outside the run directory: it will be written."
@@ -39,7 +38,7 @@ STORE_HELP = "The run's memory store file (-m store=) when it lies outside the r
 
 def play_with_progress(
     out: Path,
-    config: Config | None,
+    config: RunConfig | None,
     concurrency: int | None = None,
     replay: ReplayBook | None = None,
     how: str | None = None,
@@ -60,7 +59,7 @@ def play_with_progress(
                 replay=replay,
             )
     except KeyboardInterrupt:
-        stopped = f"interrupted after {run.done} {run.unit}s; continue with:"
+        stopped = f"interrupted after {run.done} units; continue with:"
         console.print(styled(stopped, "yellow", f" ttlearn resume {out}"))
         raise typer.Exit(130) from None
     print_summary(summary)
@@ -99,31 +98,38 @@ def run(
         "none", help="Memory method: none, history, reflexion, memrl, lamer, … (`ttlearn list`)."
     ),
     memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="A memory option, KEY=VALUE."),
-    memory_from: Optional[Path] = typer.Option(None, help="Session: start from the memory of a run dir or snapshot."),
-    games: Optional[int] = typer.Option(None, min=1, help="Session mode: games in the sequence (default 6)."),
-    tasks: Optional[int] = typer.Option(
-        None, min=1, help="Trial mode: how many task instances, each tried --attempts times (LaMer, MemRL protocol)."
+    memory_from: Optional[Path] = typer.Option(
+        None, help="Start from the memory of a run directory, fork or snapshot file (every unit, or the first when it carries)."
+    ),
+    units: Optional[int] = typer.Option(
+        None, "--units", "--tasks", min=1, help="Task instances to play, each tried --attempts times (LaMer, MemRL)."
+    ),
+    games: Optional[int] = typer.Option(
+        None,
+        min=1,
+        help="A session of N games (the default, N = 6): N units of one attempt, the memory carried from each game to "
+        "the next.",
     ),
     attempts: Optional[int] = typer.Option(
-        None, min=1, help="Trial mode: attempts per task (default 1 when the memory carries over, else 3)."
+        None, min=1, help="Attempts per unit (default 1 when the memory carries over, else LaMer's 3)."
     ),
     epochs: Optional[int] = typer.Option(
-        None, min=1, help="Trial mode, MemRL protocol: replay the task set N times, the memory carried over."
+        None, min=1, help="MemRL protocol: replay the units N times, the memory carried over."
     ),
     carry_memory: Optional[bool] = typer.Option(
         None,
         "--carry-memory/--no-carry-memory",
-        help="Trial mode, MemRL's runtime learning: the memory carries from task to task. Default: yes for memories "
+        help="The memory carries from unit to unit (runtime learning). Default: yes for --games and for memories "
         "that learn across tasks (memrl, memp, rag, expel, cheatsheet), no for the others; implied by --epochs > 1.",
     ),
     control: Optional[bool] = typer.Option(
         None,
         "--control",
-        help="Trial mode: also play every task without memory (same seeds; with --epochs, in the last epoch) and report "
-        "the paired difference and both arms' invalid replies.",
+        help="Also play every unit without memory (same seeds; with --epochs, in the last epoch) and report the paired "
+        "difference and both arms' invalid replies.",
     ),
     validation_tasks: Optional[int] = typer.Option(
-        None, min=1, help="Trial mode, MemRL protocol: after each epoch, play N held-out instances from its memory."
+        None, min=1, help="MemRL protocol: after each epoch, play N held-out instances from its memory."
     ),
     validation_opt: list[str] = typer.Option(
         [], "--validation-opt", help="Environment option of the held-out instances, KEY=VALUE (e.g. split=test)."
@@ -160,17 +166,22 @@ def run(
     concurrency: Optional[int] = typer.Option(
         None,
         min=1,
-        help="Episodes in flight sharing one back end (independent games, or trial tasks); same results. Default: "
+        help="Units in flight sharing one back end (independent units only); same results. Default: "
         "as many as the embedded model runs side by side (one per idle core) where the units are independent, else 1.",
     ),
     out: Optional[Path] = typer.Option(None, help="Run directory (default runs/ENV-MEMORY-TIME)."),
 ) -> None:
-    """Play a session of games (--games) or a trial run (--tasks) with a frozen player and a memory; record everything
-    in a run directory that `resume`, `show` and `replay` read."""
+    """Play units (--units K: task instances with attempts) or a session of games (--games N, the default) with a
+    frozen player and a memory; record everything in a run directory that `resume`, `show` and `replay` read."""
+    if units is not None and games is not None:
+        raise ValueError("--games N is N units of one attempt with the memory carried; give --units or --games, not both")
+    if games is not None or units is None:
+        units = games or RunConfig.model_fields["units"].default
+        attempts = 1 if attempts is None else attempts
+        carry_memory = True if carry_memory is None else carry_memory
     options = {"opponent": opponent, "rounds": rounds, "hands": hands, "duplicate": duplicate}
     env_options = {**parse_options(env_opt, "--env-opt"), **{k: v for k, v in options.items() if v is not None}}
     fields = {
-        "kind": "session" if tasks is None else "trials",
         "env": env,
         "env_options": env_options,
         "memory": memory,
@@ -182,9 +193,8 @@ def run(
         "retries": retries,
         "free_text_tokens": free_text,
         "max_options": max_options,
-        "games": games,
+        "units": units,
         "memory_from": str(memory_from) if memory_from else None,
-        "tasks": tasks,
         "attempts": attempts,
         "epochs": epochs,
         "carry_memory": carry_memory,
@@ -204,16 +214,16 @@ def resume(
     trust_url: list[str] = typer.Option([], help=TRUST_HELP),
     trust_store: list[str] = typer.Option([], help=STORE_HELP),
 ) -> None:
-    """Finish an interrupted run: no game (or trial task) is lost or played twice. Credentials go only to URLs
+    """Finish an interrupted run: no unit is lost or played twice. Credentials go only to URLs
     named again with --trust-url: the run directory may have been written by anyone."""
     if keep_key_out(parse_options(memory_opt, "--memory-opt")):
         raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
-    check_trusted(RunDir(run_dir).config(), trust_url, run_dir, stores=trust_store)  # before anything else is read
+    check_trusted(read_config(run_dir), trust_url, run_dir, stores=trust_store)  # before anything else is read
     run = Run.open(run_dir, repair=False)
     if run.finished:
-        console.print(f"{run_dir} is already complete ({run.done} {run.unit}s).", markup=False)
+        console.print(f"{run_dir} is already complete ({run.done} units).", markup=False)
     else:
-        console.print(f"resuming {run_dir} at {run.unit} {run.done + 1} of {run.total}", markup=False)
+        console.print(f"resuming {run_dir} at unit {run.done + 1} of {run.total}", markup=False)
     play_with_progress(run_dir, None, concurrency, how="resumed")
 
 
@@ -223,13 +233,13 @@ def replay(
     trust_url: list[str] = typer.Option([], help=TRUST_HELP),
     trust_store: list[str] = typer.Option([], help=STORE_HELP),
 ) -> None:
-    """Re-run a recorded session or trial run without calling any model, and check that every outcome is
+    """Re-run a recorded run without calling any model, and check that every outcome is
     reproduced."""
     out = out or Path(f"{run_dir}-replay")
-    check_trusted(RunDir(run_dir).config(), trust_url, run_dir, stores=trust_store)  # before anything else is read
+    check_trusted(read_config(run_dir), trust_url, run_dir, stores=trust_store)  # before anything else is read
     source = Run.open(run_dir, repair=False)
     if not source.finished:
-        raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} {source.unit}s); resume it first")
+        raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} units); resume it first")
     target = play_with_progress(out, source.config, replay=ReplayBook(source.calls()), how="replayed")
     same = source.outcomes() == target.outcomes()
     verdict = ("scores reproduced exactly", "green") if same else ("scores differ from the recording", "red")

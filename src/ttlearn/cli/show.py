@@ -1,5 +1,4 @@
-"""`ttlearn show`: any run's summary, one of its units (a game, or a task with its attempts) with its prompts and
-replies, or two trial runs compared."""
+"""`ttlearn show`: any run's summary, one of its units (its attempts, prompts and replies), or two runs compared."""
 
 from __future__ import annotations
 
@@ -15,35 +14,35 @@ from ttlearn.runs import Run
 
 def show(
     run_dir: Path = typer.Argument(..., help="A run directory."),
-    game: Optional[int] = typer.Option(None, help="Show this game's steps, prompts and replies (trial runs: a task)."),
-    prompts: bool = typer.Option(False, help="With --game: print the full prompts too."),
+    unit: Optional[int] = typer.Option(
+        None, "--unit", "--game", help="Show this unit's attempts, steps, prompts and replies (a game is a unit)."
+    ),
+    prompts: bool = typer.Option(False, help="With --unit: print the full prompts too."),
     against: Optional[Path] = typer.Option(
-        None, help="Trial runs: another run on the same tasks; prints paired success@k with McNemar p-values."
+        None, help="Another run on the same instances; prints paired success@k with McNemar p-values."
     ),
     epoch: Optional[int] = typer.Option(None, min=1, help="With --against: pair this epoch's tasks only."),
 ) -> None:
-    """Print a run's summary, or one game's prompts and replies (in a trial run: one task's attempts). Reads a live
-    run without changing it."""
+    """Print a run's summary, or one unit's attempts with their prompts and replies. Reads a live run without changing
+    it."""
     run = Run.open(run_dir, repair=False)
     if against is not None:
         show_against(run, Run.open(against, repair=False), epoch)
     elif epoch is not None:
         raise ValueError("--epoch goes with --against (the summary already reports every epoch)")
-    elif game is None:
+    elif unit is None:
         print_summary(summarize(run))
     else:
-        if not 1 <= game <= run.done:
-            raise ValueError(f"--game must be a finished {run.unit}, between 1 and {run.done}")
-        console.print(format_unit(run.records[game - 1]), markup=False, highlight=False)
-        for call in run.calls(game):
+        if not 1 <= unit <= run.done:
+            raise ValueError(f"--unit must be a finished unit, between 1 and {run.done}")
+        console.print(format_unit(run.records[unit - 1]), markup=False, highlight=False)
+        for call in run.calls(unit):
             print_call(call, prompts)
 
 
 def show_against(run: Run, other: Run, epoch: int | None = None) -> None:
-    """Paired success@k of two trial runs on the instances both played (in `epoch` only, when given)."""
+    """Paired success@k of two runs on the instances both played (in `epoch` only, when given)."""
     a, b = run.config, other.config
-    if run.unit != "task" or other.unit != "task":
-        raise ValueError("--against compares trial runs (ttlearn run ENV --tasks K)")
     if (a.env, a.env_options, a.seed) != (b.env, b.env_options, b.seed):
         raise ValueError(f"{other.path} plays other instances (env, env options or seed differ)")
     records = [r for r in run.records if epoch is None or r["epoch"] == epoch]
@@ -52,12 +51,12 @@ def show_against(run: Run, other: Run, epoch: int | None = None) -> None:
 
 
 def rejudge(
-    run_dir: Path = typer.Argument(..., help="A finished trial run whose attempts are one answer each (e.g. sql)."),
+    run_dir: Path = typer.Argument(..., help="A finished run whose attempts are one answer each (e.g. sql)."),
     env_option: list[str] = typer.Option(
         ..., "--env-option", "-e", help="The environment option to judge by, KEY=VALUE (e.g. metric=exec); repeatable."
     ),
 ) -> None:
-    """Judge a recorded trial run's answers again under other environment options (a new metric), from its records
+    """Judge a recorded run's answers again under other environment options (a new metric), from its records
     alone: no model runs. The verdicts go beside the recorded ones and the summary is rewritten; `show` then reports
     them and says so, and `replay` still reproduces what was played."""
     from ttlearn.rollout.rejudge import rejudge_run
@@ -73,4 +72,4 @@ def rejudge(
     summary = summarize(Run.open(run_dir, repair=False))
     run.write_summary(summary)
     print_summary(summary)
-    console.print(f"{changed} verdict(s) changed of {len(records)} task record(s); summary rewritten", highlight=False)
+    console.print(f"{changed} verdict(s) changed of {len(records)} unit record(s); summary rewritten", highlight=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
-from ttlearn.runs import RunDir
+from ttlearn.runs import REPORT_JSON, RunDir, read_config
 from ttlearn.untrusted import read_json
 
 TABLE = "table.json"
@@ -55,9 +55,9 @@ def _summary(root: Path, name: str) -> dict[str, Any]:
 def player_cell(spec: dict[str, Any], root: Path) -> str:
     """The player of the row's result, as its config names it (with its temperature when it samples)."""
     if spec["kind"] == "arena":
-        report = read_json(root / spec["result"] / "report.json")
+        report = read_json(root / spec["result"] / REPORT_JSON)
         return f"`{report['provenance']['methods'][spec['method']]['player']}`"
-    config = RunDir(root / (spec["results"][0] if spec["kind"] == "pooled" else spec["result"])).config()
+    config = read_config(root / (spec["results"][0] if spec["kind"] == "pooled" else spec["result"]))
     return f"`{config.player}`" + (f" (T = {config.temperature:g})" if config.temperature > 0 else "")
 
 
@@ -65,7 +65,7 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
     """The numeric cells of one row: n, with memory, control, only mem / only ctl, p."""
     kind = spec["kind"]
     if kind == "arena":
-        report = read_json(root / spec["result"] / "report.json")["ratings"]
+        report = read_json(root / spec["result"] / REPORT_JSON)["ratings"]
         rows = {r["method"]: r for r in report["rows"]}
         a, b = rows[spec["method"]], rows[spec["against"]]
         matrix = report["win_matrix"]

@@ -1,8 +1,8 @@
-"""One summariser for every run, from its records alone (so `show`, `resume` and `run` agree): what every run has,
-then the sections its records hold — a session's games (score, cumulative performance, cost; invalid steps by cause:
-unparseable replies, commands the simulator rejected, prompts over the context), a trial run's
-success@k with Wilson intervals, pass@k of independent attempts, trajectory entropy, instance-set ceilings, MemRL's
-protocol metrics and the paired control. Also the paired comparison of two trial runs."""
+"""One summariser for every run, from its unit records alone (so `show`, `resume` and `run` agree): what every run
+has — each unit's score, cumulative performance and cost, success@k with Wilson intervals, trajectory entropy,
+invalid steps by cause (unparseable replies, commands the simulator rejected, prompts over the context), tokens and
+LLM time — then the sections its records call for: pass@k of independent attempts, instance-set ceilings, MemRL's
+protocol metrics, the paired control. Also the paired comparison of two runs."""
 
 from __future__ import annotations
 
@@ -19,55 +19,55 @@ from ttlearn.eval.metrics import (
     success_at_k,
     wilson_interval,
 )
-from ttlearn.runs import Run, TrialConfig
+from ttlearn.runs import Run, RunConfig
 from ttlearn.types import Episode, count_causes
 
 
 def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
-    """What every run has (its kind, directory, config, how many of its units are done), then its sections."""
+    """What every run has (its directory, config, version, how many of its units are done, their rows and cost),
+    then the sections its records hold."""
     head = {
-        "kind": run.config.kind,
         "run_dir": str(run.path),
         "config": run.config.model_dump(),
-        "unit": run.unit,
+        "version": run.config.version,
         "done": run.done,
         "total": run.total,
     }
-    if run.unit == "game":
-        return {**head, **summarize_games(run.episodes, wall_s)}
-    return {**head, **summarize_trials(run.records, run.config)}
+    if not any(r["type"] == "task" for r in run.records):
+        return head
+    return {**head, **summarize_units(run.records, run.config, wall_s)}
 
 
-def summarize_games(episodes: list[Episode], wall_s: float | None = None) -> dict[str, Any]:
-    """A session's section: every game's score, cumulative performance and cost, and the totals."""
-    scores = [e.score for e in episodes]
-    steps = sum(len(e.steps) for e in episodes)
-    invalid = sum(e.invalid_actions for e in episodes)
-    played_s = sum(e.info.get("wall_s", 0.0) for e in episodes)
-    llm_s = sum(e.info.get("llm_s", 0.0) for e in episodes)
+def unit_cost(record: dict[str, Any]) -> dict[str, float]:
+    """The LLM cost of one unit, from its recorded calls: tokens, calls and seconds."""
+    calls = [c for c in record["calls"] if c.get("type") == "call"]
     return {
-        "games": [
-            {
-                "game": e.index,
-                "score": e.score,
-                "cumulative": float(c),
-                "success": e.success,
-                "steps": len(e.steps),
-                "invalid": e.invalid_actions,
-                "tokens": e.info.get("prompt_tokens", 0) + e.info.get("completion_tokens", 0),
-                "llm_s": e.info.get("llm_s", 0.0),
-                "wall_s": e.info.get("wall_s", 0.0),
-            }
-            for e, c in zip(episodes, cumulative_performance(scores))
-        ],
-        "mean_score": sum(scores) / len(scores) if scores else 0.0,
-        "invalid_rate": invalid / steps if steps else 0.0,
-        "invalid_causes": count_causes(s for e in episodes for s in e.steps),
-        "tokens": sum(e.info.get("prompt_tokens", 0) + e.info.get("completion_tokens", 0) for e in episodes),
-        "llm_s": llm_s,
-        "played_s": played_s,
-        "wall_s": wall_s if wall_s is not None else played_s,
+        "tokens": sum(c["completion"]["prompt_tokens"] + c["completion"]["completion_tokens"] for c in calls),
+        "llm_calls": len(calls),
+        "llm_s": sum(c.get("wall_s", 0.0) for c in calls),
     }
+
+
+def unit_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per unit: its score (the last attempt's), the cumulative mean score so far, steps, invalid steps
+    and cost."""
+    scores = [r["score"] for r in records]
+    rows = []
+    for record, cumulative in zip(records, cumulative_performance(scores)):
+        steps = [s for a in record["attempts"] for s in a["steps"]]
+        rows.append(
+            {
+                "unit": record["index"],
+                "score": record["score"],
+                "cumulative": float(cumulative),
+                "solved": record["first_success"] is not None,
+                "steps": len(steps),
+                "invalid": sum(not s["valid"] for s in steps),
+                **unit_cost(record),
+                "wall_s": record.get("wall_s", 0.0),
+            }
+        )
+    return rows
 
 
 def _stats(values: list[float]) -> dict[str, float]:
@@ -91,28 +91,24 @@ def instance_summary(instances: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict[str, Any]:
-    """Everything the table shows, from task records alone.
+def summarize_units(records: list[dict[str, Any]], config: RunConfig, wall_s: float | None = None) -> dict[str, Any]:
+    """Everything the tables show, from unit records alone.
 
-    success@k: solved within the first k sequential attempts, with its 95 % Wilson interval over the tasks.
-    pass@k: the unbiased estimator over the n attempts of each task, reported only when they are independent samples
+    success@k: solved within the first k sequential attempts, with its 95 % Wilson interval over the units.
+    pass@k: the unbiased estimator over the n attempts of each unit, reported only when they are independent samples
     (memory "none") and all were played (no early stop).
     Trajectory entropy: per instance, the Shannon entropy (bits) of the distribution of distinct action sequences
     over its attempts, averaged over instances.
-    Held-out (validation) records count only towards MemRL's best-validation success.
+    Held-out (validation) units count only towards MemRL's best-validation success.
     """
     rejudged = {r["rejudged"]["metric"] for r in records if "rejudged" in r}
     records = [as_rejudged(r) for r in records]
-    held_out = [r for r in records if r.get("type") == "validation"]
-    records = [r for r in records if r.get("type", "task") == "task"]
-    if not records:
-        raise ValueError("no finished tasks to summarise")
+    held_out = [r for r in records if r["type"] == "validation"]
+    records = [r for r in records if r["type"] == "task"]
+    rows = unit_rows(records)
     n = config.attempts
     attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in records]
-    first = [
-        r["first_success"] if "rejudged" in r else next((e.index for e in eps if e.success), None)
-        for r, eps in zip(records, attempts)
-    ]
+    first = [r["first_success"] for r in records]
     summary: dict[str, Any] = {
         "env": config.env,
         "memory": config.memory,
@@ -120,6 +116,8 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         "player": config.player,
         "tasks": len(records),
         "attempts": n,
+        "units": rows,
+        "mean_score": float(np.mean([r["score"] for r in records])),
         "success_at_k": success_at_k(first, n).tolist(),
         "success_at_k_ci95": [
             list(wilson_interval(sum(a is not None and a <= k for a in first), len(first))) for k in range(1, n + 1)
@@ -132,6 +130,10 @@ def summarize_trials(records: list[dict[str, Any]], config: TrialConfig) -> dict
         "invalid_rate": float(np.mean([not s.valid for eps in attempts for e in eps for s in e.steps])),
         "invalid_causes": count_causes(s for eps in attempts for e in eps for s in e.steps),
         "wall_s_per_task": float(np.mean([r["wall_s"] for r in records])),
+        "tokens": sum(row["tokens"] for row in rows),
+        "llm_s": sum(row["llm_s"] for row in rows),
+        "played_s": sum(row["wall_s"] for row in rows),
+        "wall_s": wall_s if wall_s is not None else sum(row["wall_s"] for row in rows),
         "instances": instance_summary([r["instance"] for r in records]),
         "pass_at_k": None,
     }
@@ -182,7 +184,7 @@ def as_rejudged(record: dict[str, Any]) -> dict[str, Any]:
     return {**record, **verdicts}
 
 
-def greedy_control_applies(config: TrialConfig) -> bool:
+def greedy_control_applies(config: RunConfig) -> bool:
     """A greedy LLM player with no memory answers every attempt of an instance as it answered the first (same
     prompt, argmax decoding), so its success@k equals success@1: the paired control is attempt 1 itself. It needs
     greedy decoding and a deterministic player — not a scripted one, which may play differently on a restart."""

@@ -20,6 +20,8 @@ from ttlearn.types import Completion
 
 Message = dict[str, str]
 DEFAULT_LLM = "gemma270m"
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+"""Where an `openai:` back end reads its key (never from a config: a run directory may come from anyone)."""
 """The default player and writer, chosen by measurement: of the embedded models it is the one whose choices follow an
 explicit memory note (benchmarks/note_following.py; table in the README)."""
 

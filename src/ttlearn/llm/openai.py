@@ -28,7 +28,16 @@ from typing import Any, Callable, Sequence
 
 import httpx2
 
-from ttlearn.llm.base import LLM, LLMS, ContextOverflow, LLMError, Message, spec_options, split_prefill
+from ttlearn.llm.base import (
+    LLM,
+    LLMS,
+    OPENAI_KEY_ENV,
+    ContextOverflow,
+    LLMError,
+    Message,
+    spec_options,
+    split_prefill,
+)
 from ttlearn.types import Completion
 
 CHOICE_FORMATS: tuple[Callable[[dict[str, Any]], dict[str, Any]] | None, ...] = (
@@ -129,7 +138,7 @@ class OpenAIChat(LLM):
             raise ValueError(f"openai back end needs an http(s) base URL, got {base_url!r}")
         self.base_url, self.model = base_url.rstrip("/"), model
         self.policy = policy or RetryPolicy()
-        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
+        api_key = api_key if api_key is not None else os.environ.get(OPENAI_KEY_ENV, "")
         self._client = httpx2.Client(
             timeout=self.policy.timeout_s,
             headers={"Authorization": f"Bearer {api_key or 'none'}"},

@@ -26,8 +26,8 @@ class MemoryBackend(Protocol):
     error when the class is instantiated, not when a run first needs it."""
 
     @abstractmethod
-    def bind_run(self, run_dir: Path) -> None:
-        """Where the run lives, for a place that defaults to a file in the run directory."""
+    def bind_run(self, store: Path) -> None:
+        """The run's own store file (`RunDir.memrl_store`), for a place that defaults to one."""
 
     @abstractmethod
     def retrieve(
@@ -84,9 +84,9 @@ class LocalMemories(MemoryBackend):
         """Retrievals logged during the unfinished episode; they learn its index when it ends."""
         self._ns: Namespace | None = None
 
-    def bind_run(self, run_dir: Path) -> None:
+    def bind_run(self, store: Path) -> None:
         if self.path is None:
-            self.path = str(run_dir / "memrl.sqlite")
+            self.path = str(store)
 
     @property
     def ns(self) -> Namespace:

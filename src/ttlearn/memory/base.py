@@ -15,6 +15,9 @@ from ttlearn.llm.base import LLM
 from ttlearn.registry import Registry
 from ttlearn.types import Episode
 
+MEMORY_KEY_ENV = "TTLEARN_MEMORY_KEY"
+"""Where the key of a memory service namespace lives (`-m key=` sets it): never in a config or run directory."""
+
 MEMORIES: Registry[type["Memory"]] = Registry(
     "memory method",
     "ttlearn.memories",
@@ -56,8 +59,9 @@ class Memory(ABC):
     def __init__(self, llm: LLM | None = None) -> None:
         self.llm = llm
 
-    def bind_run(self, run_dir: Path, run_id: str) -> None:  # noqa: B027 - optional hook
-        """Called once by the builder: where the run lives, for memories that keep files of their own (MemRL)."""
+    def bind_run(self, store: Path, run_id: str) -> None:  # noqa: B027 - optional hook
+        """Called once by the builder: the run's own store file and the run's id, for memories that keep files of
+        their own (MemRL)."""
 
     @abstractmethod
     def context(self, query: str) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ttlearn.memory.backends import MemoryBackend
+from ttlearn.memory.base import MEMORY_KEY_ENV
 from ttlearn.memory.retrieval import RetrievalConfig
 from ttlearn.memory.store import Candidate, NewItem
 
@@ -28,7 +29,6 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"the memory service client needs httpx2 ({exc}): pip install 'ttlearn[serve]'") from exc
 
-KEY_ENV = "TTLEARN_MEMORY_KEY"
 
 
 class MemoryServiceError(ValueError):
@@ -131,15 +131,15 @@ class RemoteMemories(MemoryBackend):
     """The MemRL memories in a namespace of a memory service (what `MemRLMemory` uses with `url=`)."""
 
     def __init__(self, url: str, key: str | None, namespace: str, embedder: str) -> None:
-        key = key or os.environ.get(KEY_ENV)
+        key = key or os.environ.get(MEMORY_KEY_ENV)
         if not key:
-            raise ValueError(f"a memory on a service needs its namespace's key: -m key=KEY, or set {KEY_ENV}")
+            raise ValueError(f"a memory on a service needs its namespace's key: -m key=KEY, or set {MEMORY_KEY_ENV}")
         self.client = MemoryClient(url, key)
         self.namespace = namespace
         self.embedder = embedder
         self._checked = False
 
-    def bind_run(self, run_dir: Path) -> None:
+    def bind_run(self, store: Path) -> None:
         """Nothing to place: the memories live in the service."""
 
     def _check_embedder(self) -> None:

@@ -38,7 +38,7 @@ from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.registry import PLUGINS_VAR, load_plugins, loaded_plugins
 from ttlearn.rollout.parts import LLMPool
-from ttlearn.rollout.run import play, prepare as prepare_run, validate
+from ttlearn.rollout.run import play, prepare as prepare_run, resolve, validate
 from ttlearn.runs import (
     ARENA_FILE,
     NO_OPPONENT,
@@ -48,6 +48,7 @@ from ttlearn.runs import (
     RunConfig,
     RunDir,
     check_trusted,
+    holds_run,
     credential_urls,
 )
 from ttlearn.untrusted import write_atomic
@@ -103,6 +104,12 @@ class ArenaConfig(BaseModel):
     seeds: int | list[int] = 5
     """A count k (seeds 0..k−1) or an explicit list; every contestant plays every (opponent, seed)."""
     games: int = Field(8, ge=1)
+    """Units per sequence: games, or task instances with `attempts` each."""
+    attempts: int | None = Field(None, ge=1)
+    """Attempts per unit (None: 1 where the memory carries, else LaMer's 3; see `RunConfig.attempts`)."""
+    carry_memory: bool | None = True
+    """The memory carries from unit to unit, as in a session of games; None: as the memory declares."""
+    epochs: int = Field(1, ge=1)
     player: str = DEFAULT_LLM
     writer: str | None = None
     temperature: float = Field(0.0, ge=0.0)
@@ -195,7 +202,10 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
                     memory_options=c.options,
                     player=c.player or config.player,
                     writer=c.writer or config.writer,
-                    games=config.games,
+                    units=config.games,
+                    attempts=config.attempts,
+                    carry_memory=config.carry_memory,
+                    epochs=config.epochs,
                     seed=seed,
                     temperature=config.temperature,
                     plugins=config.plugins,
@@ -209,14 +219,12 @@ def is_finished(item: PlanItem) -> bool:
     """True when the item's run holds its summary, which its worker writes after the last game. Reads only: an
     orphaned worker may still be appending to an unfinished run. Refuses a run directory of another config (the
     ttlearn version aside: the report lists the versions of all runs)."""
-    run_dir = RunDir(item.path)
-    if run_dir.kind is None:
+    if not holds_run(item.path):
         return False
-    recorded = Run.open(item.path, repair=False).config_dump()
-    changed = sorted(k for k, v in item.config.model_dump(exclude={"version"}).items() if recorded.get(k) != v)
+    changed = Run.open(item.path, repair=False).differs_from(resolve(item.config))
     if changed:
         raise ValueError(f"{item.path} holds a run with other {', '.join(changed)}; use another --out for this arena")
-    return run_dir.summary.exists()
+    return RunDir(item.path).summary.exists()
 
 
 def git_commit() -> str | None:

@@ -88,25 +88,23 @@ def play_episode(
     return Episode(index, seed, task, tuple(steps), env.score(), env.success(), info)
 
 
+def game_seeds(run_seed: int, game: int) -> tuple[int, Callable[[int], int]]:
+    """The seeds of game `game` (1-based) of the sequence seeded `run_seed` — its instance, and step → its
+    decision's seed — by the rule sessions used before one config existed ("session-v1"), which MemoPilot's trainer
+    keeps so that its sequences replay as those sessions did."""
+    return derive_seed(run_seed, "game", game), lambda step: derive_seed(run_seed, "act", game, step)
+
+
 def play_sequence_game(
     env: Env,
     player: Player,
     context: Callable[[str], str],
     run_seed: int,
     index: int,
-    on_step: Callable[[Step, str], None] | None = None,
 ) -> Episode:
-    """Game `index` (1-based) of the sequence seeded `run_seed`, with the seeds a session derives for it: training
-    plays its games through here, so a training sequence replays exactly as `ttlearn run --seed s` would."""
-    return play_episode(
-        env,
-        player,
-        context,
-        index=index,
-        seed=derive_seed(run_seed, "game", index),
-        act_seed=lambda step: derive_seed(run_seed, "act", index, step),
-        on_step=on_step,
-    )
+    """Game `index` (1-based) of the sequence seeded `run_seed`, with `game_seeds`."""
+    seed, act_seed = game_seeds(run_seed, index)
+    return play_episode(env, player, context, index=index, seed=seed, act_seed=act_seed)
 
 
 @dataclass
@@ -117,7 +115,7 @@ class Trial:
 
     @property
     def first_success(self) -> int | None:
-        return next((e.index for e in self.attempts if e.success), None)
+        return next((attempt for attempt, e in enumerate(self.attempts, start=1) if e.success), None)
 
 
 def play_trial(
@@ -131,35 +129,45 @@ def play_trial(
     act_seed: Callable[[int, int], int],
     mark: Mark | None = None,
     observe_last: bool = False,
+    episode_index: Callable[[int], int] = lambda attempt: attempt,
+    per_step_context: bool = False,
+    info: dict[str, Any] | None = None,
 ) -> Trial:
     """Up to `attempts` attempts at the instance `seed`, the memory writing between them (never after the last or
-    after a success that ends the trial, unless `observe_last`: a memory carried to later tasks learns from every
-    attempt). Each attempt sees the context the memory gave at its start. `act_seed(attempt, step)` seeds each
-    decision. The caller resets the memory; this only feeds it."""
+    after a success that ends the trial, unless `observe_last`: a memory carried to later units learns from every
+    attempt). Each attempt sees the context the memory gave at its start (`per_step_context`: asked again at every
+    decision, as old sessions did). `act_seed(attempt, step)` seeds each decision; `episode_index(attempt)` is the
+    index its episode carries; `info` is added to every episode's info before the memory sees it. The caller resets
+    the memory; this only feeds it."""
     if attempts < 1:
         raise ValueError(f"a trial needs at least one attempt, got {attempts}")
     obs = env.reset(seed)
     trial = Trial(seed, [], env.instance_stats())
-    for index in range(1, attempts + 1):
-        if index > 1:
+    for attempt in range(1, attempts + 1):
+        if attempt > 1:
             obs = env.restart()
-        attempt_context = memory.context(env.task())
+        if per_step_context:
+            context = memory.context
+        else:
+            shown = memory.context(env.task())
+            context = lambda _query, shown=shown: shown  # noqa: E731 - the attempt's context, fixed at its start
         episode = play_episode(
             env,
             player,
-            lambda _query, shown=attempt_context: shown,
-            index=index,
+            context,
+            index=episode_index(attempt),
             seed=seed,
-            act_seed=lambda step, attempt=index: act_seed(attempt, step),
+            act_seed=lambda step, attempt=attempt: act_seed(attempt, step),
             obs=obs,
             mark=mark,
         )
+        episode.info.update(info or {})
         trial.attempts.append(episode)
-        last = index == attempts or bool(episode.success and early_stop)
+        last = attempt == attempts or bool(episode.success and early_stop)
         if last and not observe_last:
             break
         if mark is not None:
-            mark("reflect", index, 0)
+            mark("reflect", attempt, 0)
         memory.observe(episode)
         if last:
             break

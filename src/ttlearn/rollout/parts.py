@@ -22,7 +22,7 @@ from ttlearn.memory.base import MEMORIES, Memory, make_memory
 from ttlearn.players.base import PLAYERS, Player
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.players.turn import TurnPlayer
-from ttlearn.runs import PartsConfig
+from ttlearn.runs import PartsConfig, RunDir
 
 SCRIPTED = "scripted:"
 DEFAULT_PLAYERS = {"code": "qwen-coder", "sql": "qwen-coder"}
@@ -183,6 +183,6 @@ def build_parts(cfg: PartsConfig, pool: LLMPool, *, run_dir: Path | None = None)
     writer = recorded(writer_spec(cfg), "memory") if MEMORIES.get(cfg.memory).needs_llm else None
     memory = make_memory(cfg.memory, writer, **cfg.memory_options)
     if run_dir is not None:
-        memory.bind_run(Path(run_dir), Path(run_dir).name)
+        memory.bind_run(RunDir(run_dir).memrl_store, Path(run_dir).name)
     parts = Parts(env, player, memory, moves)  # `recorded` files calls into parts.events from here on
     return parts

@@ -1,4 +1,4 @@
-"""Judge a recorded trial run again under other environment options (a new metric), from its records alone.
+"""Judge a recorded run again under other environment options (a new metric), from its records alone.
 
 A run's records hold every reply, so a change of metric needs no model: each attempt's answer (the memory arm's from
 its steps, the control's from its recorded LLM calls) is judged again by the environment built with the run's
@@ -9,13 +9,12 @@ cannot change is what the memory saw while the run played (its rewards, the item
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 from ttlearn.envs.base import Env
 from ttlearn.rollout.parts import validate_parts
-from ttlearn.runs import Run, TrialConfig, write_atomic
+from ttlearn.runs import Run
 
 Judge = Callable[[dict[str, Any], str | None], bool]
 """judge(instance, answer or None) -> solved."""
@@ -44,16 +43,13 @@ def rejudge_record(record: dict[str, Any], judge: Judge, parse: Callable[[str], 
 
 
 def rejudge_run(run: Run, overrides: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every task record of `run` judged again by its environment built with `overrides`; the records file is
-    rewritten atomically with the verdicts beside the originals."""
+    """Every unit record of `run` judged again by its environment built with `overrides`; the records are
+    rewritten atomically with the verdicts beside the originals (`Run.rewrite`)."""
     config = run.config
-    if not isinstance(config, TrialConfig):
-        raise ValueError(f"{run.path} is a session of games; rejudge reads trial runs (one answer per attempt)")
     label = ", ".join(f"{k}={v}" for k, v in sorted(overrides.items()))
     with validate_parts(config.model_copy(update={"env_options": {**config.env_options, **overrides}})) as env:
         judged = [rejudge_record(r, _judge(env), _parser(env), label) for r in run.records]
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in judged)
-    write_atomic(run.dir.records_file(config.kind), lines)
+    run.rewrite(judged)
     return judged
 
 

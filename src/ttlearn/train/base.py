@@ -56,7 +56,6 @@ TRAINERS: Registry[type["Trainer"]] = Registry(
     {"lamer": "ttlearn.train.lamer:LamerTrainer", "memopilot": "ttlearn.train.memopilot:MemoPilotTrainer"},
 )
 
-CONFIG_FILE, METRICS_FILE, STATE_FILE, FINAL_DIR = "config.json", "metrics.jsonl", "trainer_state.pt", "final"
 
 Progress = Callable[[int, dict[str, Any]], None]
 """Called after every step with (step, metrics)."""
@@ -173,19 +172,15 @@ def write_dir_atomically(target: Path, fill: Callable[[Path], None]) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step_{step:04d}"
-
-
 def last_checkpoint(out: Path) -> Path | None:
     """The newest complete checkpoint under `out` (its state file is written inside the renamed directory)."""
-    found = sorted(p for p in Path(out).glob("step_*") if (p / STATE_FILE).is_file())
+    found = RunDir(out).checkpoints()
     return found[-1] if found else None
 
 
 def read_metrics(out: Path) -> list[dict[str, Any]]:
     """The metrics of a run directory, one dict per step (a torn last line is skipped)."""
-    path = Path(out) / METRICS_FILE
+    path = RunDir(out) / RunDir.METRICS
     return read_durable(path, repair=False) if path.exists() else []
 
 
@@ -219,7 +214,7 @@ class Trainer(ABC):
 
     def next_command(self) -> str:
         """How to use what was trained, for the end of `ttlearn train`."""
-        return f"play it with --llm hf:{self.out / FINAL_DIR}"
+        return f"play it with --llm hf:{RunDir(self.out) / RunDir.FINAL}"
 
     @abstractmethod
     def load_policy(self) -> HFPolicy:
@@ -241,13 +236,13 @@ class Trainer(ABC):
             self.step += 1
             if self.rank == 0:  # logged before the checkpoint: a crash in between replays the step, losing nothing
                 RunDir(self.out).record_played(self.step, self.played)
-                append_durable(self.out / METRICS_FILE, [metrics])
+                append_durable(RunDir(self.out) / RunDir.METRICS, [metrics])
             if self.step % self.config.save_every == 0 or self.step == self.config.steps:
                 self.save_checkpoint()
             done.append(metrics)
             if self.progress is not None:
                 self.progress(self.step, metrics)
-        self._on_rank0(lambda: write_dir_atomically(self.out / FINAL_DIR, self.policy.save_adapter))
+        self._on_rank0(lambda: write_dir_atomically(RunDir(self.out) / RunDir.FINAL, self.policy.save_adapter))
         return done
 
     # ---- checkpoints ----------------------------------------------------------------------------------------------
@@ -263,9 +258,9 @@ class Trainer(ABC):
                 "python_rng": random.getstate(),
                 "numpy_rng": np.random.get_state(),
             }
-            torch.save(state, directory / STATE_FILE)
+            torch.save(state, directory / RunDir.TRAINER_STATE)
 
-        self._on_rank0(lambda: write_dir_atomically(self.out / checkpoint_name(self.step), fill))
+        self._on_rank0(lambda: write_dir_atomically(RunDir(self.out).checkpoint(self.step), fill))
 
     def _resume(self) -> int:
         """Load the newest checkpoint (adapter, optimiser, RNG) and drop metrics logged after it; the step reached."""
@@ -275,13 +270,13 @@ class Trainer(ABC):
         if checkpoint is not None:
             self.policy.load_adapter(checkpoint)
             # onto the CPU: the RNG states must live there, and the optimiser moves its state to the parameters
-            state = torch.load(checkpoint / STATE_FILE, map_location="cpu", weights_only=False)
+            state = torch.load(checkpoint / RunDir.TRAINER_STATE, map_location="cpu", weights_only=False)
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             random.setstate(state["python_rng"])
             np.random.set_state(state["numpy_rng"])
             step = int(state["step"])
-        for log in (self.out / METRICS_FILE, RunDir(self.out).played):
+        for log in (RunDir(self.out) / RunDir.METRICS, RunDir(self.out).played):
             if log.exists():  # the block ends at the last line of a checkpointed step; later lines are cut
                 self._on_rank0(
                     lambda log=log: read_durable(log, repair=True, ends_block=lambda record: record["step"] <= step)
@@ -290,7 +285,7 @@ class Trainer(ABC):
 
     def _claim_run_directory(self) -> None:
         """Write config.json, or check that the one already there describes the same experiment."""
-        saved_file = self.out / CONFIG_FILE
+        saved_file = RunDir(self.out) / RunDir.TRAINER_CONFIG
         current = json.loads(self.config.model_dump_json())
         if saved_file.is_file():
             changed = changed_fields(json.loads(saved_file.read_text()), current, self.config.resumable)

@@ -15,9 +15,9 @@ from rich.table import Table
 
 from ttlearn.eval.report.plots import curves_chart, elo_chart, method_styles, slug, success_chart
 from ttlearn.eval.report.sections import build_report
+from ttlearn.runs import REPORT_HTML, REPORT_JSON
 from ttlearn.untrusted import write_atomic
 
-REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 
 
 def write_report(out_dir: Path) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The report as plain data: ratings, score tables, curves and costs computed from an arena's run records alone.
 
-`build_report(OUT)` reads the run directories under OUT/runs (config.json and the game records, via `Run.open`) and
+`build_report(OUT)` reads the run directories under OUT/runs (their configs and unit records, via `Run.open`) and
 OUT/arena.json (the arena config and git commit recorded when it started) — nothing else, so a copied arena folder
 can be re-reported offline. Every number is a function of those records and a fixed bootstrap seed, rounded to
 `DIGITS` decimals, and nothing of the build itself (time, host, absolute paths) enters it.
@@ -8,6 +8,7 @@ can be re-reported offline. Every number is a function of those records and a fi
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -26,7 +27,8 @@ from ttlearn.eval.rating import (
     rank_with_ties,
     win_matrix,
 )
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir
+from ttlearn.eval.summary import unit_cost
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, arena_runs
 from ttlearn.types import Episode, count_causes
 from ttlearn.untrusted import read_json
 
@@ -49,24 +51,37 @@ class RecordedRun:
     episodes: tuple[Episode, ...]
 
 
+def unit_episodes(run: Run) -> tuple[Episode, ...]:
+    """Each unit of a run as one episode: its last attempt, numbered by unit, with the unit's LLM cost and wall time
+    in its info (what the cost table sums)."""
+    episodes = []
+    for record in run.records:
+        if record["type"] != "task":
+            continue
+        last = Episode.from_json(record["attempts"][-1])
+        info = {**last.info, **unit_cost(record), "wall_s": record.get("wall_s", 0.0)}
+        episodes.append(dataclasses.replace(last, index=record["index"], info=info))
+    return tuple(episodes)
+
+
 def load_runs(out_dir: Path) -> list[RecordedRun]:
     """Every run under OUT/runs/<method>/<opponent>/seed<k>, sorted by (method, opponent, seed)."""
     out_dir = Path(out_dir)
     runs = []
-    for config_file in (out_dir / RUNS_DIR).glob(f"*/*/*/{RunDir.SESSION_CONFIG}"):
-        run = Run.open(config_file.parent, repair=False)
+    for path in arena_runs(out_dir):
+        run = Run.open(path, repair=False)
         runs.append(
             RecordedRun(
-                method=config_file.parent.parts[-3],
+                method=path.parts[-3],
                 opponent=run.config.env_options.get("opponent", NO_OPPONENT),
                 seed=run.config.seed,
-                dir=config_file.parent.relative_to(out_dir).as_posix(),
+                dir=path.relative_to(out_dir).as_posix(),
                 config=run.config,
-                episodes=tuple(run.episodes),
+                episodes=unit_episodes(run),
             )
         )
     if not runs:
-        raise FileNotFoundError(f"{out_dir} holds no arena runs ({RUNS_DIR}/<method>/<opponent>/seed<k>/{RunDir.SESSION_CONFIG})")
+        raise FileNotFoundError(f"{out_dir} holds no arena runs ({RUNS_DIR}/<method>/<opponent>/seed<k>/)")
     envs = sorted({r.config.env for r in runs})
     if len(envs) > 1:
         raise ValueError(f"{out_dir} mixes runs of several environments: {envs}")
@@ -255,7 +270,7 @@ def costs_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
     rows = []
     for method, episodes in sorted(by_method.items()):
         steps = sum(len(e.steps) for e in episodes)
-        tokens = sum(e.info.get("prompt_tokens", 0) + e.info.get("completion_tokens", 0) for e in episodes)
+        tokens = sum(e.info.get("tokens", 0) for e in episodes)
         flags = [e.success for e in episodes]
         rows.append(
             {
@@ -321,7 +336,7 @@ def build_report(out_dir: Path) -> dict[str, Any]:
                 "opponent": r.opponent,
                 "seed": r.seed,
                 "dir": r.dir,
-                "games": r.config.games,
+                "games": r.config.units,
                 "scores": [_round(e.score) for e in r.episodes],
                 "summary": RunDir(Path(out_dir) / r.dir).summary.exists(),
             }

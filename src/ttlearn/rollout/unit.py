@@ -1,0 +1,160 @@
+"""The one unit player: a unit is one task instance played `attempts` times (LaMer's reflections in between), from
+the state it starts from; a game is a unit with one attempt.
+
+    env.reset(seed) → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → N
+
+A unit stops early once an attempt succeeds (`RunConfig.stops_early`). Its control arm — the same instance and
+decision seeds, nothing in the memory slot — is played after it on the same parts, or beside it on parts of its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ttlearn.memory.none import NoMemory
+from ttlearn.rollout.loop import Trial, play_trial
+from ttlearn.rollout.parts import Parts
+from ttlearn.runs import RunConfig
+from ttlearn.seeding import derive_seed
+
+Unit = tuple[dict[str, Any], dict[str, Any]]
+"""What playing one unit yields for `Run.finish`: its record and the {memory, player} state after it."""
+
+
+@dataclass(frozen=True)
+class UnitSeeds:
+    """Where a unit's randomness comes from: its instance, each decision, and the index its attempts carry."""
+
+    instance: int
+    act: Callable[[int, int], int]
+    """(attempt, step) → the decision's seed."""
+    episode_index: Callable[[int], int]
+    """attempt → the index its episode carries (what a memory's text calls it)."""
+    per_step_context: bool
+    """Ask the memory for its context at every decision (old sessions) rather than once per attempt."""
+
+
+def unit_seeds(config: RunConfig, kind: str, epoch: int, task: int, instance_count: int | None) -> UnitSeeds:
+    """The seeds of task `task` of `epoch` (`kind` "task", or "validation" for a held-out instance), by the run's
+    recorded rule. "unit" and "trials-v1": for a finite task set, the task's index in a seeded permutation of the
+    split (distinct tasks, distinct instances); for generated instances, a seed derived from the run seed; held-out
+    instances draw from their own namespace. "session-v1" (sessions before one config existed): the game's seed and
+    its decisions derive from (run seed, game) alone, and the episode carries the game's number."""
+    run_seed = config.seed
+    if config.seeding == "session-v1":
+        return UnitSeeds(
+            instance=derive_seed(run_seed, "game", task),
+            act=lambda _attempt, step: derive_seed(run_seed, "act", task, step),
+            episode_index=lambda _attempt: task,
+            per_step_context=True,
+        )
+    if instance_count is None:
+        instance = derive_seed(run_seed, kind, task)
+    else:
+        order = np.random.default_rng(derive_seed(run_seed, f"{kind} order")).permutation(instance_count)
+        instance = int(order[(task - 1) % instance_count])
+    namespace = ("act",) if kind == "task" else ("act", kind)
+    return UnitSeeds(
+        instance=instance,
+        act=lambda attempt, step: derive_seed(run_seed, *namespace, epoch, task, attempt, step),
+        episode_index=lambda attempt: attempt,
+        per_step_context=False,
+    )
+
+
+def plays_control(config: RunConfig, kind: str, epoch: int) -> bool:
+    """A control arm is played once per instance, in the last epoch (the one the summary pairs; a pooled control
+    would count an instance once per epoch)."""
+    return config.control and kind == "task" and epoch == config.epochs
+
+
+def control_record(control: Trial) -> dict[str, Any]:
+    """What a unit record keeps of its control: the first success, and how many of its steps were invalid (memory
+    text that breaks the reply format shows as more invalid steps with memory than without)."""
+    steps = [s for episode in control.attempts for s in episode.steps]
+    return {
+        "control_first_success": control.first_success,
+        "control_invalid_steps": sum(not s.valid for s in steps),
+        "control_steps": len(steps),
+    }
+
+
+def play_unit(
+    parts: Parts, config: RunConfig, index: int, start: dict[str, Any], beside: Parts | None = None
+) -> Unit:
+    """Play the index-th unit of the run from the state `start` ({memory, player}); returns its record and the
+    state after it. `parts` must be built from the unit's config (`RunConfig.validation_config` for held-out
+    units). `beside`: other parts (same player, memory none) on which the control arm is played at the same time
+    as the memory arm; its calls are recorded after the memory arm's, as if played after it."""
+    began = time.perf_counter()
+    kind, epoch, task = config.position(index)
+    seeds = unit_seeds(config, kind, epoch, task, parts.env.instance_count())
+    unit_info = {} if config.seeding != "unit" else {"unit": index}
+
+    def arm(on: Parts, memory: Any, early_stop: bool, observe_last: bool) -> Trial:
+        return play_trial(
+            on.env,
+            on.player,
+            memory,
+            seed=seeds.instance,
+            attempts=config.attempts,
+            early_stop=early_stop,
+            observe_last=observe_last,
+            act_seed=seeds.act,
+            episode_index=seeds.episode_index,
+            per_step_context=seeds.per_step_context,
+            info=unit_info,
+        )
+
+    def memory_arm() -> Trial:
+        return arm(parts, parts.memory, config.stops_early, config.carries_memory)
+
+    def control_arm(on: Parts) -> Trial:
+        # Common random numbers: the control's decisions draw the very seeds the memory's did.
+        return arm(on, NoMemory(), True, False)
+
+    parts.drain()
+    parts.memory.load(copy.deepcopy(start["memory"]))
+    parts.player.load(copy.deepcopy(start.get("player", {})))
+    control = None
+    if not plays_control(config, kind, epoch):
+        trial = memory_arm()
+    elif beside is None:
+        trial = memory_arm()
+        control = control_arm(parts)
+    else:
+        beside.drain()
+        with ThreadPoolExecutor(1, thread_name_prefix="control") as pool:
+            played = pool.submit(control_arm, beside)
+            trial = memory_arm()
+            control = played.result()
+        parts.events.extend(beside.drain())
+    instance = dict(trial.instance)
+    if parts.env.turns is not None:
+        instance["budget"] = parts.env.turns * parts.moves_per_turn
+    attempts = []
+    for episode in trial.attempts:
+        data = episode.to_json()
+        data["info"].pop("rules", None)  # the same long text for every attempt; the environment says it again
+        attempts.append(data)
+    record = {
+        "index": index,
+        "type": kind,
+        "epoch": epoch,
+        "task": task,
+        "seed": trial.seed,
+        "first_success": trial.first_success,
+        "score": trial.attempts[-1].score,
+        **(control_record(control) if control is not None else {}),
+        "instance": instance,
+        "attempts": attempts,
+        "calls": parts.drain(),
+        "wall_s": time.perf_counter() - began,
+    }
+    return record, {"memory": parts.memory.state(), "player": parts.player.state()}
