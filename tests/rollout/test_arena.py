@@ -96,12 +96,12 @@ def test_every_method_plays_the_same_games(tmp_path):
     for item in todo:
         run = Run.open(item.path)
         assert run.finished and (item.path / "summary.json").exists()
-        seeds.setdefault((item.opponent, item.seed), set()).add(tuple(e.seed for e in run.episodes))
+        seeds.setdefault((item.opponent, item.seed), set()).add(tuple(r["seed"] for r in run.records))
     assert all(len(s) == 1 for s in seeds.values())  # same game seeds for every method of a sequence
     assert len({next(iter(s)) for s in seeds.values()}) == 2  # seed 0 and seed 1 differ, whatever the opponent
     # a rerun finds everything finished, and a run of another config under the same folder is refused
     assert prepare(config, tmp_path) == ([], todo)
-    with pytest.raises(ValueError, match="holds a run with other games"):
+    with pytest.raises(ValueError, match="holds a run with other units"):
         prepare(small_config(games=4), tmp_path)
 
 
@@ -127,7 +127,7 @@ def test_ray_plays_the_same_plan(tmp_path):
     assert len(list(execute(ray_items, ray=True, ray_address="local"))) == len(ray_items)
     for item, reference in zip(ray_items, plan(config, tmp_path / "in-process")):
         arena_mod.play_item(str(reference.path), reference.config.model_dump_json())
-        assert [e.score for e in Run.open(item.path).episodes] == [e.score for e in Run.open(reference.path).episodes]
+        assert [r["score"] for r in Run.open(item.path).records] == [r["score"] for r in Run.open(reference.path).records]
 
 
 # ---- resume after kill -9 -----------------------------------------------------------------------------------------
@@ -140,11 +140,7 @@ def fingerprint(run_dir: Path) -> dict[str, tuple[str, int]]:
 
 
 def game_numbers(run_dir: Path) -> list[int]:
-    return [
-        json.loads(line)["game"]
-        for line in (run_dir / "events.jsonl").read_text().splitlines()
-        if json.loads(line).get("type") == "game"
-    ]
+    return [json.loads(line)["index"] for line in (run_dir / "units.jsonl").read_text().splitlines()]
 
 
 def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
@@ -189,7 +185,7 @@ def test_killed_arena_resumes_without_replaying_finished_runs(tmp_path):
     assert result.exit_code == 0, result.output
     assert f"{len(finished)} of 12 runs already finished" in result.output
     assert {d: fingerprint(d) for d in finished} == before  # untouched: same bytes, same mtimes
-    runs = sorted(p.parent for p in out.glob("runs/*/*/*/config.json"))
+    runs = sorted(p.parent for p in out.glob("runs/*/*/*/run.json"))
     assert len(runs) == 12
     assert all(game_numbers(d) == [1, 2, 3, 4] for d in runs)  # complete, no duplicate game
     assert "Elo" in result.output and (out / "report.html").exists()

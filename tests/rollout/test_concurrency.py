@@ -8,12 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from typer.testing import CliRunner
+from runhelp import unit_records
 
 from ttlearn.cli import app
 from ttlearn.llm import LLMError
 from ttlearn.llm.local_server import llama_server
 from ttlearn.llm.models import model_path
-from ttlearn.runs import Run, parse_config, read_tasks, without_times
+from ttlearn.runs import Run, parse_config, without_times
 
 pytestmark = pytest.mark.model
 
@@ -45,10 +46,11 @@ def test_concurrent_games_score_every_action_as_one_at_a_time(server, tmp_path):
         ttlearn(*args, "--concurrency", str(concurrency), "--out", str(out))
         runs[concurrency] = Run.open(out)
     one, two = runs[1], runs[2]
-    assert len(two.episodes) == 4
-    assert [[s.action for s in e.steps] for e in two.episodes] == [[s.action for s in e.steps] for e in one.episodes]
-    assert [e.score for e in two.episodes] == [e.score for e in one.episodes]
-    calls = [e for e in two.events() if e["type"] == "call"]
+    assert two.done == 4
+    steps = {n: [[s["action"] for s in r["attempts"][0]["steps"]] for r in run.records] for n, run in runs.items()}
+    assert steps[2] == steps[1]
+    assert [r["score"] for r in two.records] == [r["score"] for r in one.records]
+    calls = two.calls()
     assert len(calls) == 12 and answered_with_choices(calls)
 
 
@@ -59,7 +61,7 @@ def test_concurrent_trial_tasks_play_as_one_at_a_time(server, tmp_path):
     for concurrency in (1, 2):
         out = tmp_path / f"c{concurrency}"
         ttlearn(*args, "--concurrency", str(concurrency), "--out", str(out))
-        records[concurrency] = read_tasks(out)
+        records[concurrency] = unit_records(out)
 
     def played(record: dict) -> tuple:
         attempts = [([step["action"] for step in a["steps"]], a["score"]) for a in record["attempts"]]
@@ -119,12 +121,11 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
     monkeypatch.setenv("TTLEARN_THREADS", "2")  # two threads: two contexts side by side, whatever the machine's load
     config = parse_config(
         {
-            "kind": "trials",
             "env": "sql",
             "env_options": {"dataset": "mini"},
             "memory": "history",
             "player": "qwen-coder",
-            "tasks": 2,
+            "units": 2,
             "attempts": 1,
             "carry_memory": True,
             "control": True,
@@ -134,7 +135,7 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
         beside: play_counting_contexts(tmp_path / f"{beside}", config, control_beside=beside)
         for beside in (False, True)
     }
-    records = {beside: read_tasks(tmp_path / f"{beside}") for beside in (False, True)}
+    records = {beside: unit_records(tmp_path / f"{beside}") for beside in (False, True)}
     assert contexts == {False: 1, True: 2}  # beside: both arms were in flight together
     assert [len(r["calls"]) for r in records[True]] == [2, 2]  # one memory-arm and one control reply per task
     assert without_times(records[True]) == without_times(records[False])
@@ -152,10 +153,12 @@ def test_independent_games_are_played_side_by_side_by_themselves_with_the_record
             "env_options": {"opponent": "cycle3", "rounds": 2},
             "memory": "none",
             "player": "smollm2",
-            "games": 2,
+            "units": 2,
+            "attempts": 1,
+            "carry_memory": True,
         }
     )
     contexts = {n: play_counting_contexts(tmp_path / f"c{n}", config, concurrency=n) for n in (1, None)}
-    records = {n: without_times([e.to_json() for e in Run.open(tmp_path / f"c{n}").episodes]) for n in (1, None)}
+    records = {n: without_times(Run.open(tmp_path / f"c{n}").records) for n in (1, None)}
     assert contexts == {1: 1, None: 2}
     assert records[None] == records[1]

@@ -1,4 +1,4 @@
-"""Run directories: durable games, torn tails, kill -9 and resume, fork-free replay of scripted runs."""
+"""Run directories: durable units, torn tails, kill -9 and resume, fork-free replay of scripted runs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from ttlearn.rollout.run import play as play_units, prepare
-from ttlearn.runs import Run, RunConfig, RunDir, SnapshotStore, canonical_hash
+from ttlearn.runs import Run, RunConfig, SnapshotStore, canonical_hash, latest_state
+from ttlearn.types import Episode
 
 
 def scripted_config(**overrides) -> RunConfig:
@@ -22,10 +23,17 @@ def scripted_config(**overrides) -> RunConfig:
         env_options={"opponent": "cycle3", "rounds": 10},
         memory="history",
         player="scripted:learner",
-        games=4,
+        units=4,
+        attempts=1,
+        carry_memory=True,
         seed=3,
     )
     return RunConfig(**{**base, **overrides})
+
+
+def episodes(run: Run) -> list[Episode]:
+    """Each unit's (one) attempt."""
+    return [Episode.from_json(r["attempts"][-1]) for r in run.records]
 
 
 def play(path: Path, config: RunConfig) -> Run:
@@ -34,17 +42,16 @@ def play(path: Path, config: RunConfig) -> Run:
     return run
 
 
-def test_run_directory_holds_config_events_snapshots(tmp_path):
+def test_run_directory_holds_config_units_snapshots(tmp_path):
     run = play(tmp_path / "r", scripted_config())
-    assert json.loads((run.path / "config.json").read_text())["env"] == "rps"
-    files = ["config.json", "events.jsonl", "snapshots.jsonl", "summary.json"]
+    assert json.loads((run.path / "run.json").read_text())["env"] == "rps"
+    files = ["run.json", "snapshots.jsonl", "summary.json", "units.jsonl"]
     assert sorted(p.name for p in run.path.iterdir()) == files
-    kinds = [e["type"] for e in run.events()]
-    assert kinds.count("game") == 4 and kinds.count("step") == 40
+    units = [json.loads(line) for line in (run.path / "units.jsonl").read_text().splitlines()]
+    assert [u["index"] for u in units] == [1, 2, 3, 4] and sum(len(u["attempts"][0]["steps"]) for u in units) == 40
     snap = run.snapshot(4)
     assert len(snap["state"]["memory"]["logs"]) == 2 and snap["hash"] == canonical_hash(snap["state"])
-    games = [e for e in run.events() if e["type"] == "game"]
-    assert [g["memory_hash"] for g in games] == [run.snapshot(g)["hash"] for g in (1, 2, 3, 4)]
+    assert [u["memory_hash"] for u in units] == [run.snapshot(u)["hash"] for u in (1, 2, 3, 4)]
     assert Run.open(run.path).snapshot(3) == run.snapshot(3)
 
 
@@ -88,20 +95,20 @@ def test_a_torn_snapshot_write_is_dropped_before_the_next_one(tmp_path):
 
 def test_torn_tail_is_dropped_and_the_game_replayed(tmp_path):
     full = play(tmp_path / "full", scripted_config())
-    torn = play(tmp_path / "torn", scripted_config(games=2))
-    with open(torn.path / "events.jsonl", "a") as fh:
-        fh.write('{"type": "step", "game": 3, "step": 1, "act')  # a write cut by a kill
+    torn = play(tmp_path / "torn", scripted_config(units=2))
+    with open(torn.path / "units.jsonl", "a") as fh:
+        fh.write('{"index": 3, "type": "task", "attempts": [{"steps')  # a write cut by a kill
     reopened = Run.open(torn.path)
-    assert len(reopened.episodes) == 2
+    assert reopened.done == 2
     reopened.config = scripted_config()  # extend the run to the full length
     play_units(reopened)
     again = Run.open(torn.path)
-    assert [e.index for e in again.episodes] == [1, 2, 3, 4]
-    assert [e.score for e in again.episodes] == [e.score for e in full.episodes]
+    assert [r["index"] for r in again.records] == [1, 2, 3, 4]
+    assert [e.score for e in episodes(again)] == [e.score for e in episodes(full)]
 
 
 def test_existing_run_is_not_overwritten(tmp_path):
-    play(tmp_path / "r", scripted_config(games=1))
+    play(tmp_path / "r", scripted_config(units=1))
     with pytest.raises(FileExistsError):
         Run.create(tmp_path / "r", scripted_config())
 
@@ -119,17 +126,16 @@ def cli(*args: str, **kwargs) -> subprocess.Popen:
 
 
 def game_records(path: Path) -> list[int]:
-    events = path / "events.jsonl"
-    if not events.exists():
+    """The indices of the units on disk (a torn last line skipped)."""
+    units = path / "units.jsonl"
+    if not units.exists():
         return []
     out = []
-    for line in events.read_text().splitlines():
+    for line in units.read_text().splitlines():
         try:
-            record = json.loads(line)
+            out.append(json.loads(line)["index"])
         except json.JSONDecodeError:
             continue
-        if record.get("type") == "game":
-            out.append(record["game"])
     return out
 
 
@@ -167,7 +173,7 @@ def test_kill_9_then_resume_matches_an_uninterrupted_run(tmp_path):
     games = game_records(tmp_path / "killed")
     assert games == list(range(1, 13))  # every game once, in order
     ref, killed = Run.open(tmp_path / "ref"), Run.open(tmp_path / "killed")
-    assert [e.score for e in killed.episodes] == [e.score for e in ref.episodes]
+    assert [e.score for e in episodes(killed)] == [e.score for e in episodes(ref)]
     assert killed.snapshot(12)["hash"] == ref.snapshot(12)["hash"]
 
 
@@ -192,8 +198,8 @@ def test_kill_9_mid_flight_with_concurrency_resumes_exactly_as_a_sequential_run(
     assert resumed.wait(timeout=300) == 0, resumed.stdout.read()
     assert game_records(tmp_path / "killed") == list(range(1, 31))
     ref, killed = Run.open(tmp_path / "ref"), Run.open(tmp_path / "killed")
-    assert [e.score for e in killed.episodes] == [e.score for e in ref.episodes]
-    assert [[s.action for s in e.steps] for e in killed.episodes] == [[s.action for s in e.steps] for e in ref.episodes]
+    assert [e.score for e in episodes(killed)] == [e.score for e in episodes(ref)]
+    assert [[s.action for s in e.steps] for e in episodes(killed)] == [[s.action for s in e.steps] for e in episodes(ref)]
 
 
 def test_concurrency_is_refused_where_games_depend_on_each_other(tmp_path):
@@ -232,52 +238,71 @@ def test_an_old_session_still_reads_replays_and_resumes(tmp_path):
 def test_an_old_trial_run_still_reads_and_resumes_where_it_stopped(tmp_path):
     import shutil
 
-    from ttlearn.rollout.run import play_run
-    from ttlearn.runs import RunDir, read_tasks
-
-    old = read_tasks(LEGACY / "trials", repair=False)
-    assert [RunDir(LEGACY / "trials").task_memory(r) for r in old] == [r["memory"] for r in old]
-    assert RunDir(LEGACY / "trials").memory_after(3)["state"] == {"memory": old[2]["memory"]}
+    old = [json.loads(line) for line in (LEGACY / "trials" / "tasks.jsonl").read_text().splitlines()]
+    read = Run.open(LEGACY / "trials", repair=False)
+    assert [read.state_after(i)["memory"] for i in (1, 2, 3)] == [r["memory"] for r in old]
+    assert read.snapshot(3)["state"] == {"memory": old[2]["memory"]}
     copy = tmp_path / "t"
     shutil.copytree(LEGACY / "trials", copy)
     (copy / "tasks.jsonl").write_text("".join(json.dumps(r) + "\n" for r in old[:2]))  # stopped after task 2
-    play_run(copy)
-    resumed = read_tasks(copy)
+    play_units(prepare(copy))
+    resumed = Run.open(copy).records
+
     def played(record: dict) -> list:
         return [(a["steps"], a["score"], a["info"]["context"]) for a in record["attempts"]]
 
     assert played(resumed[2]) == played(old[2])  # task 3 started from task 2's embedded memory
-    assert RunDir(copy).task_memory(resumed[2]) == old[2]["memory"] and "memory" not in resumed[2]
+    assert Run.open(copy).state_after(3)["memory"] == old[2]["memory"] and "memory" not in resumed[2]
 
 
-def test_every_committed_trial_config_still_loads():
-    from ttlearn.runs import RunDir, TrialConfig
+def test_every_committed_config_still_loads():
+    from ttlearn.runs import holds_run, read_config
 
-    configs = sorted(Path(__file__).parents[2].glob("**/trials.json"))
-    assert len(configs) > 20
-    assert all(isinstance(RunDir(c.parent).config(), TrialConfig) for c in configs)
+    root = Path(__file__).parents[2]
+    dirs = sorted({c.parent for name in ("trials.json", "run.json", "events.jsonl") for c in root.glob(f"**/{name}")})
+    dirs = [d for d in dirs if holds_run(d) and ".git" not in d.parts]
+    assert len(dirs) > 20
+    seedings = {read_config(d).seeding for d in dirs}
+    assert {"trials-v1", "session-v1"} <= seedings
 
 
-def test_a_memory_that_needs_trials_is_refused_in_a_session_whoever_builds_it(tmp_path):
-    """The memory declares it (`needs_trials`); the check is in the session's validation, not a name list in the CLI."""
-    with pytest.raises(ValueError, match="add --tasks K"):
+def test_a_memory_that_reflects_between_attempts_is_refused_with_one_attempt_whoever_builds_it(tmp_path):
+    """The memory declares it (`needs_trials`); the check is the config's, not a name list in the CLI."""
+    with pytest.raises(ValueError, match="give --attempts N"):
         prepare(tmp_path / "r", scripted_config(memory="lamer"))
 
 
-def test_a_config_checks_itself_and_names_the_flags_of_the_other_kind():
+def test_a_config_checks_itself():
     """What needs no plug-in is checked by the config, wherever it is built (CLI, library, arena)."""
-    from ttlearn.runs import TrialConfig, parse_config
+    from ttlearn.runs import parse_config
 
-    assert isinstance(parse_config({"env": "rps"}), RunConfig)
-    assert isinstance(parse_config({"kind": "trials", "env": "sokoban"}), TrialConfig)
-    with pytest.raises(ValueError, match=r"^--carry-memory, --control belong to trial mode: add --tasks K"):
-        parse_config({"env": "rps", "carry_memory": True, "control": True})
-    with pytest.raises(ValueError, match=r"^--games, --memory-from belong to session mode"):
-        parse_config({"kind": "trials", "env": "rps", "games": 2, "memory_from": "x"})
+    assert parse_config({"env": "rps"}).seeding == "unit"
     with pytest.raises(ValueError, match="what memory 'none' already does"):
-        TrialConfig(env="sokoban", memory="none", control=True)
-    with pytest.raises(ValueError, match="^games: Input should be greater than or equal to 1$"):
-        parse_config({"env": "rps", "games": 0})
+        RunConfig(env="sokoban", memory="none", control=True).check()
+    with pytest.raises(ValueError, match="^units: Input should be greater than or equal to 1$"):
+        parse_config({"env": "rps", "units": 0})
+    with pytest.raises(ValueError, match="^games: Extra inputs are not permitted$"):
+        parse_config({"env": "rps", "games": 2})
+
+
+def test_control_on_a_session_of_games_and_memory_from_on_a_task_run(tmp_path):
+    """Every option where it means something: a paired control beside a session of games, and a run of independent
+    tasks that each start from another run's memory."""
+    session = play(tmp_path / "s", scripted_config(memory="history", control=True, player="scripted:random"))
+    records = Run.open(session.path).records
+    assert all("control_first_success" in r for r in records)
+    assert Run.open(session.path).snapshot(4)["state"]["memory"]["logs"]
+    source = Run.open(session.path).snapshot(4)["state"]
+    tasks = play(
+        tmp_path / "t",
+        scripted_config(memory_from=str(session.path), units=2, attempts=2, carry_memory=False, player="scripted:random"),
+    )
+    assert tasks.config.memory_from == str(session.path)
+    first = Episode.from_json(Run.open(tasks.path).records[0]["attempts"][0])
+    assert first.info["context"] and first.info["context"] == Episode.from_json(
+        Run.open(tasks.path).records[1]["attempts"][0]
+    ).info["context"]  # both tasks start from the forked memory, not from each other
+    assert len(source["memory"]["logs"]) == 2
 
 
 def test_a_trial_run_builds_its_environment_once_to_validate_and_once_to_play(tmp_path, monkeypatch):
@@ -298,7 +323,8 @@ def test_a_trial_run_builds_its_environment_once_to_validate_and_once_to_play(tm
 
 @pytest.mark.parametrize("kind", ["--games", "--tasks"])
 def test_every_command_reads_either_kind_of_run(tmp_path, kind):
-    """run, show, show --game, resume, replay and memory diff / fork take a session and a trial run alike."""
+    """run, show, show --unit, resume, replay and memory diff / fork take a session of games and a task run alike:
+    both are runs of units."""
     from typer.testing import CliRunner
 
     from ttlearn.cli import app
@@ -310,14 +336,13 @@ def test_every_command_reads_either_kind_of_run(tmp_path, kind):
 
     out = str(tmp_path / "r")
     ok("run", "minesweeper", "--memory", "history", kind, "3", "--llm", "scripted:random", "--out", out)
-    unit = "game" if kind == "--games" else "task"
-    assert f"3 of 3 {unit}s finished" in ok("show", out)
-    assert "step 1:" in ok("show", out, "--game", "2")
+    assert "3 of 3 units finished" in ok("show", out)
+    assert "step 1:" in ok("show", out, "--unit", "2") == ok("show", out, "--game", "2")
     assert "already complete" in ok("resume", out)
     assert "reproduced exactly" in ok("replay", out, "--out", str(tmp_path / "again"))
-    assert f"after {unit} 3" in ok("memory", "diff", out, "--from", "1", "--to", "3")
-    ok("memory", "fork", out, "--game", "2", "--out", str(tmp_path / "fork"))
-    assert Run.open(out).snapshot(2)["state"] == RunDir(tmp_path / "fork").latest_state()
+    assert "after unit 3" in ok("memory", "diff", out, "--from", "1", "--to", "3")
+    ok("memory", "fork", out, "--unit", "2", "--out", str(tmp_path / "fork"))
+    assert Run.open(out).snapshot(2)["state"] == latest_state(tmp_path / "fork")
 
 
 def test_without_times_drops_every_wall_clock_field_and_nothing_else() -> None:

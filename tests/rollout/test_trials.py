@@ -7,10 +7,11 @@ import math
 
 import pytest
 from fakes import FakeLLM
+from runhelp import play_run, unit_records
 
 from ttlearn.envs.base import make_env
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
-from ttlearn.eval.summary import compare_trials, summarize_trials
+from ttlearn.eval.summary import compare_trials, summarize_units
 from ttlearn.memory.base import make_memory
 from ttlearn.memory import lamer as lamer_memory
 from ttlearn.memory.lamer import extract_reflection
@@ -18,8 +19,8 @@ from ttlearn.players.basic import RandomPlayer
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.players.turn import TurnPlayer
 from ttlearn.rollout.loop import play_trial
-from ttlearn.rollout.run import play_run, validate
-from ttlearn.runs import RunDir, TrialConfig, read_tasks
+from ttlearn.rollout.run import validate
+from ttlearn.runs import Run, RunConfig, RunDir
 from ttlearn.types import Completion, Episode, Step
 
 REFLECTION = "Push the left box first, then go around."
@@ -45,7 +46,7 @@ def act_seed(attempt: int, step: int) -> int:
 
 def memories(out) -> list[dict]:
     """The task records of a run with each one's memory state (stored by hash) filled in."""
-    return [{**r, "memory": RunDir(out).task_memory(r)} for r in read_tasks(out)]
+    return [{**r, "memory": Run.open(out).state_after(r["index"])["memory"]} for r in unit_records(out)]
 
 
 def test_restart_replays_the_same_instance_in_every_attempt() -> None:
@@ -63,7 +64,7 @@ def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
     fake = FakeLLM(scripted_reply)
     summary = play_run(
         tmp_path / "run",
-        TrialConfig(env="sokoban", memory="lamer", player="scripted:oracle", tasks=3),
+        RunConfig(env="sokoban", memory="lamer", player="scripted:oracle", units=3),
         llm_factory=lambda spec: fake,
     )
     assert summary["success_at_k"] == [1.0, 1.0, 1.0]
@@ -72,19 +73,19 @@ def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
 
 
 def test_without_memory_every_attempt_is_played_for_pass_at_k(tmp_path) -> None:
-    summary = play_run(tmp_path / "run", TrialConfig(env="sokoban", memory="none", player="scripted:oracle", tasks=2))
+    summary = play_run(tmp_path / "run", RunConfig(env="sokoban", memory="none", player="scripted:oracle", units=2))
     assert summary["mean_attempts"] == 3.0 and summary["pass_at_k"] == [1.0, 1.0, 1.0]
 
 
 def _lamer_run(tmp_path, mode: str) -> tuple[list[dict], FakeLLM]:
     fake = FakeLLM(scripted_reply)
-    config = TrialConfig(
+    config = RunConfig(
         env="sokoban",
         env_options=HOPELESS,
         memory="lamer",
         memory_options={"mode": mode},
         player="smollm2",
-        tasks=1,
+        units=1,
         attempts=2,
     )  # served by the fake
     play_run(tmp_path / mode, config, llm_factory=lambda spec: fake)
@@ -154,17 +155,17 @@ def test_seen_token_span_keeps_only_what_the_next_attempt_reads() -> None:
 @pytest.mark.parametrize(
     "options",
     [
-        {"tasks": 3, "carry_memory": False},  # independent trials: each must start from a fresh memory
-        {"tasks": 3, "carry_memory": True, "validation_tasks": 2},  # held-out writes must not carry on
+        {"units": 3, "carry_memory": False},  # independent trials: each must start from a fresh memory
+        {"units": 3, "carry_memory": True, "validation_tasks": 2},  # held-out writes must not carry on
     ],
 )
 def test_a_memory_service_namespace_cannot_be_reset_so_those_runs_are_refused(options) -> None:
     service = {"url": "http://127.0.0.1:9"}  # its key comes from TTLEARN_MEMORY_KEY, never from a config
-    config = TrialConfig(env="sokoban", memory="memrl", memory_options=service, player="scripted:oracle", **options)
+    config = RunConfig(env="sokoban", memory="memrl", memory_options=service, player="scripted:oracle", **options)
     with pytest.raises(ValueError, match="cannot reset"):
         validate(config)
     # carried from task to task with no held-out pass, the shared namespace is what the run means to train
-    validate(TrialConfig(**{**config.model_dump(), "carry_memory": True, "validation_tasks": 0}))
+    validate(RunConfig(**{**config.model_dump(), "carry_memory": True, "validation_tasks": 0}))
 
 
 def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -> dict:
@@ -172,7 +173,10 @@ def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -
         Episode(i, 0, "t", tuple(Step("o", a, -0.1) for a in actions), 1.0 if ok else -1.0, ok).to_json()
         for i, (actions, ok) in enumerate(actions_and_success, start=1)
     ]
-    return {"attempts": attempts, "instance": instance, "wall_s": 2.0}
+    first = next((i for i, (_, ok) in enumerate(actions_and_success, start=1) if ok), None)
+    score = attempts[-1]["score"]
+    return {"index": 1, "type": "task", "epoch": 1, "first_success": first, "score": score, "calls": [],
+            "attempts": attempts, "instance": instance, "wall_s": 2.0}
 
 
 def test_summary_numbers_by_hand() -> None:
@@ -183,7 +187,7 @@ def test_summary_numbers_by_hand() -> None:
         _record([(up, False), (up, False), (up, False)], {"optimal_length": 12, "budget": 21}),
         _record([(down, False), (down, False), (down, True)], {"optimal_length": 30, "budget": 21}),
     ]
-    summary = summarize_trials(records, TrialConfig(env="sokoban", memory="none", tasks=4))
+    summary = summarize_units(records, RunConfig(env="sokoban", memory="none", units=4, attempts=3))
     assert summary["success_at_k"] == pytest.approx([1 / 4, 2 / 4, 3 / 4])  # first successes 2, 1, never, 3
     assert summary["success_at_k_ci95"] == [list(wilson_interval(c, 4)) for c in (1, 2, 3)]
     # c = 1, 3, 0, 1 of n = 3: pass@1 = mean(c/n); pass@2 = mean(1 - C(n-c, 2)/C(3, 2)) = (2/3 + 1 + 0 + 2/3)/4
@@ -192,7 +196,7 @@ def test_summary_numbers_by_hand() -> None:
     assert summary["trajectory_entropy"] == pytest.approx(h / 4)
     assert summary["instances"]["optimal_length"] == {"mean": 14.0, "min": 5.0, "max": 30.0}
     assert summary["instances"]["within_budget_rate"] == 0.75
-    lamer = summarize_trials(records, TrialConfig(env="sokoban", memory="lamer", tasks=4))
+    lamer = summarize_units(records, RunConfig(env="sokoban", memory="lamer", units=4, attempts=3))
     assert lamer["pass_at_k"] is None  # sequential attempts with feedback are not independent samples
 
 
@@ -215,35 +219,35 @@ def test_paired_comparison_counts_discordant_tasks_by_seed() -> None:
 
 
 def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
-    config = TrialConfig(env="minesweeper", memory="none", player="scripted:random", tasks=3, attempts=2)
+    config = RunConfig(env="minesweeper", memory="none", player="scripted:random", units=3, attempts=2)
     out = tmp_path / "run"
     full = play_run(out, config)
-    tasks = RunDir(out).tasks
+    tasks = RunDir(out).units
     lines = tasks.read_text().splitlines(keepends=True)
     tasks.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write
     torn = tasks.read_bytes()
-    assert len(read_tasks(out, repair=False)) == 2 and tasks.read_bytes() == torn  # readers never cut
+    assert len(unit_records(out, repair=False)) == 2 and tasks.read_bytes() == torn  # readers never cut
     played: list[int] = []
     resumed = play_run(out, config, progress=lambda done, total, record: played.append(record["task"]))
     assert played == [3]
     again = tasks.read_text().splitlines()
     assert len(again) == 3 and json.loads(again[2])["attempts"] == json.loads(lines[2])["attempts"]
     assert resumed["success_at_k"] == full["success_at_k"]
-    with pytest.raises(FileExistsError, match="different trial run"):
+    with pytest.raises(FileExistsError, match="different run"):
         play_run(out, config.model_copy(update={"attempts": 3}))
 
 
 def test_bad_config_is_refused_before_anything_runs(tmp_path) -> None:
     with pytest.raises(ValueError, match="moves_per_turn=4 exceeds"):
-        play_run(tmp_path / "x", TrialConfig(env="sokoban", player="scripted:random", moves_per_turn=4))
+        play_run(tmp_path / "x", RunConfig(env="sokoban", player="scripted:random", moves_per_turn=4))
     with pytest.raises(ValueError, match="lamer mode"):
         make_memory("lamer", FakeLLM(scripted_reply), mode="diary")
     assert not (tmp_path / "x").exists()
 
 
 def test_epochs_carry_the_memory_and_report_memrl_protocol_metrics(tmp_path):
-    config = TrialConfig(
-        env="minesweeper", memory="history", player="scripted:random", tasks=2, attempts=1, epochs=3, seed=4
+    config = RunConfig(
+        env="minesweeper", memory="history", player="scripted:random", units=2, attempts=1, epochs=3, seed=4
     )
     summary = play_run(tmp_path / "epochs", config)
     records = memories(tmp_path / "epochs")
@@ -260,11 +264,11 @@ def test_epochs_carry_the_memory_and_report_memrl_protocol_metrics(tmp_path):
 def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_path):
     """MemRL's transfer measure: epochs of 2 tasks, each followed by 2 held-out instances played from that epoch's
     memory, whose own writes are not carried on."""
-    config = TrialConfig(
+    config = RunConfig(
         env="minesweeper",
         memory="history",
         player="scripted:random",
-        tasks=2,
+        units=2,
         attempts=1,
         epochs=2,
         validation_tasks=2,
@@ -296,10 +300,10 @@ def test_memory_gain_against_the_greedy_control_by_hand() -> None:
     gain = memory_gain([1, 2, None, 3, 1], 3)
     assert gain == {"k": 3, "control": 0.4, "with_memory": 0.8, "solved_only_with_memory": 2, "p_value": 0.5}
     assert memory_gain([1, 2, 3], 2)["solved_only_with_memory"] == 1  # a success after attempt k does not count
-    assert greedy_control_applies(TrialConfig(env="code", memory="lamer", player="qwen-coder"))
-    assert not greedy_control_applies(TrialConfig(env="code", memory="lamer", player="qwen-coder", temperature=0.7))
-    assert not greedy_control_applies(TrialConfig(env="code", memory="none", player="qwen-coder"))
-    assert not greedy_control_applies(TrialConfig(env="code", memory="lamer", player="scripted:random"))
+    assert greedy_control_applies(RunConfig(env="code", memory="lamer", player="qwen-coder"))
+    assert not greedy_control_applies(RunConfig(env="code", memory="lamer", player="qwen-coder", temperature=0.7))
+    assert not greedy_control_applies(RunConfig(env="code", memory="none", player="qwen-coder"))
+    assert not greedy_control_applies(RunConfig(env="code", memory="lamer", player="scripted:random"))
 
 
 class GoldWithMemoryFake(FakeLLM):
@@ -317,14 +321,14 @@ class GoldWithMemoryFake(FakeLLM):
         return Completion(f"```sql\n{self.gold[question]}\n```" if remembers else "I am not sure.")
 
 
-def carried_sql_config() -> TrialConfig:
+def carried_sql_config() -> RunConfig:
     """Three `sql` mini questions, the memory carried from one to the next, each also played without it."""
-    return TrialConfig(
+    return RunConfig(
         env="sql",
         env_options={"dataset": "mini", "prefill": False},  # prose stays prose (with the prefill it is a bad query)
         memory="history",
         player="qwen-coder",
-        tasks=3,
+        units=3,
         attempts=1,
         carry_memory=True,
         control=True,
@@ -335,7 +339,7 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
     config = carried_sql_config()
     fake = GoldWithMemoryFake()
     summary = play_run(tmp_path / "c", config, llm_factory=lambda spec: fake)
-    records = read_tasks(tmp_path / "c")
+    records = unit_records(tmp_path / "c")
     contexts = [r["attempts"][0]["info"]["context"] for r in records]
     assert contexts[0] == "" and contexts[1] and contexts[2]  # the memory carries from task to task
     assert [r["first_success"] for r in records] == [None, 1, 1]
@@ -358,7 +362,7 @@ def test_the_control_pairs_each_instance_once_over_epochs(tmp_path) -> None:
     config = carried_sql_config().model_copy(update={"carry_memory": None, "epochs": 2})
     fake = GoldWithMemoryFake()
     summary = play_run(tmp_path / "e", config, llm_factory=lambda spec: fake)
-    records = read_tasks(tmp_path / "e")
+    records = unit_records(tmp_path / "e")
     assert ["control_first_success" in r for r in records] == [False] * 3 + [True] * 3  # the last epoch only
     assert len(fake.calls) == 9  # six memory decisions, three control ones
     # Epoch 2 sees a memory from its first task on: 3/3 vs 0/3, discordant (3, 0): p = 2 · 1/2³ = 0.25.
@@ -378,9 +382,9 @@ def test_a_trial_run_replays_from_its_recorded_calls(tmp_path) -> None:
     play_run(tmp_path / "c", config, llm_factory=lambda spec: GoldWithMemoryFake())
     replayed = CliRunner().invoke(app, ["replay", str(tmp_path / "c"), "--out", str(tmp_path / "r")])
     assert replayed.exit_code == 0 and "reproduced exactly" in replayed.output, replayed.output
-    assert [r["first_success"] for r in read_tasks(tmp_path / "r")] == [None, 1, 1]
-    tasks = RunDir(tmp_path / "c").tasks
-    records = read_tasks(tmp_path / "c")
+    assert [r["first_success"] for r in unit_records(tmp_path / "r")] == [None, 1, 1]
+    tasks = RunDir(tmp_path / "c").units
+    records = unit_records(tmp_path / "c")
     records[2]["calls"][0]["completion"]["text"] = "I am not sure."  # the memory arm now fails the last task
     tasks.write_text("".join(json.dumps(r) + "\n" for r in records))
     changed = CliRunner().invoke(app, ["replay", str(tmp_path / "c"), "--out", str(tmp_path / "r2")])

@@ -10,7 +10,6 @@ import os
 import sqlite3
 import warnings
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import typer

@@ -28,7 +28,7 @@ from ttlearn.eval.rating import (
     win_matrix,
 )
 from ttlearn.eval.summary import unit_cost
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, arena_runs
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir, arena_runs
 from ttlearn.types import Episode, count_causes
 from ttlearn.untrusted import read_json
 
