@@ -31,7 +31,7 @@ ALLOWED = {
     "llm": BASE | {"llm"},
     "memory": BASE | {"memory", "llm"},
     "players": BASE | {"players", "envs", "llm"},
-    "runs": BASE | {"runs", "llm", "memory"},
+    "runs": BASE | {"runs", "llm", "memory", "envs", "data"},
     "eval": BASE | {"eval", "runs"},
     "data": BASE | {"data"},
     "rollout": BASE | {"rollout", "envs", "llm", "memory", "players", "runs", "eval"},

@@ -105,6 +105,29 @@ def test_every_method_plays_the_same_games(tmp_path):
         prepare(small_config(games=4), tmp_path)
 
 
+def test_an_arena_plans_units_with_attempts_as_well_as_games(tmp_path):
+    """Either kind of run: puzzles tried twice each, nothing carried from unit to unit, every contestant paired on the
+    same instances; the report reads them like games."""
+    config = small_config(
+        env="minesweeper",
+        env_options={},
+        opponents=[],
+        seeds=1,
+        games=2,
+        attempts=2,
+        carry_memory=False,
+        memories=[{"name": "none", "player": "scripted:random"}, {"name": "history", "player": "scripted:random"}],
+    )
+    todo, _ = prepare(config, tmp_path)
+    list(execute(todo, workers=1))
+    runs = [Run.open(item.path) for item in todo]
+    assert all(r.config.attempts == 2 and not r.config.carry_memory for r in runs)
+    assert all(len(rec["attempts"]) == 2 or rec["first_success"] == 1 for r in runs for rec in r.records)
+    assert len({tuple(rec["seed"] for rec in r.records) for r in runs}) == 1  # the same instances for both
+    result = CliRunner().invoke(app, ["report", str(tmp_path)], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+
+
 def test_a_failing_run_stops_the_arena_with_its_name(tmp_path):
     (item,) = plan(small_config(memories=["none"], opponents=["cycle3"], seeds=1), tmp_path)
     broken = arena_mod.PlanItem(

@@ -28,7 +28,15 @@ def arena(
     memories: Optional[str] = typer.Option(None, help="Comma-separated memory methods, e.g. none,history,reflexion."),
     opponents: Optional[str] = typer.Option(None, help="Comma-separated opponents, e.g. cycle3,beat-last,probe."),
     seeds: Optional[str] = typer.Option(None, help="Sequences per opponent: a count (5 → seeds 0..4) or a list."),
-    games: Optional[int] = typer.Option(None, min=1, help="Games per sequence (default 8)."),
+    games: Optional[int] = typer.Option(None, min=1, help="Units per sequence: games, or instances (default 8)."),
+    attempts: Optional[int] = typer.Option(
+        None, min=1, help="Attempts per unit (default 1 where the memory carries, else LaMer's 3)."
+    ),
+    carry_memory: Optional[bool] = typer.Option(
+        None,
+        "--carry-memory/--no-carry-memory",
+        help="The memory carries from unit to unit (default: yes, a session of games); no: every unit starts afresh.",
+    ),
     rounds: Optional[int] = typer.Option(None, help="RPS: rounds per game."),
     hands: Optional[int] = typer.Option(None, help="Hold'em: hands per game."),
     env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="Any other environment option, KEY=VALUE."),
@@ -59,6 +67,8 @@ def arena(
         opponents=csv(opponents),
         seeds=_seeds(seeds),
         games=games,
+        attempts=attempts,
+        carry_memory=carry_memory,
         player=llm,
         writer=writer,
         temperature=temperature,

@@ -38,7 +38,7 @@ from ttlearn import __version__
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.registry import PLUGINS_VAR, load_plugins, loaded_plugins
 from ttlearn.rollout.parts import LLMPool
-from ttlearn.rollout.run import play, prepare as prepare_run, resolve, validate
+from ttlearn.rollout.run import play, prepare as prepare_run, validate
 from ttlearn.runs import (
     ARENA_FILE,
     NO_OPPONENT,
@@ -209,7 +209,7 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
                     seed=seed,
                     temperature=config.temperature,
                     plugins=config.plugins,
-                )
+                ).resolved()
                 path = Path(out) / RUNS_DIR / c.label / opponent / f"seed{seed}"
                 items.append(PlanItem(c.label, opponent, seed, path, run_config))
     return items
@@ -221,7 +221,7 @@ def is_finished(item: PlanItem) -> bool:
     ttlearn version aside: the report lists the versions of all runs)."""
     if not holds_run(item.path):
         return False
-    changed = Run.open(item.path, repair=False).differs_from(resolve(item.config))
+    changed = Run.open(item.path, repair=False).differs_from(item.config)
     if changed:
         raise ValueError(f"{item.path} holds a run with other {', '.join(changed)}; use another --out for this arena")
     return RunDir(item.path).summary.exists()

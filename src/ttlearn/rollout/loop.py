@@ -1,4 +1,4 @@
-"""The one episode loop, used by sessions, trial runs, both trainers and the arena.
+"""The one episode loop, used by the unit player, both trainers and the arena.
 
 An episode is played from an observation until the environment says it is done. Each decision sees the memory's
 context for the current situation; a decision that names no action goes to the environment's `invalid_step` (the

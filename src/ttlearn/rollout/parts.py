@@ -1,6 +1,6 @@
 """The one builder from a config to live parts: environment, player, memory, and the LLMs behind them.
 
-Sessions, trial runs, the arena and the trainers all build through here, so every run validates the same way, picks
+Runs, the arena and the trainers all build through here, so every run validates the same way, picks
 the memory writer the same way and binds every memory to its run directory. LLMs are loaded once per spec into an
 `LLMPool` and shared by all parts built from it (N episodes in flight share one back end); each `Parts` records its
 own calls, so concurrent episodes never mix their records.
@@ -32,12 +32,6 @@ games keep `DEFAULT_LLM`, the embedded model that follows an explicit memory not
 
 def default_player(env: str) -> str:
     return DEFAULT_PLAYERS.get(env, DEFAULT_LLM)
-
-
-def default_memory_options(env: str, memory: str) -> dict[str, Any]:
-    """A memory's settings for an environment family, when it declares a preset named like the environment
-    (MemRL's `sql`, `code`, `household`, chosen by measurement); recorded in the run's config like any option."""
-    return {"preset": env} if env in MEMORIES.get(memory).presets else {}
 
 
 @contextmanager

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ttlearn.envs.base import Env, recorded_defaults
+from ttlearn.envs.base import Env
 from ttlearn.eval.summary import summarize
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import ReplayBook
@@ -33,7 +33,6 @@ from ttlearn.rollout.parts import (
     LLMPool,
     Parts,
     build_parts,
-    default_memory_options,
     resolve_moves_per_turn,
     side_by_side,
     validate_parts,
@@ -45,12 +44,7 @@ Progress = Callable[[int, int, dict[str, Any]], None]
 """Called after every finished unit with (done, total, its record)."""
 
 
-# ---- the config, decided and checked once --------------------------------------------------------------------------
-def resolve(config: RunConfig) -> RunConfig:
-    """The config with every "as the memory declares" default decided, as the run directory records it."""
-    return config.resolved(recorded_defaults(config.env), default_memory_options(config.env, config.memory))
-
-
+# ---- the config, checked once --------------------------------------------------------------------------------------
 def player_learns(config: RunConfig) -> bool:
     """True for a scripted player that learns from what it plays (LLM players are frozen)."""
     return config.player.startswith(SCRIPTED) and PLAYERS.get(config.player[len(SCRIPTED) :]).learns
@@ -61,7 +55,7 @@ def units_are_independent(config: RunConfig) -> bool:
     memory or the player; and the memory keeps no files of its own (one store per run)."""
     memory = MEMORIES.get(config.memory)
     nothing_carried = not memory.carries_over and not player_learns(config)
-    return (not config.carries_memory or nothing_carried) and not memory.keeps_files
+    return (not config.carry_memory or nothing_carried) and not memory.keeps_files
 
 
 def _check_instances(env: Env, wanted: int, what: str) -> None:
@@ -71,26 +65,22 @@ def _check_instances(env: Env, wanted: int, what: str) -> None:
 
 
 def validate(config: RunConfig, concurrency: int = 1) -> None:
-    """What a config cannot check by itself, checked once before any model loads or any directory is written: its
-    names against the registries (building its environment once), the declared capabilities of its memory and
-    player, and `concurrency`. A name no plug-in registered, in a run recorded with plug-ins this process has not
-    loaded, says which flag loads them: a run directory never imports code."""
-    try:
-        _validate(config, concurrency)
-    except UnknownNameError as exc:
-        raise UnknownNameError(f"{exc}{plugin_hint(config)}") from None
-
-
-def _validate(config: RunConfig, concurrency: int) -> None:
+    """What a config cannot check by itself, checked once before any model loads or any directory is written: the
+    config's own rules and its memory's declared capabilities (`RunConfig.check`), its names against the registries
+    (building its environment once), and `concurrency`. A name no plug-in registered, in a run recorded with
+    plug-ins this process has not loaded, says which flag loads them: a run directory never imports code."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    config.check()
-    with validate_parts(config) as env:
-        resolve_moves_per_turn(config.moves_per_turn, env)
-        _check_instances(env, config.units, "--units")
-    if config.validation_tasks:
-        with validate_parts(config.validation_config()) as env:
-            _check_instances(env, config.validation_tasks, "validation_tasks")
+    try:
+        config.check()
+        with validate_parts(config) as env:
+            resolve_moves_per_turn(config.moves_per_turn, env)
+            _check_instances(env, config.units, "--units")
+        if config.validation_tasks:
+            with validate_parts(config.validation_config()) as env:
+                _check_instances(env, config.validation_tasks, "validation_tasks")
+    except UnknownNameError as exc:
+        raise UnknownNameError(f"{exc}{plugin_hint(config)}") from None
     if config.memory_from and not Path(config.memory_from).exists():
         raise FileNotFoundError(f"--memory-from {config.memory_from} does not exist")
     if concurrency > 1 and not units_are_independent(config):
@@ -109,7 +99,7 @@ def prepare(out: Path, config: RunConfig | None = None, concurrency: int = 1, ch
         run = Run.open(out)
     else:
         recorded = read_config(out) if holds_run(out) else None
-        config = config if config == recorded else resolve(config)  # a run recorded before today's defaults stays
+        config = config if config == recorded else config.resolved()  # a run recorded before today's defaults stays
         if check:
             validate(config, concurrency)
             check = False
@@ -183,13 +173,13 @@ def _unit_player(
     beside: dict[int, Parts] = {}  # each worker's control parts, built when it first plays a control
 
     def play_index(parts: Parts, index: int) -> Unit:
-        kind, epoch, _ = config.position(index)
-        if kind == "validation" and held_out is not None:
+        phase, epoch, _ = config.position(index)
+        if phase == "validation" and held_out is not None:
             parts = held_out
         tasks = [i for i, r in enumerate(run.records[: index - 1], start=1) if r["type"] == "task"]
-        start = run.state_after(tasks[-1]) if config.carries_memory and tasks else fresh
+        start = run.state_after(tasks[-1]) if config.carry_memory and tasks else fresh
         control_parts = None
-        if control_beside and plays_control(config, kind, epoch):
+        if control_beside and plays_control(config, phase, epoch):
             if id(parts) not in beside:
                 beside[id(parts)] = build(config.control_config())
             control_parts = beside[id(parts)]

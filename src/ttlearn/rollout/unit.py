@@ -3,7 +3,7 @@ the state it starts from; a game is a unit with one attempt.
 
     env.reset(seed) → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → N
 
-A unit stops early once an attempt succeeds (`RunConfig.stops_early`). Its control arm — the same instance and
+A unit stops early once an attempt succeeds (`RunConfig.early_stop`). Its control arm — the same instance and
 decision seeds, nothing in the memory slot — is played after it on the same parts, or beside it on parts of its own.
 """
 
@@ -40,8 +40,8 @@ class UnitSeeds:
     """Ask the memory for its context at every decision (old sessions) rather than once per attempt."""
 
 
-def unit_seeds(config: RunConfig, kind: str, epoch: int, task: int, instance_count: int | None) -> UnitSeeds:
-    """The seeds of task `task` of `epoch` (`kind` "task", or "validation" for a held-out instance), by the run's
+def unit_seeds(config: RunConfig, phase: str, epoch: int, task: int, instance_count: int | None) -> UnitSeeds:
+    """The seeds of task `task` of `epoch` (`phase` "task", or "validation" for a held-out instance), by the run's
     recorded rule. "unit" and "trials-v1": for a finite task set, the task's index in a seeded permutation of the
     split (distinct tasks, distinct instances); for generated instances, a seed derived from the run seed; held-out
     instances draw from their own namespace. "session-v1" (sessions before one config existed): the game's seed and
@@ -55,11 +55,11 @@ def unit_seeds(config: RunConfig, kind: str, epoch: int, task: int, instance_cou
             per_step_context=True,
         )
     if instance_count is None:
-        instance = derive_seed(run_seed, kind, task)
+        instance = derive_seed(run_seed, phase, task)
     else:
-        order = np.random.default_rng(derive_seed(run_seed, f"{kind} order")).permutation(instance_count)
+        order = np.random.default_rng(derive_seed(run_seed, f"{phase} order")).permutation(instance_count)
         instance = int(order[(task - 1) % instance_count])
-    namespace = ("act",) if kind == "task" else ("act", kind)
+    namespace = ("act",) if phase == "task" else ("act", phase)
     return UnitSeeds(
         instance=instance,
         act=lambda attempt, step: derive_seed(run_seed, *namespace, epoch, task, attempt, step),
@@ -68,10 +68,10 @@ def unit_seeds(config: RunConfig, kind: str, epoch: int, task: int, instance_cou
     )
 
 
-def plays_control(config: RunConfig, kind: str, epoch: int) -> bool:
+def plays_control(config: RunConfig, phase: str, epoch: int) -> bool:
     """A control arm is played once per instance, in the last epoch (the one the summary pairs; a pooled control
     would count an instance once per epoch)."""
-    return config.control and kind == "task" and epoch == config.epochs
+    return config.control and phase == "task" and epoch == config.epochs
 
 
 def control_record(control: Trial) -> dict[str, Any]:
@@ -93,8 +93,8 @@ def play_unit(
     units). `beside`: other parts (same player, memory none) on which the control arm is played at the same time
     as the memory arm; its calls are recorded after the memory arm's, as if played after it."""
     began = time.perf_counter()
-    kind, epoch, task = config.position(index)
-    seeds = unit_seeds(config, kind, epoch, task, parts.env.instance_count())
+    phase, epoch, task = config.position(index)
+    seeds = unit_seeds(config, phase, epoch, task, parts.env.instance_count())
     unit_info = {} if config.seeding != "unit" else {"unit": index}
 
     def arm(on: Parts, memory: Any, early_stop: bool, observe_last: bool) -> Trial:
@@ -113,7 +113,7 @@ def play_unit(
         )
 
     def memory_arm() -> Trial:
-        return arm(parts, parts.memory, config.stops_early, config.carries_memory)
+        return arm(parts, parts.memory, bool(config.early_stop), bool(config.carry_memory))
 
     def control_arm(on: Parts) -> Trial:
         # Common random numbers: the control's decisions draw the very seeds the memory's did.
@@ -123,7 +123,7 @@ def play_unit(
     parts.memory.load(copy.deepcopy(start["memory"]))
     parts.player.load(copy.deepcopy(start.get("player", {})))
     control = None
-    if not plays_control(config, kind, epoch):
+    if not plays_control(config, phase, epoch):
         trial = memory_arm()
     elif beside is None:
         trial = memory_arm()
@@ -145,7 +145,7 @@ def play_unit(
         attempts.append(data)
     record = {
         "index": index,
-        "type": kind,
+        "type": phase,
         "epoch": epoch,
         "task": task,
         "seed": trial.seed,
