@@ -177,3 +177,42 @@ def test_no_import_circles():
     graph = {name: {imported for imported, _ in imported_modules(path)} - {name} for name, path in MODULES.items()}
     cycle = find_cycle(graph)
     assert cycle is None, f"import circle: {' → '.join(cycle)}"
+
+
+def config_walk(tmp_path: Path, *unit_flags: str) -> list[str]:
+    """The functions a run's config passes through (as an argument or as self), in call order, during one `ttlearn
+    run` of a tiny scripted run."""
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+    from ttlearn.runs import RunConfig
+
+    walk: list[str] = []
+
+    def holds_config(frame) -> bool:
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        return any(isinstance(frame.f_locals.get(name), RunConfig) for name in names)
+
+    def profile(frame, event, arg) -> None:
+        module = frame.f_globals.get("__name__", "")
+        if event == "call" and module.startswith("ttlearn") and holds_config(frame):
+            walk.append(f"{module}:{frame.f_code.co_qualname}")
+
+    args = ["run", "minesweeper", "--memory", "history", "--llm", "scripted:random", *unit_flags]
+    sys.setprofile(profile)
+    try:
+        result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "-".join(unit_flags))])
+    finally:
+        sys.setprofile(None)
+    assert result.exit_code == 0, result.output
+    return walk
+
+
+def test_a_run_config_walks_one_short_path_whatever_the_unit(tmp_path):
+    """A session of games and a run of tasks with attempts take the same path through the code, and it stays short:
+    21 functions see the config (before one config existed: 15 for a session, 24 for a trial run, 25 together)."""
+    games = config_walk(tmp_path, "--games", "2")
+    tasks = config_walk(tmp_path, "--units", "2", "--attempts", "2")
+    assert set(games) == set(tasks)
+    assert len(set(tasks)) <= 21, sorted(set(tasks))
