@@ -57,7 +57,7 @@ def play_session(player: str, games: int, rounds: int, concurrency: int, out: Pa
         wall = time.perf_counter() - start
     finally:
         pool.close()
-    return wall, run.calls()
+    return wall, [{**call, "game": unit} for unit in range(1, run.done + 1) for call in run.calls(unit)]
 
 
 class RawClient:

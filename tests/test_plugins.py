@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ttlearn.runs import RunDir
 import yaml
+
+from ttlearn.runs import Run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "plugin"
@@ -55,16 +56,17 @@ def ttlearn(*args: str, path: Path | None = None, cwd: Path | None = None, **env
 
 
 def cut_after_first_game(run_dir: Path) -> None:
-    """Leave the run as a kill -9 after game 1 would: its events up to game 1's record."""
-    lines = (run_dir / "events.jsonl").read_text().splitlines(keepends=True)
-    first = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == "game")
-    (run_dir / "events.jsonl").write_text("".join(lines[: first + 1]))
+    """Leave the run as a kill -9 after game 1 would: its unit records up to game 1's."""
+    lines = (run_dir / "units.jsonl").read_text().splitlines(keepends=True)
+    assert json.loads(lines[0])["index"] == 1
+    (run_dir / "units.jsonl").write_text(lines[0])
     (run_dir / "summary.json").unlink()
 
 
 def scores(run_dir: Path) -> list[float]:
-    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
-    return [e["episode"]["score"] for e in events if e["type"] == "game"]
+    units = [json.loads(line) for line in (run_dir / "units.jsonl").read_text().splitlines()]
+    assert [u["index"] for u in units] == list(range(1, len(units) + 1))
+    return [u["score"] for u in units]
 
 
 @pytest.fixture(scope="module")
@@ -96,10 +98,7 @@ def test_the_plugin_runs_resumes_replays_and_plays_an_arena(site, tmp_path):
     cut_after_first_game(tmp_path / "killed")
     assert "resuming" in ttlearn("resume", str(tmp_path / "killed"), path=site)
     assert scores(tmp_path / "killed") == scores(tmp_path / "whole") and len(scores(tmp_path / "whole")) == 3
-    run_dir = RunDir(tmp_path / "killed")
-    (last,) = [r for r in map(json.loads, run_dir.events.read_text().splitlines()) if r.get("game") == 3 and
-               r.get("type") == "game"]
-    state = run_dir.snapshot(last["memory_hash"])
+    state = Run.open(tmp_path / "killed").state_after(3)
     assert len(state["memory"]["scores"]) == 3  # the plug-in memory carried over through the resume
     assert "scores reproduced exactly" in ttlearn("replay", str(tmp_path / "whole"), path=site)
 
@@ -151,7 +150,7 @@ def test_a_single_file_plugin_is_recorded_named_by_resume_and_passed_to_arena_wo
     run_dir = tmp_path / "run"
     ttlearn("--plugin", "solo.py", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out", str(run_dir),
             cwd=tmp_path)
-    assert json.loads((run_dir / "config.json").read_text())["plugins"] == [str(tmp_path / "solo.py")]
+    assert json.loads((run_dir / "run.json").read_text())["plugins"] == [str(tmp_path / "solo.py")]
     cut_after_first_game(run_dir)
     refused = subprocess.run(  # the config names the file, but a run directory never makes anything import
         [sys.executable, "-m", "ttlearn", "resume", str(run_dir)],
@@ -196,7 +195,7 @@ def test_a_plugin_named_as_a_module_of_the_current_folder_is_found_again_from_el
     ttlearn("--plugin", "solo_module", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out",
             str(run_dir), cwd=tmp_path / "work")
     recorded = f"solo_module@{tmp_path / 'work'}"
-    assert json.loads((run_dir / "config.json").read_text())["plugins"] == [recorded]
+    assert json.loads((run_dir / "run.json").read_text())["plugins"] == [recorded]
     cut_after_first_game(run_dir)
     refused = subprocess.run(  # the config names it, but a run directory never makes anything import
         [sys.executable, "-m", "ttlearn", "resume", str(run_dir)],

@@ -62,8 +62,8 @@ def test_a_run_tells_rejected_commands_from_overflows_in_the_summary_and_show(tm
     # A 1,700-character context: the hallway's first prompt (1,881) overflows, the shorter ones after it fit.
     result = invoke("run", "simlab", "--llm", "typist:dance@1700", "--games", "1", "--out", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output
-    assert "invalid actions 100.0% (rejected 29, overflow 1)" in result.output
-    shown = invoke("show", str(tmp_path / "r"), "--game", "1").output
+    assert "invalid 100.0% (rejected 29, overflow 1)" in result.output
+    shown = invoke("show", str(tmp_path / "r"), "--unit", "1").output
     assert "step 1: (no move) → +0 (invalid: overflow)" in shown
     assert "step 2: dance → +0 (invalid: rejected: No known action matches that input.)" in shown
-    assert "invalid actions 100.0% (rejected 29, overflow 1)" in invoke("show", str(tmp_path / "r")).output
+    assert "invalid 100.0% (rejected 29, overflow 1)" in invoke("show", str(tmp_path / "r")).output

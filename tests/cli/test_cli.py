@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -24,7 +25,8 @@ def test_help_explains_the_commands():
     for command in ("run", "resume", "replay", "show", "memory", "list"):
         assert command in result.output
     run_help = invoke("run", "--help").output
-    assert "--opponent" in run_help and "Trial mode" in run_help and "--concurrency" in run_help
+    assert "--opponent" in run_help and "--concurrency" in run_help
+    assert "--units" in run_help and "Attempts per unit" in run_help and "A session of N games" in run_help
 
 
 @pytest.mark.parametrize(
@@ -38,15 +40,16 @@ def test_help_explains_the_commands():
         (["run", "rps", "--llm", "warp:9"], "unknown LLM back end 'warp'"),
         (["run", "rps", "--llm", "scripted:genius"], "unknown scripted player 'genius'"),
         (["resume", "/nonexistent/run"], "not a run directory"),
-        (["run", "sokoban", "--attempts", "2"], "--attempts belong to trial mode: add --tasks K"),
-        (["run", "sokoban", "--memory", "lamer"], "add --tasks K (trial mode)"),
-        (["run", "sokoban", "--carry-memory", "--control"], "--carry-memory, --control belong to trial mode"),
+        (["run", "sokoban", "--memory-from", "/nonexistent/fork"], "--memory-from /nonexistent/fork does not exist"),
+        (["run", "sokoban", "--memory", "lamer"], "give --attempts N (N > 1)"),
+        (["run", "sokoban", "--units", "2", "--memory", "lamer", "--attempts", "1"], "give --attempts N (N > 1)"),
+        (["run", "sokoban", "--carry-memory", "--control"], "what memory 'none' already does"),
         (["run", "sokoban", "--tasks", "2", "--control"], "what memory 'none' already does"),
         (
             ["run", "sokoban", "--tasks", "2", "--memory", "history", "--carry-memory", "--concurrency", "2"],
-            "tasks run one at a time",
+            "--no-carry-memory makes every unit start afresh",
         ),
-        (["run", "sokoban", "--tasks", "2", "--games", "3"], "--games belong to session mode"),
+        (["run", "sokoban", "--tasks", "2", "--games", "3"], "give --units or --games, not both"),
         (["run", "rps", "--memory", "history", "--concurrency", "2"], "depend on each other"),
     ],
 )
@@ -57,6 +60,18 @@ def test_bad_input_is_one_clear_line(args, message, tmp_path):
     assert "Traceback" not in result.output
 
 
+def test_options_once_bound_to_one_kind_of_run_work_on_a_session_of_games(tmp_path):
+    """--attempts and --control, once refused on a session, are options of every run: a game is a unit."""
+    out = tmp_path / "g"
+    args = ["--games", "2", "--attempts", "2", "--memory", "history", "--control", "--llm", "scripted:random"]
+    result = invoke("run", "minesweeper", *args, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    run = Run.open(out)
+    assert (run.config.units, run.config.attempts, run.config.carry_memory) == (2, 2, True)
+    assert run.done == 2 and all("control_first_success" in r for r in run.records)
+    assert "vs the same player without memory on the same tasks and seeds (--control)" in result.output
+
+
 def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
     source = tmp_path / "src"
     assert (
@@ -65,7 +80,7 @@ def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
         ).exit_code
         == 0
     )
-    result = invoke("memory", "fork", str(source), "--game", "2", "--out", str(tmp_path / "fork"))
+    result = invoke("memory", "fork", str(source), "--unit", "2", "--out", str(tmp_path / "fork"))
     assert result.exit_code == 0, result.output
     forked_hash = json.loads((tmp_path / "fork" / "fork.json").read_text())["hash"]
     original = Run.open(source)
@@ -95,7 +110,7 @@ def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
     assert cont.snapshot(2)["hash"] != original.snapshot(4)["hash"]  # and diverges afterwards
 
     diff = invoke("memory", "diff", str(source), "--from", "1", "--to", "3")
-    assert diff.exit_code == 0 and "+" in diff.output and "after game 3" in diff.output
+    assert diff.exit_code == 0 and "+" in diff.output and "after unit 3" in diff.output
 
 
 def test_memrl_inspect_and_explain(tmp_path):
@@ -111,7 +126,9 @@ def test_memrl_inspect_and_explain(tmp_path):
         memory_options={"embedder": "hash", "epsilon": 0.0},
         player="scripted:random",
         writer="smollm2",
-        games=3,
+        units=3,
+        attempts=1,
+        carry_memory=True,
     )  # validated, but built by the fake factory below
     run = prepare(tmp_path / "m", config)
     play_units(run, llm_factory=lambda spec: FakeLLM(lambda prompt: "1. Play paper."))
@@ -119,19 +136,28 @@ def test_memrl_inspect_and_explain(tmp_path):
     listing = invoke("memory", "inspect", str(run.path))
     assert listing.exit_code == 0, listing.output
     assert listing.output.count("Rock-paper-scissors") >= 3  # one memory per game, newest first
-    explained = invoke("memory", "explain", str(run.path), "--game", "3")
-    assert explained.exit_code == 0, explained.output
-    assert explained.output.count("retrieval") == 4 and "sim" in explained.output and "→" in explained.output
+    overall = invoke("memory", "explain", str(run.path))
+    assert overall.exit_code == 0, overall.output
+    total = int(re.search(r"(\d+) retrievals", overall.output).group(1))
+    shown = {}
+    for unit in (1, 2, 3):
+        explained = invoke("memory", "explain", str(run.path), "--unit", str(unit))
+        assert explained.exit_code == 0, explained.output
+        shown[unit] = len(re.findall(rf"retrieval \d+ of unit {unit}\b", explained.output))
+    # each unit's own retrievals: the last game's are there, and the units' together are the run's, none twice
+    assert shown[3] >= 1 and sum(shown.values()) == total, (shown, total)
+    assert "sim" in explained.output and "→" in explained.output
 
 
-def test_show_prints_the_summary_and_one_games_steps(tmp_path):
+def test_show_prints_the_summary_and_one_units_steps(tmp_path):
     out = tmp_path / "s"
     assert invoke("run", "rps", "--opponent", "constant", "--games", "2", *SCRIPTED, "--out", str(out)).exit_code == 0
     summary = invoke("show", str(out))
     assert summary.exit_code == 0 and "cumulative" in summary.output and "mean score" in summary.output
-    game = invoke("show", str(out), "--game", "2", "--prompts")
-    assert game.exit_code == 0 and game.output.count("step ") == 6 and "game 2 score" in game.output
-    assert "between 1 and 2" in invoke("show", str(out), "--game", "3").output
+    game = invoke("show", str(out), "--unit", "2", "--prompts")
+    assert game.exit_code == 0 and game.output.count("step ") == 6 and "unit 2 score" in game.output
+    assert "between 1 and 2" in invoke("show", str(out), "--unit", "3").output
+    assert invoke("show", str(out), "--game", "2").output == invoke("show", str(out), "--unit", "2").output
 
 
 def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
@@ -139,13 +165,13 @@ def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
     args = ["run", "minesweeper", "--attempts", "2", "--tasks", "3", "--llm", "scripted:random", "--out", str(out)]
     assert invoke(*args).exit_code == 0
     summary = invoke("show", str(out))
-    assert summary.exit_code == 0 and "95% CI" in summary.output and "3 of 3 tasks finished" in summary.output
-    task = invoke("show", str(out), "--game", "2")
-    record = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()][1]
+    assert summary.exit_code == 0 and "95% CI" in summary.output and "3 of 3 units finished" in summary.output
+    task = invoke("show", str(out), "--unit", "2")
+    record = [json.loads(line) for line in (out / "units.jsonl").read_text().splitlines()][1]
     moves = [step["action"] for attempt in record["attempts"] for step in attempt["steps"]]
     assert task.exit_code == 0 and task.output.count("attempt ") == 2
     assert all(move in task.output for move in moves)
-    assert "between 1 and 3" in invoke("show", str(out), "--game", "4").output
+    assert "between 1 and 3" in invoke("show", str(out), "--unit", "4").output
     same = invoke("show", str(out), "--against", str(out))
     assert same.exit_code == 0 and "paired on 3 shared tasks" in same.output and "+0.000" in same.output
     epochs = tmp_path / "e"
@@ -167,16 +193,17 @@ def test_train_commands_come_from_the_trainer_registry(tmp_path):
 
 
 def test_fork_and_diff_work_on_trial_runs(tmp_path):
-    from ttlearn.runs import RunDir, read_tasks
+    from ttlearn.runs import latest_state
 
     out = tmp_path / "t"
     args = ["run", "minesweeper", "--memory", "history", "--tasks", "3", "--attempts", "1", "--carry-memory"]
     assert invoke(*args, "--llm", "scripted:random", "--out", str(out)).exit_code == 0
     diff = invoke("memory", "diff", str(out), "--from", "1", "--to", "3")
-    assert diff.exit_code == 0 and "after task 3" in diff.output and "\n+" in diff.output
+    assert diff.exit_code == 0 and "after unit 3" in diff.output and "\n+" in diff.output
     assert invoke("memory", "fork", str(out), "--game", "2", "--out", str(tmp_path / "f")).exit_code == 0
-    after_two = RunDir(out).task_memory(read_tasks(out)[1])
-    assert RunDir(tmp_path / "f").latest_state() == {"memory": after_two}
+    state_two = Run.open(out).state_after(2)
+    after_two = state_two["memory"]
+    assert after_two["logs"] and latest_state(tmp_path / "f") == state_two
     # a session started from the fork starts from task 2's memory
     session = ["run", "minesweeper", "--memory", "history", "--games", "1", "--llm", "scripted:random"]
     assert invoke(*session, "--memory-from", str(tmp_path / "f"), "--out", str(tmp_path / "s")).exit_code == 0

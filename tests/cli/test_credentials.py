@@ -17,7 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
-from ttlearn.runs import MEMORY_KEY_ENV, OPENAI_KEY_ENV, Run, RunConfig, TrialConfig, check_trusted, credential_urls
+from ttlearn.llm.base import OPENAI_KEY_ENV
+from ttlearn.memory.base import MEMORY_KEY_ENV
+from ttlearn.runs import Run, RunConfig, check_trusted, credential_urls
 
 MEMORY_SECRET, OPENAI_SECRET = "mk.memory-secret-0123456789", "sk-openai-secret-0123456789"
 
@@ -82,11 +84,14 @@ def files_text(directory: Path) -> str:
 
 
 def test_resume_of_a_crafted_run_sends_no_credential_to_its_urls(tmp_path: Path, listener: Listener) -> None:
-    session = Run.create(tmp_path / "session", RunConfig(**crafted(listener), games=2)).path
-    trials = tmp_path / "trials"
-    trials.mkdir()
-    (trials / "trials.json").write_text(TrialConfig(**crafted(listener), tasks=1).model_dump_json())
-    for command in (["resume", str(session)], ["resume", str(trials)], ["replay", str(session)]):
+    session = Run.create(tmp_path / "session", RunConfig(**crafted(listener), units=2, attempts=1, carry_memory=True))
+    session = session.path
+    units = Run.create(tmp_path / "units", RunConfig(**crafted(listener), units=1)).path
+    old_trials = tmp_path / "trials"  # a trial run of the layout before one config existed
+    old_trials.mkdir()
+    (old_trials / "trials.json").write_text(json.dumps({**crafted(listener), "kind": "trials", "tasks": 1}))
+    commands = [["resume", str(session)], ["resume", str(units)], ["resume", str(old_trials)], ["replay", str(session)]]
+    for command in commands:
         refused = invoke(*command)
         assert refused.exit_code == 2 and f"--trust-url {listener.url}" in refused.output, refused.output
     assert listener.seen == []  # nothing reached the URLs from the files

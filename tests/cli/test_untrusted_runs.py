@@ -2,8 +2,9 @@
 resume, memory diff / fork / inspect / explain, results, report, the arena — runs none of its code, writes nothing
 outside it, and ends within seconds in a correct result or one error line, whatever the directory holds.
 
-Each crafted directory starts as a copy of a real run (`run rps --llm scripted:random --memory history --games 2`)
-with one edit, and always names a plug-in that would leave a marker file if it were ever imported. The commands run
+Each crafted directory starts as a copy of a real run (`run rps --llm scripted:random --memory history --games 2`),
+or of an old session or trial run (tests/data/legacy, still read), with one edit, and always names a plug-in that
+would leave a marker file if it were ever imported. The commands run
 in a fresh process per directory (so no import from an earlier case hides one), each under an alarm (LIMIT_S)."""
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
-from ttlearn.runs import CHUNKS
+from ttlearn.runs.durable import CHUNKS
 
 ROOT = Path(__file__).resolve().parents[2]
+LEGACY = ROOT / "tests" / "data" / "legacy"
+FILES = {"run.json": "units.jsonl", "config.json": "events.jsonl", "trials.json": "tasks.jsonl"}
+"""Config file → record file, of today's layout and the two layouts before one config existed."""
 runner = CliRunner()
 LIMIT_S = 30
 """Per command: a hang or a gigabyte expansion runs into it; `report` of a valid arena (matplotlib, bootstrap) takes
@@ -52,10 +56,10 @@ def real_run(tmp_path_factory) -> Path:
 EVIL = "from pathlib import Path\nPath({marker!r}).write_text('imported')\n"
 
 
-def crafted(real_run: Path, where: Path, marker: Path, plugins: list[str] | None = None) -> Path:
-    """A copy of the real run whose config names a plug-in that writes `marker` when imported."""
+def crafted(source: Path, where: Path, marker: Path, plugins: list[str] | None = None) -> Path:
+    """A copy of the run at `source` whose config names a plug-in that writes `marker` when imported."""
     run = where / "run"
-    shutil.copytree(real_run, run)
+    shutil.copytree(source, run)
     (where / "dl" / "evilrun").mkdir(parents=True)
     (where / "dl" / "evilrun" / "notes.py").write_text(EVIL.format(marker=str(marker)))
     (run / "runhelpers.py").write_text(EVIL.format(marker=str(marker)))
@@ -63,10 +67,18 @@ def crafted(real_run: Path, where: Path, marker: Path, plugins: list[str] | None
     return run
 
 
+def config_file(run: Path) -> Path:
+    return next(run / name for name in FILES if (run / name).is_file())
+
+
+def records_file(run: Path) -> Path:
+    return run / FILES[config_file(run).name]
+
+
 def edit_config(run: Path, **fields) -> None:
-    config = json.loads((run / "config.json").read_text())
+    config = json.loads(config_file(run).read_text())
     config.update(fields)
-    (run / "config.json").write_text(json.dumps(config))
+    config_file(run).write_text(json.dumps(config))
 
 
 # ---- the bounds, hand-computed ------------------------------------------------------------------------------------
@@ -85,7 +97,7 @@ def test_nesting_depth_skips_brackets_in_strings(text, depth):
 
 def test_lines_past_the_limit_and_snapshot_expansions_are_refused(tmp_path, monkeypatch):
     from ttlearn import untrusted
-    from ttlearn.runs import MAX_EXPANDED, expanded_size
+    from ttlearn.runs.durable import MAX_EXPANDED, expanded_size
 
     monkeypatch.setattr(untrusted, "MAX_LINE_BYTES", 10)
     (tmp_path / "f").write_bytes(b"123456789\n" + b"x" * 11 + b"\n")
@@ -108,7 +120,7 @@ def test_lines_past_the_limit_and_snapshot_expansions_are_refused(tmp_path, monk
 @pytest.mark.parametrize(
     "command",
     [["show", "{run}"], ["show", "."], ["memory", "diff", "{run}", "--from", "1", "--to", "2"],
-     ["memory", "fork", "{run}", "--game", "1", "--out", "{out}/fork"], ["replay", "{run}", "--out", "{out}/replay"],
+     ["memory", "fork", "{run}", "--unit", "1", "--out", "{out}/fork"], ["replay", "{run}", "--out", "{out}/replay"],
      ["resume", "{run}"]],
     ids=lambda c: " ".join(c[:2]),
 )
@@ -131,7 +143,7 @@ def test_a_recorded_plugin_is_never_imported(real_run, tmp_path, command):
 def test_a_recorded_plugin_that_is_needed_is_named_with_the_flag_that_loads_it(real_run, tmp_path):
     run = crafted(real_run, tmp_path, tmp_path / "marker", plugins=[str(tmp_path / "solo.py")])
     edit_config(run, env="solo", env_options={})
-    (run / "events.jsonl").write_text("")
+    (run / "units.jsonl").write_text("")
     result = invoke("resume", str(run))
     assert result.exit_code == 2 and f"--plugin {tmp_path / 'solo.py'}" in result.output, result.output
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
@@ -142,10 +154,10 @@ def test_a_recorded_plugin_that_is_needed_is_named_with_the_flag_that_loads_it(r
 # ---- item 2: resume writes only regular files inside the run ------------------------------------------------------
 def test_resume_never_writes_through_a_link(real_run, tmp_path):
     run = crafted(real_run, tmp_path, tmp_path / "marker")
-    lines = (run / "events.jsonl").read_text().splitlines(keepends=True)
-    (run / "events.jsonl").write_text("".join(lines[: next(i for i, x in enumerate(lines) if '"game"' in x and
-                                                           json.loads(x).get("type") == "game") + 1]))
-    outside = {name: tmp_path / f"victim-{name}" for name in ("events.jsonl", "snapshots.jsonl")}
+    lines = (run / "units.jsonl").read_text().splitlines(keepends=True)
+    assert [json.loads(x)["index"] for x in lines] == [1, 2]
+    (run / "units.jsonl").write_text(lines[0])  # unit 2 is left to play
+    outside = {name: tmp_path / f"victim-{name}" for name in ("units.jsonl", "snapshots.jsonl")}
     for name, victim in outside.items():
         victim.write_text(f"precious {name}\n")
         (run / name).unlink()
@@ -210,42 +222,49 @@ def chunk_bomb(run: Path) -> None:
 
 
 def deep_line(run: Path) -> None:
-    with open(run / "events.jsonl", "a") as fh:
-        fh.write('{"type": "game", "game": 3, "x": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
-    edit_config(run, games=3)
+    count = next(k for k in ("units", "games", "tasks") if k in json.loads(config_file(run).read_text()))
+    with open(records_file(run), "a") as fh:
+        fh.write('{"index": 4, "type": "game", "game": 4, "x": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    edit_config(run, **{count: 4})
 
 
 def deep_config(run: Path) -> None:
-    config = json.loads((run / "config.json").read_text())
-    (run / "config.json").write_text(json.dumps(config)[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    config = json.loads(config_file(run).read_text())
+    config_file(run).write_text(json.dumps(config)[:-1] + ', "deep": ' + "[" * 100_000 + "]" * 100_000 + "}")
 
 
-def link_to(target: str, name: str = "events.jsonl"):
+def link_to(target: str, which: str = "records"):
+    """Replace the run's records (or config, or another file by name) by a link to `target`."""
+
     def edit(run: Path) -> None:
-        (run / name).unlink()
-        (run / name).symlink_to(target)
+        path = {"records": records_file, "config": config_file}.get(which, lambda r: r / which)(run)
+        path.unlink()
+        path.symlink_to(target)
 
     return edit
 
 
 def fifo(run: Path) -> None:
-    (run / "events.jsonl").unlink()
-    os.mkfifo(run / "events.jsonl")
+    records_file(run).unlink()
+    os.mkfifo(records_file(run))
 
 
 def malformed(run: Path) -> None:
-    lines = (run / "events.jsonl").read_text().splitlines()
-    game = json.loads(lines[-1])
-    game["episode"] = 5
-    (run / "events.jsonl").write_text("\n".join([*lines[:-1], json.dumps(game)]) + "\n")
+    """The last record's attempts (an old game's episode) not a list but a number."""
+    path = records_file(run)
+    lines = path.read_text().splitlines()
+    unit = json.loads(lines[-1])
+    unit.update(attempts=5, episode=5)
+    path.write_text("\n".join([*lines[:-1], json.dumps(unit)]) + "\n")
 
 
 def last_hash(run: Path) -> str:
-    """Point the last game at a new snapshot hash (returned) that the edit then stores."""
-    lines = (run / "events.jsonl").read_text().splitlines()
-    game = json.loads(lines[-1])
-    game["memory_hash"] = "f" * 64
-    (run / "events.jsonl").write_text("\n".join([*lines[:-1], json.dumps(game)]) + "\n")
+    """Point the last unit at a new snapshot hash (returned) that the edit then stores."""
+    path = records_file(run)
+    lines = path.read_text().splitlines()
+    unit = json.loads(lines[-1])
+    unit["memory_hash"] = "f" * 64
+    path.write_text("\n".join([*lines[:-1], json.dumps(unit)]) + "\n")
     return "f" * 64
 
 
@@ -268,23 +287,23 @@ CORPUS = {
     "chunk bomb": chunk_bomb,
     "deep line": deep_line,
     "deep config": deep_config,
-    "events to /dev/zero": link_to("/dev/zero"),
-    "events to outside": link_to("../outside/victim.txt"),
+    "records to /dev/zero": link_to("/dev/zero"),
+    "records to outside": link_to("../outside/victim.txt"),
     "snapshots to outside": link_to("../outside/victim.txt", "snapshots.jsonl"),
-    "config to outside": link_to("../outside/victim.json", "config.json"),
+    "config to outside": link_to("../outside/victim.json", "config"),
     "summary to outside": link_to("../outside/victim.json", "summary.json"),
-    "events a FIFO": fifo,
+    "records a FIFO": fifo,
     "malformed record": malformed,
     "store elsewhere": other_store,
 }
 
 COMMANDS = [
     ["show", "{run}"],
-    ["show", "{run}", "--game", "1", "--prompts"],
+    ["show", "{run}", "--unit", "1", "--prompts"],
     ["replay", "{run}", "--out", "{out}/replay"],
     ["resume", "{run}"],
     ["memory", "diff", "{run}", "--from", "1", "--to", "2"],
-    ["memory", "fork", "{run}", "--game", "2", "--out", "{out}/fork"],
+    ["memory", "fork", "{run}", "--unit", "2", "--out", "{out}/fork"],
     ["memory", "inspect", "{run}"],
     ["memory", "explain", "{run}"],
     ["results", "--root", "{results}"],
@@ -328,10 +347,16 @@ def tree_hashes(root: Path, skip: set[Path]) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("case", list(CORPUS), ids=list(CORPUS))
-def test_every_command_survives_a_crafted_run_directory(real_run, tmp_path, case):
+OLD_CASES = ("plugins only", "records to /dev/zero", "config to outside", "records a FIFO", "malformed record",
+             "deep line")
+"""The edits also made to the two layouts before one config existed, which `runs.legacy` still reads."""
+LAYOUTS = [("units", case) for case in CORPUS] + [(old, case) for old in ("session", "trials") for case in OLD_CASES]
+
+
+@pytest.mark.parametrize("layout, case", LAYOUTS, ids=[f"{layout}: {case}" for layout, case in LAYOUTS])
+def test_every_command_survives_a_crafted_run_directory(real_run, tmp_path, layout, case):
     marker = tmp_path / "marker"
-    run = crafted(real_run, tmp_path, marker)
+    run = crafted(real_run if layout == "units" else LEGACY / layout, tmp_path, marker)
     (tmp_path / "outside").mkdir()
     (tmp_path / "outside" / "victim.txt").write_text("precious\n")
     (tmp_path / "outside" / "victim.json").write_text('{"precious": true}')

@@ -111,7 +111,7 @@ def test_check_env_and_validation_close_every_env_they_build(rooms):
     check_env(env)
     assert Room.opened == 1  # its twin is closed; the env under test is the caller's
     env.close()
-    validate(RunConfig(env="room", player="scripted:random", games=1))
+    validate(RunConfig(env="room", player="scripted:random", units=1, attempts=1, carry_memory=True))
     assert Room.opened == 0
 
 
@@ -243,9 +243,9 @@ def test_scripted_random_passes_the_turn_on_free_text_and_the_oracle_refuses_an_
     episode = play_episode(Essay(), RandomPlayer(), lambda q: "", index=1, seed=0, act_seed=lambda s: s)
     assert [(s.valid, s.reward) for s in episode.steps] == [(False, -0.1)]
     with pytest.raises(ValueError, match="environment 'essay' has no oracle; use scripted:random or an LLM player"):
-        validate(RunConfig(env="essay", player="scripted:oracle", games=1))
+        validate(RunConfig(env="essay", player="scripted:oracle", units=1, attempts=1, carry_memory=True))
     with pytest.raises(ValueError, match="scripted:learner predicts an RPS opponent"):
-        validate(RunConfig(env="essay", player="scripted:learner", games=1))
+        validate(RunConfig(env="essay", player="scripted:learner", units=1, attempts=1, carry_memory=True))
 
 
 @pytest.mark.model

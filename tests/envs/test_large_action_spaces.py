@@ -15,7 +15,7 @@ import pytest
 from fakes import FakeLLM
 from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.envs.check import EXACT_CHECKS, ContractError, check_env
-from ttlearn.eval.summary import summarize_games
+from ttlearn.eval.summary import summarize_units
 from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.registry import load_plugins
@@ -90,9 +90,9 @@ def test_max_options_sizes_the_shortlist_and_keeps_the_pinned_moves():
     env = make_env("simlab", seed=0)
     player, _ = make_player("fake", lambda spec: FakeLLM(["look around"]), 0.0, env, max_options=7)
     assert player.max_options == 7
-    assert RunConfig(env="simlab", games=1, max_options=7).max_options == 7
+    assert RunConfig(env="simlab", units=1, max_options=7).max_options == 7
     with pytest.raises(ValueError, match="max_options"):
-        RunConfig(env="simlab", games=1, max_options=0)
+        RunConfig(env="simlab", units=1, max_options=0)
 
 
 def test_a_rejected_command_is_an_invalid_step_with_the_simulators_reason():
@@ -117,7 +117,14 @@ def test_the_summary_counts_invalid_steps_by_cause():
     typed = play_episode(env, LLMPlayer(FakeLLM(lambda prompt: "dance")), lambda q: "", index=1, seed=0,
                          act_seed=lambda step: step)
     overflowed = play_episode(env, LLMPlayer(Overflowing()), lambda q: "", index=2, seed=0, act_seed=lambda s: s)
-    summary = summarize_games([typed, overflowed])
+    records = [
+        {"index": e.index, "type": "task", "epoch": 1, "task": e.index, "seed": e.seed, "first_success": None,
+         "score": e.score, "instance": {}, "attempts": [e.to_json()], "calls": [], "wall_s": 0.0}
+        for e in (typed, overflowed)
+    ]  # a session of two games: two units of one attempt
+    config = RunConfig(env="simlab", player="fake", units=2, attempts=1, carry_memory=True)
+    summary = summarize_units(records, config)
+    assert [u["invalid"] for u in summary["units"]] == [30, 30]
     assert summary["invalid_rate"] == 1.0
     assert summary["invalid_causes"] == {REJECTED: 30, OVERFLOW: 30}
     assert overflowed.steps[0].raw.startswith("[no reply: prompt of 9000 tokens")

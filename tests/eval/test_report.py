@@ -31,13 +31,16 @@ def write_run(
     success: list | None = None,
     instances: list | None = None,
 ) -> None:
-    """A finished run of `scores`, one step per game; `invalid` of the first game's steps are invalid."""
+    """A finished session of `scores`: one unit of one attempt per game, two steps and two LLM calls (6 tokens and
+    0.25 s each) per game; `invalid` of the first game's steps are invalid."""
     config = RunConfig(
         env=env,
         env_options={"opponent": opponent},
         memory="none",
         player="scripted:random",
-        games=len(scores),
+        units=len(scores),
+        attempts=1,
+        carry_memory=True,
         seed=seed,
     )
     run = Run.create(out / "runs" / method / opponent / f"seed{seed}", config)
@@ -52,13 +55,36 @@ def write_run(
             )
             for k in range(2)
         )
-        info = {"prompt_tokens": 10, "completion_tokens": 2, "llm_s": 0.5, "wall_s": 1.0, "llm_calls": 2}
-        if instances:
-            info["instance"] = instances[i - 1]
-        run.finish_game(
-            Episode(i, 100 * seed + i, "task", steps, score, success[i - 1] if success else None, info),
-            {"memory": {}, "player": {}},
-        )
+        info = {} if not instances else {"instance": instances[i - 1]}
+        solved = success[i - 1] if success else None
+        episode = Episode(1, 100 * seed + i, "task", steps, score, solved, info)
+        calls = [
+            {
+                "type": "call",
+                "role": "player",
+                "key": f"{i}-{k}",
+                "messages": [],
+                "params": {},
+                "completion": {"text": "a", "prompt_tokens": 5, "completion_tokens": 1, "latency_s": 0.25},
+                "wall_s": 0.25,
+                "cached": False,
+            }
+            for k in range(2)
+        ]
+        record = {
+            "index": i,
+            "type": "task",
+            "epoch": 1,
+            "task": i,
+            "seed": episode.seed,
+            "first_success": 1 if solved else None,
+            "score": score,
+            "instance": {},
+            "attempts": [episode.to_json()],
+            "calls": calls,
+            "wall_s": 1.0,
+        }
+        run.finish(record, {"memory": {}, "player": {}})
     run.write_summary({"mean_score": sum(scores) / len(scores)})
 
 

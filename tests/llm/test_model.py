@@ -38,24 +38,30 @@ def test_short_real_run_then_exact_replay(tmp_path):
         env_options={"opponent": "cycle3", "rounds": 4},
         memory="reflexion",
         player="smollm2",
-        games=2,
+        units=2,
+        attempts=1,
+        carry_memory=True,
         seed=11,
         temperature=0.7,
     )
     run = prepare(tmp_path / "real", config)
     play_units(run)
-    calls = [e for e in run.events() if e["type"] == "call"]
+    calls = run.calls()
     roles = [c["role"] for c in calls]
     assert roles.count("player") == 8 and roles.count("memory") == 2
     assert all(c["completion"]["prompt_tokens"] > 0 for c in calls)
-    assert len(set(Run.open(run.path).memory_hashes)) == 2
+    assert len({r["memory_hash"] for r in Run.open(run.path).records}) == 2
     assert Run.open(run.path).snapshot(2)["state"]["memory"]["reflections"]
+
+    def moves(played: Run) -> list[str]:
+        return [s["action"] for r in played.records for a in r["attempts"] for s in a["steps"]]
 
     replayed = prepare(tmp_path / "replay", config)
     play_units(replayed, replay=ReplayBook(calls))
-    assert [e.score for e in replayed.episodes] == [e.score for e in run.episodes]
-    assert [s.action for e in replayed.episodes for s in e.steps] == [s.action for e in run.episodes for s in e.steps]
-    assert all(c["cached"] for c in replayed.events() if c["type"] == "call")
+    assert [r["score"] for r in replayed.records] == [r["score"] for r in run.records]
+    assert moves(replayed) == moves(run) and len(moves(run)) == 8
+    assert replayed.outcomes() == run.outcomes()
+    assert all(c["cached"] for c in replayed.calls())
 
 
 def test_cli_run_prints_summary_and_writes_the_run(tmp_path):
@@ -87,4 +93,4 @@ def test_cli_run_prints_summary_and_writes_the_run(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "cumulative" in done.stdout and str(out) in done.stdout.replace("\n", "")
     summary = json.loads((out / "summary.json").read_text())
-    assert len(summary["games"]) == 2 and summary["llm_s"] > 0
+    assert len(summary["units"]) == 2 and summary["llm_s"] > 0

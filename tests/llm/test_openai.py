@@ -46,18 +46,20 @@ def test_choices_come_back_as_one_of_them(server):
 
 def test_a_short_session_over_the_server(server, tmp_path):
     from ttlearn.rollout.run import play as play_units, prepare
-    from ttlearn.runs import Run, RunConfig
+    from ttlearn.runs import RunConfig
 
     config = RunConfig(
         env="rps",
         env_options={"opponent": "constant", "rounds": 3},
         memory="none",
         player=f"openai:{server}#smollm2",
-        games=1,
+        units=1,
+        attempts=1,
+        carry_memory=True,
     )
     run = prepare(tmp_path / "r", config)
     play_units(run)
-    calls = [e for e in run.events() if e["type"] == "call"]
+    calls = run.calls()
     assert len(calls) == 3 and all(c["completion"]["latency_s"] > 0 for c in calls)
 
 
@@ -190,18 +192,20 @@ def test_a_run_stopped_by_a_dead_server_resumes_to_the_same_scores(proxy, tmp_pa
     def config() -> RunConfig:
         player = f"openai:http://127.0.0.1:{proxy.port}/v1#smollm2?max_retries=1&backoff_base_s=0.01"
         options = {"opponent": "cycle3", "rounds": 1}
-        return RunConfig(env="rps", env_options=options, memory="none", player=player, games=2)
+        return RunConfig(
+            env="rps", env_options=options, memory="none", player=player, units=2, attempts=1, carry_memory=True
+        )
 
     proxy.schedule([])
     clean = prepare(tmp_path / "clean", config())
     play_units(clean)
-    first_game_requests = len(proxy.log) - sum(1 for e in clean.events(2) if e["type"] == "call")
+    first_game_requests = len(proxy.log) - len(clean.calls(2))
     proxy.schedule(["pass"] * first_game_requests + ["drop"] * 50)  # the server dies after the first game
     broken = prepare(tmp_path / "broken", config())
     with pytest.raises(ServerUnavailable, match="after 2 tries"):
         play_units(broken)
-    assert len(Run.open(broken.path).episodes) == 1
+    assert Run.open(broken.path).done == 1
     proxy.schedule([])  # the server is back
     resumed = Run.open(broken.path)
     play_units(resumed)
-    assert [e.score for e in resumed.episodes] == [e.score for e in clean.episodes]
+    assert [r["score"] for r in resumed.records] == [r["score"] for r in clean.records] and resumed.done == 2

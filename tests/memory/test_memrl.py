@@ -269,24 +269,25 @@ def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Pa
 
 
 def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
-    from ttlearn.rollout.run import play_run
-    from ttlearn.runs import RunDir, TrialConfig, read_tasks
+    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.runs import RunConfig
 
-    config = TrialConfig(
+    config = RunConfig(
         env="rps",
         env_options={"opponent": "constant", "rounds": 2},
         memory="memrl",
         memory_options={"embedder": "hash", "epsilon": 0.0, "store": str(tmp_path / "trials.sqlite")},
         player="scripted:random",
         writer="smollm2",  # validated by name, built by the fake factory below
-        tasks=3,
+        units=3,
         attempts=2,
         carry_memory=False,  # the opt-out: memrl carries from task to task by default
     )
-    play_run(tmp_path / "t", config, llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
-    records = read_tasks(tmp_path / "t")
+    run = prepare(tmp_path / "t", config)
+    play_units(run, llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
+    records = run.records
     # each task starts empty and holds its own observed attempts only (all but the last, which is not observed)
-    counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in records]
+    counts = [len(run.state_after(r["index"])["memory"]["memories"]["items"]) for r in records]
     assert counts == [len(r["attempts"]) - 1 for r in records]
     assert counts[1] > 0 and counts[2] == 0  # task 3 does not see task 2's memory
 
@@ -296,6 +297,7 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
     from ttlearn.runs import Run, RunConfig, RunDir
 
     def play(out: Path, games: int, memory_from: str | None = None) -> Run:
+        """A session of `games` games: units of one attempt, the memory carried."""
         config = RunConfig(
             env="rps",
             env_options={"opponent": "beat-last", "rounds": 3},
@@ -303,7 +305,9 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
             memory_options={"embedder": "hash", "epsilon": 0.0},
             player="scripted:random",
             writer="smollm2",  # validated by name, built by the fake factory below
-            games=games,
+            units=games,
+            attempts=1,
+            carry_memory=True,
             memory_from=memory_from,
         )
         run = prepare(out, config)
@@ -404,37 +408,37 @@ def test_mini_batches_retrieve_from_the_frozen_memory_and_update_together(tmp_pa
 
 
 def test_learning_memories_carry_from_task_to_task_by_default() -> None:
-    from ttlearn.rollout.run import resolve
-    from ttlearn.runs import TrialConfig
+    from ttlearn.runs import RunConfig
 
-    base = {"env": "rps", "player": "scripted:random", "tasks": 2}
+    base = {"env": "rps", "player": "scripted:random", "units": 2}
     for name in ("memrl", "memp", "rag", "expel", "cheatsheet"):
-        config = resolve(TrialConfig(**base, memory=name))
+        config = RunConfig(**base, memory=name).resolved()
         assert (config.carry_memory, config.attempts) == (True, 1), name
-    lamer = resolve(TrialConfig(**base, memory="lamer"))
+    lamer = RunConfig(**base, memory="lamer").resolved()
     assert (lamer.carry_memory, lamer.attempts) == (False, 3)
-    opted_out = resolve(TrialConfig(**base, memory="memrl", carry_memory=False))
+    opted_out = RunConfig(**base, memory="memrl", carry_memory=False).resolved()
     assert (opted_out.carry_memory, opted_out.attempts) == (False, 3)
-    sql = resolve(TrialConfig(**{**base, "env": "sql"}, memory="memrl", memory_options={"k2": 2}))
+    sql = RunConfig(**{**base, "env": "sql"}, memory="memrl", memory_options={"k2": 2}).resolved()
     assert sql.memory_options == {"preset": "sql", "k2": 2}  # the family's preset, the user's option over it
 
 
 def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None:
-    from ttlearn.rollout.run import play_run
-    from ttlearn.runs import RunDir, TrialConfig, read_tasks
+    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.runs import RunConfig, read_config
 
-    config = TrialConfig(
+    config = RunConfig(
         env="rps",
         env_options={"opponent": "constant", "rounds": 2},
         memory="memrl",
         memory_options={"embedder": "hash", "epsilon": 0.0, "write": "trajectory"},
         player="scripted:random",
-        tasks=3,
+        units=3,
     )
-    play_run(tmp_path / "t", config, llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
-    counts = [len(RunDir(tmp_path / "t").task_memory(r)["memories"]["items"]) for r in read_tasks(tmp_path / "t")]
+    run = prepare(tmp_path / "t", config)
+    play_units(run, llm_factory=lambda spec: FakeLLM(strategy_or_reflection))
+    counts = [len(run.state_after(r["index"])["memory"]["memories"]["items"]) for r in run.records]
     assert counts == [1, 2, 3]  # one attempt per task, every task's episode kept and carried on
-    saved = RunDir(tmp_path / "t").config()
+    saved = read_config(tmp_path / "t")
     assert (saved.carry_memory, saved.attempts) == (True, 1)  # the resolved defaults are what the run records
 
 
@@ -466,14 +470,19 @@ def test_verified_answers_can_be_shown_as_earlier_exchanges(tmp_path: Path) -> N
 
 def test_a_run_recorded_before_the_defaults_resumes_as_recorded(tmp_path: Path) -> None:
     from ttlearn.rollout.run import prepare
-    from ttlearn.runs import TrialConfig
+    from ttlearn.runs import RunConfig, read_config
 
-    old = TrialConfig(env="sql", env_options={"dataset": "mini"}, memory="memrl", player="scripted:random", tasks=2,
-                      carry_memory=False)
+    fields = {"env": "sql", "env_options": {"dataset": "mini"}, "memory": "memrl", "player": "scripted:random",
+              "carry_memory": False}
     (tmp_path / "old").mkdir()
-    (tmp_path / "old" / "trials.json").write_text(old.model_dump_json())  # as a run of last week wrote it
-    assert prepare(tmp_path / "old", old).config == old  # no preset slipped in: the directory's config is kept
-    fresh = prepare(tmp_path / "new", old).config
+    old = {**fields, "memory_options": {}, "tasks": 2, "attempts": 3, "kind": "trials"}
+    (tmp_path / "old" / "trials.json").write_text(json.dumps(old))  # as a trial run of last week wrote it
+    recorded = read_config(tmp_path / "old")
+    assert recorded.memory_options == {} and (recorded.units, recorded.attempts) == (2, 3)
+    # no preset slipped in: the directory's config is kept, resumed or named again
+    assert prepare(tmp_path / "old").config == recorded
+    assert prepare(tmp_path / "old", recorded).config == recorded
+    fresh = prepare(tmp_path / "new", RunConfig(**fields, units=2)).config
     assert fresh.memory_options == {"preset": "sql"} and fresh.attempts == 3
 
 

@@ -1,0 +1,198 @@
+"""Durable files: append-only JSON lines that a kill leaves readable (a torn last line at worst), and memory states
+stored once by content, so that a run resumes exactly and a long carried memory costs what changed per unit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ttlearn.untrusted import MAX_DEPTH, UntrustedFileError, lines, loads, open_regular
+
+
+def canonical_hash(data: Any) -> str:
+    blob = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def append_durable(path: Path, records: Sequence[dict[str, Any]]) -> None:
+    """Append records as JSON lines in one write, flushed and fsynced: a crash leaves whole lines plus at most one
+    torn last line, which `read_durable` skips. Only to a regular file with one link (`open_regular`)."""
+    block = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    with open_regular(path, "ab") as fh:
+        fh.write(block.encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def read_durable(
+    path: Path, *, repair: bool, ends_block: Callable[[dict[str, Any]], bool] = lambda record: True
+) -> list[dict[str, Any]]:
+    """The records of an append-only JSON-lines file up to its last complete block (a block ends with a record for
+    which `ends_block` holds). A torn or unfinished tail is skipped, and cut off when `repair` — only the writer
+    may repair: a reader of a live run would cut a block being appended. Lines and nesting are bounded
+    (`ttlearn.untrusted`); a line that is not a JSON object is an error naming it."""
+    records: list[dict[str, Any]] = []
+    kept, good_end, offset = 0, 0, 0
+    with open_regular(path) as fh:
+        for number, line in enumerate(lines(fh, path), start=1):
+            offset += len(line)
+            if not line.endswith(b"\n"):
+                break
+            try:
+                record = loads(line, f"{path}:{number}")
+            except json.JSONDecodeError:
+                break
+            if not isinstance(record, dict):
+                raise UntrustedFileError(f"{path}:{number}: a record must be a JSON object; refused")
+            records.append(record)
+            if ends_block(record):
+                kept, good_end = len(records), offset
+        size = os.fstat(fh.fileno()).st_size
+    if repair and good_end < size:
+        with open_regular(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return records[:kept]
+
+# ---- memory snapshots, stored once by content ----------------------------------------------------------------------
+CHUNK = 64
+"""Element references per stored piece of a list."""
+CHUNKS = "$chunks"
+"""The key of a list stored as pieces (the only key of its dict)."""
+MAX_EXPANDED = 100_000_000
+"""The largest state a snapshot may expand to (elements plus characters of text): pieces are shared, so a crafted
+store of a few KB could otherwise expand to gigabytes."""
+
+
+def expanded_size(objects: Mapping[str, Any], key: str, where: Path) -> int:
+    """The size (elements plus characters) of the state stored under `key` once its pieces are expanded, checking
+    that the pieces form a DAG (no cycle, no missing piece) whose expansion nests no deeper than MAX_DEPTH and is
+    no larger than MAX_EXPANDED; each error one line naming the file. A piece is measured once, so a shared piece
+    costs its size on every use without being walked again."""
+    measured: dict[str, tuple[int, int] | None] = {}  # piece → (size, height); None while being measured
+
+    def refs(value: Any) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
+            raise UntrustedFileError(f"{where}: a {CHUNKS} reference list must hold hashes; refused")
+        missing = [r for r in value if r not in objects]
+        if missing:
+            raise UntrustedFileError(f"{where}: piece {missing[0][:12]} is missing; refused")
+        return value
+
+    def piece(ref: str, depth: int) -> tuple[int, int]:
+        if ref in measured:
+            found = measured[ref]
+            if found is None:
+                raise UntrustedFileError(f"{where}: the pieces of a snapshot form a cycle at {ref[:12]}; refused")
+        else:
+            measured[ref] = None
+            measured[ref] = found = measure(objects[ref], depth)
+        if depth + found[1] > MAX_DEPTH:
+            raise UntrustedFileError(f"{where}: a snapshot nests deeper than {MAX_DEPTH} levels; refused")
+        return found
+
+    def measure(value: Any, depth: int) -> tuple[int, int]:
+        if depth > MAX_DEPTH:
+            raise UntrustedFileError(f"{where}: a snapshot nests deeper than {MAX_DEPTH} levels; refused")
+        if isinstance(value, dict) and CHUNKS in value:
+            parts = [piece(e, depth + 1) for c in refs(value[CHUNKS]) for e in refs(objects[c])]
+        elif isinstance(value, (dict, list)):
+            parts = [measure(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)]
+        else:
+            return (len(value) + 1 if isinstance(value, str) else 1), 0
+        size = 1 + sum(p[0] for p in parts)
+        if size > MAX_EXPANDED:
+            raise UntrustedFileError(f"{where}: a snapshot expands to more than {MAX_EXPANDED:,} elements; refused")
+        return size, 1 + max((p[1] for p in parts), default=0)
+
+    if key not in objects:
+        raise FileNotFoundError(f"no memory snapshot {key[:12]} in {where}")
+    return piece(key, 0)[0]
+
+
+class SnapshotStore:
+    """Memory states stored once by content in one append-only JSON-lines file of {"hash", "value"} objects.
+
+    A state is stored under its `canonical_hash`. Every list that holds text or containers is split: each element
+    is an object of its own, and the list becomes {"$chunks": [...]}, references to pieces of up to CHUNK element
+    references. Consecutive states of a carried memory share all but the few items a task added or updated, so
+    storing a state after every task costs what changed, not the whole memory again: a long carried run grows
+    linearly instead of quadratically. Numeric lists (an RNG's state) stay inline.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._objects: dict[str, Any] | None = None
+        self._repaired = False
+
+    def _read(self, repair: bool) -> dict[str, Any]:
+        if self._objects is None or (repair and not self._repaired):
+            found = read_durable(self.path, repair=repair) if self.path.exists() else []
+            if any(not isinstance(r.get("hash"), str) or "value" not in r for r in found):
+                raise UntrustedFileError(f"{self.path}: a record without a string hash and a value; refused")
+            self._objects, self._repaired = {r["hash"]: r["value"] for r in found}, repair
+        return self._objects
+
+    def put(self, state: dict[str, Any]) -> str:
+        """Store `state` (what is new of it) and return its hash; one durable append, the state's own record last,
+        so a torn write never leaves a state whose pieces are missing."""
+        key = canonical_hash(state)
+        objects = self._read(repair=True)
+        if key in objects:
+            return key
+        new: dict[str, Any] = {}
+
+        def keep(value: Any) -> str:
+            digest = canonical_hash(value)
+            if digest not in objects:
+                new.setdefault(digest, value)
+            return digest
+
+        def pack(value: Any) -> Any:
+            if isinstance(value, dict):
+                if CHUNKS in value:
+                    raise ValueError(f"a memory state may not use the key {CHUNKS!r}, which snapshots reserve")
+                return {k: pack(v) for k, v in value.items()}
+            if isinstance(value, (list, tuple)) and any(isinstance(v, (str, dict, list, tuple)) for v in value):
+                refs = [keep(pack(v)) for v in value]
+                return {CHUNKS: [keep(refs[i : i + CHUNK]) for i in range(0, len(refs), CHUNK)]}
+            return value
+
+        new[key] = pack(state)
+        lines = [{"hash": h, "value": v} for h, v in new.items()]
+        append_durable(self.path, lines)
+        objects.update((r["hash"], r["value"]) for r in json.loads(json.dumps(lines)))  # as a reader will see them
+        return key
+
+    def get(self, key: str) -> dict[str, Any]:
+        objects = self._read(repair=False)
+        expanded_size(objects, key, self.path)  # a DAG of bounded size and depth: unpacking it ends and fits
+
+        def unpack(value: Any) -> Any:
+            if isinstance(value, dict):
+                if CHUNKS in value:
+                    return [unpack(objects[ref]) for chunk in value[CHUNKS] for ref in objects[chunk]]
+                return {k: unpack(v) for k, v in value.items()}
+            return value
+
+        return unpack(objects[key])
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._read(repair=False)
+
+
+TIMES = frozenset({"wall_s", "llm_s", "latency_s", "created"})
+"""The wall-clock fields of records and memory states (durations, and a memory item's creation time): the only ones
+two runs of the same work may disagree on — and the content hashes of states that hold them (`memory_hash`)."""
+
+
+def without_times(value: Any) -> Any:
+    """A record (or any JSON value) with its `TIMES` dropped at every depth: what two runs of the same work share."""
+    if isinstance(value, dict):
+        return {key: without_times(item) for key, item in value.items() if key not in TIMES}
+    if isinstance(value, list):
+        return [without_times(item) for item in value]
+    return value
+
