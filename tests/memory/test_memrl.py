@@ -15,7 +15,8 @@ from ttlearn.eval.metrics import run_protocol
 from ttlearn.memory import make_memory
 from ttlearn.memory.backends import LocalMemories, MemoryBackend
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.memrl import MemRLMemory
+from ttlearn.memory.base import MEMORIES
+from ttlearn.memory.memrl import TUNING, MemRLMemory, MemRLOptions
 from ttlearn.memory.retrieval import phase_a, phase_b, q_update
 from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 from ttlearn.types import Episode, Step
@@ -221,6 +222,27 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="writes with an LLM"):
         make_memory("memrl", None)
     assert math.isinf(memory(tmp_path, name="rag").cfg.q_min)
+
+
+def test_the_options_are_one_typed_object_with_the_names_users_write(tmp_path: Path) -> None:
+    """`-m key=value` options arrive as one `MemRLOptions`; a value of the wrong type is one line naming the option,
+    and the accepted names (in `MEMORIES.check`'s error) are the ones users and recorded configs write."""
+    assert set(TUNING) <= set(MemRLOptions.model_fields)  # every tunable option can be given
+    mem = memory(tmp_path, k1=7, write="trajectory", seed=3)
+    assert (mem.cfg.k1, mem.write, mem.seed) == (7, "trajectory", 3)
+    direct = MemRLMemory(None, MemRLOptions(store=str(tmp_path / "d.sqlite"), embedder="hash", k1=7, seed=3,
+                                             delta=0.3, epsilon=0.0))
+    assert (direct.cfg, direct.write, direct.seed) == (mem.cfg, "notes", 3)
+    with pytest.raises(ValueError, match=r"^memory method 'memrl' option k1: Input should be a valid integer, .* "
+                       r"\(got 'many'\)$") as refused:
+        memory(tmp_path, k1="many")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match="has no option nope; it accepts: preset, store, url, key, namespace, "
+                       "embedder, k1, k2, delta, .*, max_trajectory_chars, run_id, seed$"):
+        MEMORIES.check("memp", {"nope": 1}, reserved=("llm",))
+    MEMORIES.check("memrl", {"preset": "sql", "keep": "successes", "write": "trajectory"}, reserved=("llm",))
+    with pytest.raises(ValueError, match="option alpha: Input should be a valid number"):
+        MEMORIES.check("memrl", {"alpha": "high"}, reserved=("llm",))  # refused before any model loads
 
 
 def test_fork_copies_the_memories_and_writes_to_it_stay_there(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import httpx2
 
-from ttlearn.llm.base import LLM, LLMS, ContextOverflow, LLMError, Message, spec_options, split_prefill
+from ttlearn.llm.base import LLM, ContextOverflow, LLMError, Message, spec_options, split_prefill
 from ttlearn.types import Completion
 
 CHOICE_FORMATS: tuple[Callable[[dict[str, Any]], dict[str, Any]] | None, ...] = (
@@ -243,7 +243,6 @@ def parse_policy(options: str) -> RetryPolicy:
     return RetryPolicy(**spec_options(options, known, "openai"))
 
 
-@LLMS.register("openai")
 def _openai(arg: str) -> OpenAIChat:
     base_url, sep, rest = arg.partition("#")
     model, _, options = rest.partition("?")
