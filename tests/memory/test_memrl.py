@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -523,3 +525,62 @@ def test_a_memrl_run_on_postgresql_matches_sqlite_and_snapshots_point_at_it(post
     assert len(shared.ns) == len(pg_items)
     with pytest.raises(ValueError, match="never overwrites them"):
         shared.load(runs[0][2].state())
+
+
+def attempt(unit: int | None, index: int, task: str, success: bool) -> Episode:
+    """Attempt `index` at the run's unit `unit`, as the unit player hands it over (`info["unit"]`)."""
+    played = episode(index, task, success)
+    return replace(played, info={} if unit is None else {"unit": unit})
+
+
+def test_provenance_names_the_unit_and_the_attempt(tmp_path: Path) -> None:
+    """A trial run's tasks 1 and 2, two attempts each: every item and logged retrieval says which task and which
+    attempt, so task 2's first attempt is not task 1's. An episode without a unit (a trainer's) records None."""
+    mem = memory(tmp_path, write="trajectory")
+    for unit, task in ((1, "opponent plays rock"), (2, "opponent plays paper")):
+        for index, success in ((1, False), (2, True)):
+            mem.context(task)
+            mem.observe(attempt(unit, index, task, success))
+    mem.context("opponent plays scissors")
+    mem.observe(attempt(None, 1, "opponent plays scissors", True))
+    items = mem.ns.store.inspect("default")[::-1]
+    assert [(m.unit, m.episode) for m in items] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
+    logged = mem.ns.store.retrievals("default", run_id="r1")
+    assert [(r.unit, r.episode) for r in logged] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
+    assert [r.query for r in mem.ns.store.retrievals("default", unit=2, episode=1)] == ["opponent plays paper"]
+    exported = mem.state()["memories"]["items"]
+    assert [(m["unit"], m["episode"]) for m in exported] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
+
+
+def strip_units(value: Any) -> Any:
+    """A state as the code before units wrote it: the same, with no `unit` key anywhere."""
+    if isinstance(value, dict):
+        return {k: strip_units(v) for k, v in value.items() if k != "unit"}
+    if isinstance(value, list):
+        return [strip_units(v) for v in value]
+    return value
+
+
+def test_a_state_saved_before_units_loads_and_plays_on_the_same(tmp_path: Path) -> None:
+    """Old snapshots' items and pending updates name only the episode index: they load, the memory goes on exactly
+    as from today's state of the same run, and the items it restored keep no unit."""
+    mem = memory(tmp_path / "origin", write="trajectory", batch=2, epsilon=0.5)
+    mem.context("opponent plays rock")
+    mem.observe(attempt(None, 1, "opponent plays rock", True))
+    mem.context("opponent plays rock")
+    mem.observe(attempt(None, 2, "opponent plays rock", False))
+    mem.context("opponent plays rock")
+    mem.observe(attempt(None, 3, "opponent plays rock", True))  # pending: half a batch
+    state = json.loads(json.dumps(mem.state()))
+    old = strip_units(state)
+    assert old != state and "unit" not in json.dumps(old) and old["pending"][0]["item"]["episode"] == 3
+    resumed = []
+    for name, saved in (("today", state), ("old", old)):
+        clone = memory(tmp_path / name, write="trajectory", batch=2, epsilon=0.5)
+        clone.load(saved)
+        shown = clone.context("opponent plays rock")
+        clone.observe(attempt(None, 4, "opponent plays rock", True))
+        items = clone.ns.store.inspect("default")[::-1]
+        resumed.append((shown, [(m.experience, m.q_value, m.visits, m.unit, m.episode) for m in items]))
+    assert resumed[0] == resumed[1]
+    assert [row[3:] for row in resumed[1][1]] == [(None, 1), (None, 2), (None, 3), (None, 4)]

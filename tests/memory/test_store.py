@@ -103,6 +103,36 @@ def test_retrieval_log_round_trips_and_gets_its_episode(store: MemoryStore) -> N
     (rec,) = store.retrievals("rps", run_id="r1", episode=7)
     assert (rec.query, rec.candidates[0]["score"], rec.chosen, rec.explored) == ("q?", 1.2, [1], False)
     assert store.retrievals("rps", episode=8) == []
+    assert rec.unit is None  # a caller that does not know the unit
+    later = ns.log_retrieval("q2?", [], [], explored=False, run_id="r1")
+    ns.assign_episode([later], 1, unit=3)  # attempt 1 of the run's third task
+    (rec,) = store.retrievals("rps", unit=3)
+    assert (rec.query, rec.unit, rec.episode) == ("q2?", 3, 1)
+
+
+def test_a_version_1_store_is_read_as_it_is_and_migrated_when_opened_to_write(tmp_path: Path) -> None:
+    """Stores written before units were recorded: `memory inspect` / `explain` read them untouched (no units),
+    and a run that writes to one adds the column; its old rows keep no unit."""
+    path = tmp_path / "old.sqlite"
+    with MemoryStore(path) as store:
+        ns = store.namespace("rps", HashEmbedder())
+        ns.add(NewItem("opponent plays rock", "play paper", 0.0, "r1", 1))
+        ns.assign_episode([ns.log_retrieval("q?", [], [], explored=False, run_id="r1")], 1)
+    with sqlite3.connect(path) as conn:  # what version 1 wrote: no unit columns
+        conn.execute("ALTER TABLE items DROP COLUMN unit")
+        conn.execute("ALTER TABLE retrievals DROP COLUMN unit")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with MemoryStore(path, read_only=True) as store:
+        assert [(m.experience, m.unit, m.episode) for m in store.inspect("rps")] == [("play paper", None, 1)]
+        assert [(r.unit, r.episode) for r in store.retrievals("rps")] == [(None, 1)]
+        assert store.export_namespace("rps")["items"][0]["unit"] is None
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)  # untouched
+    with MemoryStore(path) as store:
+        store.namespace("rps", HashEmbedder()).add(NewItem("opponent plays paper", "play scissors", 0.0, "r2", 1, unit=2))
+        assert [(m.unit, m.episode) for m in store.inspect("rps")] == [(2, 1), (None, 1)]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
 
 
 def test_ann_index_agrees_with_brute_force(tmp_path: Path) -> None:

@@ -35,6 +35,11 @@ restatements of the task that it then imitated instead of answering with SQL, an
 failed queries into later answers: a small model reuses what it is shown, so showing it only verified answers, one
 at a time and above a similarity bar that rejects neighbours, matters (the `sql` preset; docs/memrl.md).
 
+Provenance. Every item and logged retrieval records the run (`run_id`), the run's unit it came from — the task or
+game, 1-based, that the unit player puts in `episode.info["unit"]` — and the attempt at it (`Episode.index`,
+stored as `episode`), so a trial run's log does not mix its tasks' first attempts. Episodes that carry no unit
+(trainers, states saved before units were recorded) record None; such states load and replay as before.
+
 Settings come from `PRESETS` (what the official repository's runners run for the paper's benchmarks, each value
 with its file and line, and each ttlearn family's measured one) over `TUNING` (the released BigCodeBench values);
 `resolve_settings` is the one rule.
@@ -356,6 +361,7 @@ class MemRLMemory(Memory):
 
     def observe(self, episode: Episode) -> None:
         success = self.succeeded(episode)
+        unit = episode.info.get("unit")  # the run's task or game; episode.index is the attempt at it
         new_item = None
         if success or self.keep == "all":
             item = NewItem(
@@ -364,11 +370,12 @@ class MemRLMemory(Memory):
                 self.q_init if success else self.q_init_failure,
                 self.run_id,
                 episode.index,
+                unit=unit,
             )
             new_item = asdict(item)
         reward = self.rewards[0] if success else self.rewards[1]
         self._pending.append({"retrieved": self._retrieved, "reward": reward, "item": new_item})
-        self.memories.finish_episode(episode.index)
+        self.memories.finish_episode(episode.index, unit)
         self._retrieved = []
         if len(self._pending) >= self.batch:
             self._apply_pending()
