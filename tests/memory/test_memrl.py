@@ -18,7 +18,7 @@ from ttlearn.memory import make_memory
 from ttlearn.memory.backends import LocalMemories, MemoryBackend
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.base import MEMORIES
-from ttlearn.memory.memrl import TUNING, MemRLMemory, MemRLOptions
+from ttlearn.memory.memrl import PRESETS, TUNING, MemRLMemory, MemRLOptions
 from ttlearn.memory.retrieval import phase_a, phase_b, q_update
 from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 from ttlearn.types import Episode, Step
@@ -347,7 +347,6 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
 
 
 def test_presets_hold_what_the_released_runners_run(tmp_path: Path) -> None:
-    from ttlearn.memory.memrl import PRESETS
 
     # MemTensor/MemRL at 7c3beba: each runner's values (file and line in the PRESETS comments), not its YAML's.
     service_stats = {"sim_mean": 0.1856827586889267, "sim_std": 0.09407906234264374}  # memory_service.py:311-312
@@ -584,3 +583,23 @@ def test_a_state_saved_before_units_loads_and_plays_on_the_same(tmp_path: Path) 
         resumed.append((shown, [(m.experience, m.q_value, m.visits, m.unit, m.episode) for m in items]))
     assert resumed[0] == resumed[1]
     assert [row[3:] for row in resumed[1][1]] == [(None, 1), (None, 2), (None, 3), (None, 4)]
+
+
+def recorded_memrl_options() -> list[tuple[str, dict[str, Any]]]:
+    """(memory, options) of every committed run that used a MemRL-family memory (results/*/trials.json)."""
+    root = Path(__file__).parents[2] / "results"
+    configs = [json.loads(p.read_text()) for p in sorted(root.glob("*/trials.json"))]
+    return [(c["memory"], c["memory_options"]) for c in configs if c.get("memory") in ("memrl", "memp", "rag")]
+
+
+def test_the_recorded_runs_options_build_the_settings_they_ran_with(tmp_path: Path) -> None:
+    recorded = recorded_memrl_options()
+    assert len(recorded) > 10 and {m for m, _ in recorded} >= {"memrl", "rag"}
+    for name, options in recorded:
+        MEMORIES.check(name, options, reserved=("llm",))
+        mem = memory(tmp_path / name, name, **options, epsilon=None, delta=None)
+        preset = {**TUNING, **PRESETS[options["preset"]]} if "preset" in options else TUNING
+        assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.delta, mem.batch) == (
+            preset["k1"], preset["k2"], preset["delta"], preset["batch"]
+        ), (name, options)
+        assert (mem.write, mem.keep) == (options.get("write", preset["write"]), options.get("keep", preset["keep"]))

@@ -286,3 +286,22 @@ def test_stats_match_hand_computed_values(store: MemoryStore) -> None:
     store.namespace("empty", HashEmbedder(64))
     assert store.stats("empty")["q"] is None
     assert store.embedder_of("s") == "hash64" and store.embedder_of("nope") is None
+
+
+def test_a_recorded_run_store_keeps_its_provenance_through_the_migration(tmp_path: Path) -> None:
+    """A store a committed run wrote before units (`results/sql-memrl-concert_singer-e2`, schema version 1): read
+    untouched, then migrated by a writable open, it holds the same items, episodes and retrieval log, with no units."""
+    import gzip
+
+    path = tmp_path / "memrl.sqlite"
+    packed = Path(__file__).parents[2] / "results/sql-memrl-concert_singer-e2/memrl.sqlite.gz"
+    path.write_bytes(gzip.decompress(packed.read_bytes()))
+    with MemoryStore(path, read_only=True) as store:
+        before = store.export_all()
+    with MemoryStore(path) as store:
+        after = store.export_all()
+    (namespace,) = after["namespaces"]
+    assert len(namespace["items"]) > 10 and len(namespace["retrievals"]) > 10
+    assert {item["unit"] for item in namespace["items"]} == {r["unit"] for r in namespace["retrievals"]} == {None}
+    assert {item["episode"] for item in namespace["items"]} != {None}
+    assert before == after
