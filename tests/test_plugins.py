@@ -117,8 +117,6 @@ from ttlearn.types import Observation, StepResult
 
 @ENVS.register("solo")
 class Solo(Env):
-    name = "solo"
-
     def __init__(self, seed: int = 0) -> None:
         self.moves = 0
 

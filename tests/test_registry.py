@@ -1,8 +1,9 @@
-"""The lazy registry: each room's table names the class its module registers, a lookup imports only that module,
-and a plug-in that fails to import breaks only its own name."""
+"""The lazy registry: each room's table is the one place a plug-in of the package is named, a lookup imports only
+that module, and a plug-in that fails to import breaks only its own name."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import pkgutil
@@ -18,29 +19,96 @@ from ttlearn.llm.base import LLMS, split_spec, spec_options
 from ttlearn.memory.base import MEMORIES
 from ttlearn.players.base import PLAYERS
 from ttlearn import registry as registry_module
-from ttlearn.registry import PluginError, PluginShadowWarning, Registry, UnknownNameError, load_object, load_plugins
+from ttlearn.registry import Family, PluginError, PluginShadowWarning, Registry, UnknownNameError, load_object, load_plugins
 from ttlearn.train.base import TRAINERS
 
 ROOMS = {"ttlearn.envs": ENVS, "ttlearn.memory": MEMORIES, "ttlearn.llm": LLMS, "ttlearn.players": PLAYERS,
          "ttlearn.train": TRAINERS}
 
 
+def room_modules(package: str) -> list[str]:
+    return [f"{package}.{module.name}" for module in pkgutil.iter_modules(importlib.import_module(package).__path__)]
+
+
 @pytest.mark.parametrize("package", ROOMS)
-def test_the_table_names_every_registered_plugin_and_its_class(package):
+def test_every_table_entry_loads_a_plugin_of_that_name_and_no_module_of_the_package_registers_itself(package):
     registry = ROOMS[package]
-    for module in pkgutil.iter_modules(importlib.import_module(package).__path__):
-        importlib.import_module(f"{package}.{module.name}")  # every decorator in the room has run
-    registered = {name for name, obj in registry._entries.items() if obj.__module__.startswith("ttlearn.")}
-    assert registered == set(registry.table)
+    decorators = [module for module in room_modules(package)
+                  if ".register(" in Path(importlib.import_module(module).__file__).read_text()]
+    assert decorators == []
     for name, source in registry.table.items():
         obj, defined_by = registry.get(name), load_object(source)
         assert obj.__module__ == source.partition(":")[0], name
-        # the class itself, a subclass made per name (hold'em styles), or a factory made per name (embedded models)
-        assert (
-            obj is defined_by
-            or (isinstance(obj, type) and issubclass(obj, defined_by))
-            or obj.__qualname__.startswith(f"{defined_by.__qualname__}.")
-        ), name
+        if isinstance(defined_by, Family):  # hold'em styles, embedded models: one made per name
+            defined_by = defined_by.make(name)
+            assert type(obj) is type(defined_by) and obj is not defined_by, name
+        else:
+            assert obj is defined_by, name
+        if isinstance(obj, type):
+            assert obj.name == name and obj.__dict__["name"] == name, name  # its own name, not one it inherits
+
+
+def own_name_lines(path: Path) -> list[str]:
+    """`Class.name = …` lines a module's classes write themselves (the table is the one place for them)."""
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path.name}:{statement.lineno} {node.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for statement in node.body
+        if (isinstance(statement, ast.Assign) and any(getattr(t, "id", None) == "name" for t in statement.targets))
+        or (isinstance(statement, ast.AnnAssign) and getattr(statement.target, "id", None) == "name"
+            and statement.value is not None)
+    ]
+
+
+@pytest.mark.parametrize("package", ROOMS)
+def test_no_class_the_table_names_writes_its_own_name(package):
+    registry = ROOMS[package]
+    named = {source.partition(":")[2] for source in registry.table.values()}
+    classes = {cls for cls in named if cls[:1].isupper()}
+    writes = [line for module in room_modules(package)
+              for line in own_name_lines(Path(importlib.import_module(module).__file__))
+              if line.rpartition(" ")[2] in classes]
+    assert writes == []
+    assert own_name_lines(Path(__file__).parent / "plugins" / "simlab.py") == []  # a plug-in writes it once too
+
+
+def test_the_check_catches_a_class_that_writes_its_own_name(tmp_path):
+    (tmp_path / "mod.py").write_text('class Named:\n    name = "x"\n\nclass Typed:\n    name: str = "y"\n\n'
+                                    'class Declared:\n    name: str\n')
+    assert own_name_lines(tmp_path / "mod.py") == ["mod.py:2 Named", "mod.py:5 Typed"]
+
+
+def test_a_class_of_the_package_built_directly_has_its_name():
+    from ttlearn.envs.rps import RPSEnv
+    from ttlearn.memory.memrl import MemPMemory, MemRLMemory
+
+    assert RPSEnv(seed=0).name == "rps" and MemRLMemory.name == "memrl" and MemPMemory.name == "memp"
+
+
+def test_the_decorator_an_entry_point_and_a_family_name_what_they_hand_out(tmp_path, monkeypatch):
+    info = tmp_path / "gizmos-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gizmos\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[ttlearn.test-gizmos]\nspinner = gizmo_pkg:Spinner\n")
+    (tmp_path / "gizmo_pkg.py").write_text("class Spinner:\n    pass\n")
+    (tmp_path / "gizmo_family.py").write_text(
+        "from ttlearn.registry import Family\n"
+        "SIZES = Family(lambda name: type(name.title(), (), {'size': len(name), '__module__': __name__}))\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry("gizmo", "ttlearn.test-gizmos", {"big": "gizmo_family:SIZES", "small": "gizmo_family:SIZES"})
+
+    @registry.register("wheel")
+    class Wheel:
+        pass
+
+    assert Wheel.name == "wheel" and Wheel().name == "wheel"
+    assert registry.get("spinner").name == "spinner"
+    big, small = registry.get("big"), registry.get("small")
+    assert (big.name, big.size, small.name, small.size) == ("big", 3, "small", 5)
+    assert registry.get("big") is big  # made once
 
 
 def test_a_lookup_imports_only_the_module_it_names():

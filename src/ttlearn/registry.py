@@ -12,10 +12,17 @@ names from outside the package:
   the package or an installed entry point defines warns: `PluginShadowWarning`);
 - any module that uses the decorator and is imported by the caller.
 
+A name is written once: in the table for the package's own plug-ins, in the entry point or the decorator for the
+others. The registry gives a class the name it is registered under (`cls.name`), and a class of the package reads
+its name from the table when it is defined (`Registry.name_class`, called by each room's base class), so one built
+directly (`RPSEnv(seed=0)`) is named too. Several names that share one definition (a hold'em bot per style, an
+embedded model per name) point at a `Family`, which makes each name's plug-in.
+
 Run configs record the `--plugin` / `$TTLEARN_PLUGINS` modules (`loaded_plugins`) but never import them when read:
 a run directory is untrusted input, so `resume` and `replay` of a run that needs one name it and the flag that loads
-it (`runs.plugin_hint`); the arena hands its own loaded ones to its worker processes. In-tree modules keep their
-decorators too; the test suite checks that every table entry names the class its module registers.
+it (`runs.plugin_hint`); the arena hands its own loaded ones to its worker processes. The test suite checks that
+every table entry loads a plug-in of that name, that no module of the package uses the decorator, and that no class
+of the package writes its own name.
 """
 
 from __future__ import annotations
@@ -27,8 +34,11 @@ import inspect
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Generic, Iterable, Mapping, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 T = TypeVar("T")
 PLUGINS_VAR = "TTLEARN_PLUGINS"
@@ -49,6 +59,21 @@ class PluginShadowWarning(UserWarning):
 
 class PluginError(ImportError):
     """A plug-in could not be imported; the message names it and says why. Only that plug-in's name is affected."""
+
+
+@dataclass(frozen=True)
+class Family(Generic[T]):
+    """One definition that several names of a table share (a hold'em bot per style, an embedded model per name):
+    the registry asks `make(name)` for each name's plug-in, then names it."""
+
+    make: Callable[[str], T]
+
+
+def give_name(obj: Any, name: str) -> None:
+    """A class registered under `name` answers `cls.name` (and its instances `.name`) with it; a factory function
+    has no name to give."""
+    if isinstance(obj, type):
+        obj.name = name  # type: ignore[attr-defined]
 
 
 def load_object(source: str) -> Any:
@@ -144,6 +169,8 @@ class Registry(Generic[T]):
 
     def __init__(self, kind: str, group: str, table: Mapping[str, str]) -> None:
         self.kind, self.group, self.table = kind, group, dict(table)
+        self._own_names = {source: name for name, source in self.table.items()}
+        """Source → name for the classes of the package (a family's shared source maps to one of its names, unused)."""
         self._entries: dict[str, T] = {}
         self._broken: dict[str, str] = {}
         self._external: dict[str, str] | None = None
@@ -153,10 +180,18 @@ class Registry(Generic[T]):
             if name in self._entries and self._entries[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} is registered twice")
             self._warn_if_shadowing(name, obj)
+            give_name(obj, name)
             self._entries[name] = obj
             return obj
 
         return decorate
+
+    def name_class(self, cls: type) -> None:
+        """Name a class the table lists (called when it is defined, by the room's base class); any other class keeps
+        the name it inherits, or gets one when it is registered or loaded."""
+        name = self._own_names.get(f"{cls.__module__}:{cls.__qualname__}")
+        if name is not None:
+            give_name(cls, name)
 
     def _warn_if_shadowing(self, name: str, obj: Any) -> None:
         """A module registering a name that the package or an installed distribution defines in another top-level
@@ -197,10 +232,16 @@ class Registry(Generic[T]):
             raise UnknownNameError(f"unknown {self.kind} {name!r}; choose one of: {', '.join(self.names())}")
         try:
             obj = load_object(source)
+            if isinstance(obj, Family):
+                obj = obj.make(name)
         except Exception as exc:
             self._broken[name] = f"{self.kind} {name!r} ({source}) failed to load: {type(exc).__name__}: {exc}"
             raise PluginError(self._broken[name]) from exc
-        return self._entries.setdefault(name, obj)  # the module's decorator may have registered it already
+        if name in self._entries:  # the module registered it with the decorator after all
+            return self._entries[name]
+        give_name(obj, name)
+        self._entries[name] = obj
+        return obj
 
     def names(self) -> list[str]:
         """Every name that can be asked for, without importing any plug-in."""
@@ -217,17 +258,35 @@ class Registry(Generic[T]):
         return dict(self._broken)
 
     def check(self, name: str, options: dict[str, Any], *, reserved: tuple[str, ...] = ()) -> None:
-        """Refuse options the factory does not take, naming the accepted ones; `reserved` ones are not offered."""
+        """Refuse options the factory does not take, naming the accepted ones; `reserved` ones are not offered. A
+        factory that declares an `options_model` (a pydantic model: MemRL's options) also has their values checked."""
+        self._typed_options(name, options, reserved)
+
+    def build(self, name: str, *, reserved: tuple[str, ...] = (), **options: Any) -> Any:
+        """Call the registered factory with `options` after `check`ing them; one that declares an `options_model`
+        gets the reserved ones as keywords and the rest as one `options=` object."""
+        typed = self._typed_options(name, options, reserved)
+        if typed is None:
+            return self.get(name)(**options)
+        return self.get(name)(**{key: options[key] for key in reserved if key in options}, options=typed)
+
+    def _typed_options(self, name: str, options: dict[str, Any], reserved: tuple[str, ...]) -> BaseModel | None:
         factory = self.get(name)
-        target = factory.__init__ if inspect.isclass(factory) else factory
-        accepted = [p for p in inspect.signature(target).parameters if p != "self" and p not in reserved]
+        model: type[BaseModel] | None = getattr(factory, "options_model", None)
+        if model is not None:
+            accepted = list(model.model_fields)
+        else:
+            target = factory.__init__ if inspect.isclass(factory) else factory
+            accepted = [p for p in inspect.signature(target).parameters if p != "self" and p not in reserved]
         unknown = sorted(set(options) - set(accepted) - set(reserved))
         if unknown:
             raise ValueError(
                 f"{self.kind} {name!r} has no option {', '.join(unknown)}; it accepts: {', '.join(accepted) or 'none'}"
             )
-
-    def build(self, name: str, *, reserved: tuple[str, ...] = (), **options: Any) -> Any:
-        """Call the registered factory with `options` after `check`ing them."""
-        self.check(name, options, reserved=reserved)
-        return self.get(name)(**options)
+        if model is None:
+            return None
+        try:
+            return model(**{key: value for key, value in options.items() if key not in reserved})
+        except ValidationError as exc:
+            reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})" for e in exc.errors())
+            raise ValueError(f"{self.kind} {name!r} option {reasons}") from None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +17,8 @@ from ttlearn.eval.metrics import run_protocol
 from ttlearn.memory import make_memory
 from ttlearn.memory.backends import LocalMemories, MemoryBackend
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.memrl import MemRLMemory
+from ttlearn.memory.base import MEMORIES
+from ttlearn.memory.memrl import PRESETS, TUNING, MemRLMemory, MemRLOptions
 from ttlearn.memory.retrieval import phase_a, phase_b, q_update
 from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
 from ttlearn.types import Episode, Step
@@ -223,6 +226,27 @@ def test_bad_options_are_refused(tmp_path: Path) -> None:
     assert math.isinf(memory(tmp_path, name="rag").cfg.q_min)
 
 
+def test_the_options_are_one_typed_object_with_the_names_users_write(tmp_path: Path) -> None:
+    """`-m key=value` options arrive as one `MemRLOptions`; a value of the wrong type is one line naming the option,
+    and the accepted names (in `MEMORIES.check`'s error) are the ones users and recorded configs write."""
+    assert set(TUNING) <= set(MemRLOptions.model_fields)  # every tunable option can be given
+    mem = memory(tmp_path, k1=7, write="trajectory", seed=3)
+    assert (mem.cfg.k1, mem.write, mem.seed) == (7, "trajectory", 3)
+    direct = MemRLMemory(None, MemRLOptions(store=str(tmp_path / "d.sqlite"), embedder="hash", k1=7, seed=3,
+                                             delta=0.3, epsilon=0.0))
+    assert (direct.cfg, direct.write, direct.seed) == (mem.cfg, "notes", 3)
+    with pytest.raises(ValueError, match=r"^memory method 'memrl' option k1: Input should be a valid integer, .* "
+                       r"\(got 'many'\)$") as refused:
+        memory(tmp_path, k1="many")
+    assert "\n" not in str(refused.value)
+    with pytest.raises(ValueError, match="has no option nope; it accepts: preset, store, url, key, namespace, "
+                       "embedder, k1, k2, delta, .*, max_trajectory_chars, run_id, seed$"):
+        MEMORIES.check("memp", {"nope": 1}, reserved=("llm",))
+    MEMORIES.check("memrl", {"preset": "sql", "keep": "successes", "write": "trajectory"}, reserved=("llm",))
+    with pytest.raises(ValueError, match="option alpha: Input should be a valid number"):
+        MEMORIES.check("memrl", {"alpha": "high"}, reserved=("llm",))  # refused before any model loads
+
+
 def test_fork_copies_the_memories_and_writes_to_it_stay_there(tmp_path: Path) -> None:
     origin = memory(tmp_path / "origin")
     origin.observe(episode(0, "opponent plays rock", success=False))
@@ -327,7 +351,6 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
 
 
 def test_presets_hold_what_the_released_runners_run(tmp_path: Path) -> None:
-    from ttlearn.memory.memrl import PRESETS
 
     # MemTensor/MemRL at 7c3beba: each runner's values (file and line in the PRESETS comments), not its YAML's.
     service_stats = {"sim_mean": 0.1856827586889267, "sim_std": 0.09407906234264374}  # memory_service.py:311-312
@@ -510,3 +533,82 @@ def test_a_memrl_run_on_postgresql_matches_sqlite_and_snapshots_point_at_it(post
     assert len(shared.ns) == len(pg_items)
     with pytest.raises(ValueError, match="never overwrites them"):
         shared.load(runs[0][2].state())
+
+
+def attempt(unit: int | None, index: int, task: str, success: bool) -> Episode:
+    """Attempt `index` at the run's unit `unit`, as the unit player hands it over (`info["unit"]`)."""
+    played = episode(index, task, success)
+    return replace(played, info={} if unit is None else {"unit": unit})
+
+
+def test_provenance_names_the_unit_and_the_attempt(tmp_path: Path) -> None:
+    """A trial run's tasks 1 and 2, two attempts each: every item and logged retrieval says which task and which
+    attempt, so task 2's first attempt is not task 1's. An episode without a unit (a trainer's) records None."""
+    mem = memory(tmp_path, write="trajectory")
+    for unit, task in ((1, "opponent plays rock"), (2, "opponent plays paper")):
+        for index, success in ((1, False), (2, True)):
+            mem.context(task)
+            mem.observe(attempt(unit, index, task, success))
+    mem.context("opponent plays scissors")
+    mem.observe(attempt(None, 1, "opponent plays scissors", True))
+    items = mem.ns.store.inspect("default")[::-1]
+    assert [(m.unit, m.episode) for m in items] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
+    logged = mem.ns.store.retrievals("default", run_id="r1")
+    assert [(r.unit, r.episode) for r in logged] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
+    assert [r.query for r in mem.ns.store.retrievals("default", unit=2, episode=1)] == ["opponent plays paper"]
+    exported = mem.state()["memories"]["items"]
+    assert [(m["unit"], m["episode"]) for m in exported] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
+
+
+def strip_units(value: Any) -> Any:
+    """A state as the code before units wrote it: the same, with no `unit` key anywhere."""
+    if isinstance(value, dict):
+        return {k: strip_units(v) for k, v in value.items() if k != "unit"}
+    if isinstance(value, list):
+        return [strip_units(v) for v in value]
+    return value
+
+
+def test_a_state_saved_before_units_loads_and_plays_on_the_same(tmp_path: Path) -> None:
+    """Old snapshots' items and pending updates name only the episode index: they load, the memory goes on exactly
+    as from today's state of the same run, and the items it restored keep no unit."""
+    mem = memory(tmp_path / "origin", write="trajectory", batch=2, epsilon=0.5)
+    mem.context("opponent plays rock")
+    mem.observe(attempt(None, 1, "opponent plays rock", True))
+    mem.context("opponent plays rock")
+    mem.observe(attempt(None, 2, "opponent plays rock", False))
+    mem.context("opponent plays rock")
+    mem.observe(attempt(None, 3, "opponent plays rock", True))  # pending: half a batch
+    state = json.loads(json.dumps(mem.state()))
+    old = strip_units(state)
+    assert old != state and "unit" not in json.dumps(old) and old["pending"][0]["item"]["episode"] == 3
+    resumed = []
+    for name, saved in (("today", state), ("old", old)):
+        clone = memory(tmp_path / name, write="trajectory", batch=2, epsilon=0.5)
+        clone.load(saved)
+        shown = clone.context("opponent plays rock")
+        clone.observe(attempt(None, 4, "opponent plays rock", True))
+        items = clone.ns.store.inspect("default")[::-1]
+        resumed.append((shown, [(m.experience, m.q_value, m.visits, m.unit, m.episode) for m in items]))
+    assert resumed[0] == resumed[1]
+    assert [row[3:] for row in resumed[1][1]] == [(None, 1), (None, 2), (None, 3), (None, 4)]
+
+
+def recorded_memrl_options() -> list[tuple[str, dict[str, Any]]]:
+    """(memory, options) of every committed run that used a MemRL-family memory (results/*/trials.json)."""
+    root = Path(__file__).parents[2] / "results"
+    configs = [json.loads(p.read_text()) for p in sorted(root.glob("*/trials.json"))]
+    return [(c["memory"], c["memory_options"]) for c in configs if c.get("memory") in ("memrl", "memp", "rag")]
+
+
+def test_the_recorded_runs_options_build_the_settings_they_ran_with(tmp_path: Path) -> None:
+    recorded = recorded_memrl_options()
+    assert len(recorded) > 10 and {m for m, _ in recorded} >= {"memrl", "rag"}
+    for name, options in recorded:
+        MEMORIES.check(name, options, reserved=("llm",))
+        mem = memory(tmp_path / name, name, **options, epsilon=None, delta=None)
+        preset = {**TUNING, **PRESETS[options["preset"]]} if "preset" in options else TUNING
+        assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.delta, mem.batch) == (
+            preset["k1"], preset["k2"], preset["delta"], preset["batch"]
+        ), (name, options)
+        assert (mem.write, mem.keep) == (options.get("write", preset["write"]), options.get("keep", preset["keep"]))

@@ -139,11 +139,12 @@ def test_the_schema_migrates_from_an_older_version_and_refuses_a_newer(postgres_
         assert not pg.execute("SELECT to_regclass('service_keys')").fetchone()[0]
     with open_store(postgres_url) as store:
         assert store.integrity_check() == "ok"
-        store.namespace("kept", HashEmbedder(8)).add(NewItem("a", "b", 0.0))
+        store.namespace("kept", HashEmbedder(8)).add(NewItem("a", "b", 0.0, "r", 2, unit=5))
+        assert [(m.unit, m.episode) for m in store.inspect("kept")] == [(5, 2)]  # version 3's column
     with psycopg.connect(postgres_url, autocommit=True) as pg:
         assert pg.execute("SELECT to_regclass('service_keys')").fetchone()[0] == "service_keys"
         pg.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(ValueError, match="schema version 99; this ttlearn reads up to 2"):
+    with pytest.raises(ValueError, match="schema version 99; this ttlearn reads up to 3"):
         open_store(postgres_url)
 
 

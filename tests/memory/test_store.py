@@ -103,6 +103,36 @@ def test_retrieval_log_round_trips_and_gets_its_episode(store: MemoryStore) -> N
     (rec,) = store.retrievals("rps", run_id="r1", episode=7)
     assert (rec.query, rec.candidates[0]["score"], rec.chosen, rec.explored) == ("q?", 1.2, [1], False)
     assert store.retrievals("rps", episode=8) == []
+    assert rec.unit is None  # a caller that does not know the unit
+    later = ns.log_retrieval("q2?", [], [], explored=False, run_id="r1")
+    ns.assign_episode([later], 1, unit=3)  # attempt 1 of the run's third task
+    (rec,) = store.retrievals("rps", unit=3)
+    assert (rec.query, rec.unit, rec.episode) == ("q2?", 3, 1)
+
+
+def test_a_version_1_store_is_read_as_it_is_and_migrated_when_opened_to_write(tmp_path: Path) -> None:
+    """Stores written before units were recorded: `memory inspect` / `explain` read them untouched (no units),
+    and a run that writes to one adds the column; its old rows keep no unit."""
+    path = tmp_path / "old.sqlite"
+    with MemoryStore(path) as store:
+        ns = store.namespace("rps", HashEmbedder())
+        ns.add(NewItem("opponent plays rock", "play paper", 0.0, "r1", 1))
+        ns.assign_episode([ns.log_retrieval("q?", [], [], explored=False, run_id="r1")], 1)
+    with sqlite3.connect(path) as conn:  # what version 1 wrote: no unit columns
+        conn.execute("ALTER TABLE items DROP COLUMN unit")
+        conn.execute("ALTER TABLE retrievals DROP COLUMN unit")
+        conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    with MemoryStore(path, read_only=True) as store:
+        assert [(m.experience, m.unit, m.episode) for m in store.inspect("rps")] == [("play paper", None, 1)]
+        assert [(r.unit, r.episode) for r in store.retrievals("rps")] == [(None, 1)]
+        assert store.export_namespace("rps")["items"][0]["unit"] is None
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("1",)  # untouched
+    with MemoryStore(path) as store:
+        store.namespace("rps", HashEmbedder()).add(NewItem("opponent plays paper", "play scissors", 0.0, "r2", 1, unit=2))
+        assert [(m.unit, m.episode) for m in store.inspect("rps")] == [(2, 1), (None, 1)]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
 
 
 def test_ann_index_agrees_with_brute_force(tmp_path: Path) -> None:
@@ -256,3 +286,22 @@ def test_stats_match_hand_computed_values(store: MemoryStore) -> None:
     store.namespace("empty", HashEmbedder(64))
     assert store.stats("empty")["q"] is None
     assert store.embedder_of("s") == "hash64" and store.embedder_of("nope") is None
+
+
+def test_a_recorded_run_store_keeps_its_provenance_through_the_migration(tmp_path: Path) -> None:
+    """A store a committed run wrote before units (`results/sql-memrl-concert_singer-e2`, schema version 1): read
+    untouched, then migrated by a writable open, it holds the same items, episodes and retrieval log, with no units."""
+    import gzip
+
+    path = tmp_path / "memrl.sqlite"
+    packed = Path(__file__).parents[2] / "results/sql-memrl-concert_singer-e2/memrl.sqlite.gz"
+    path.write_bytes(gzip.decompress(packed.read_bytes()))
+    with MemoryStore(path, read_only=True) as store:
+        before = store.export_all()
+    with MemoryStore(path) as store:
+        after = store.export_all()
+    (namespace,) = after["namespaces"]
+    assert len(namespace["items"]) > 10 and len(namespace["retrievals"]) > 10
+    assert {item["unit"] for item in namespace["items"]} == {r["unit"] for r in namespace["retrievals"]} == {None}
+    assert {item["episode"] for item in namespace["items"]} != {None}
+    assert before == after

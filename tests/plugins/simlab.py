@@ -72,7 +72,6 @@ def task_list() -> list[tuple[str, str]]:
 class SimLab(Env):
     """Find the named object and focus on it, among hundreds of listed actions (module docstring)."""
 
-    name = "simlab"
     partial_actions = True
     reply_tokens = 12
 

@@ -8,8 +8,7 @@ from ttlearn.types import Observation, StepResult
 ACTIONS = ("add 1", "add 2", "add 3")
 
 
-class Counter(Env):
-    name = "counter"
+class Counter(Env):  # named by its entry point: `Counter.name` is "counter" once ttlearn loads it
     turns = 6
 
     def __init__(self, span: int = 8, seed: int = 0) -> None:  # every env takes `seed=`; make_env records both

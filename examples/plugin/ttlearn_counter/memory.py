@@ -8,9 +8,7 @@ from ttlearn.memory.base import Memory
 from ttlearn.types import Episode
 
 
-class Tally(Memory):
-    name = "tally"
-
+class Tally(Memory):  # named by its entry point
     def __init__(self, keep: int = 3, llm: Any = None) -> None:
         super().__init__(llm)
         self.keep, self.scores = keep, []

@@ -94,6 +94,11 @@ def match_legal_action(text: str, legal_actions: Sequence[str]) -> str | None:
 
 class Env(ABC):
     name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        ENVS.name_class(cls)  # a class of the package takes its name from the table
+
     _made_with: dict[str, Any]
     """The options `make_env` built this environment with (unset when the class was called directly)."""
 

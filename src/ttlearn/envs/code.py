@@ -29,7 +29,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ttlearn.envs.base import ENVS, Env
+from ttlearn.envs.base import Env
 from ttlearn.sandbox.python import Limits, SandboxResult, isolation, run_python
 from ttlearn.types import Observation, StepResult
 
@@ -178,14 +178,12 @@ def defines(code: str, entry_point: str) -> bool:
     return re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE) is not None
 
 
-@ENVS.register("code")
 class CodeEnv(Env):
     """HumanEval: write the function the prompt describes. Options: `split` (train / test / all, see the module
     docstring), `task` (play one task id only, e.g. "HumanEval/0"), `turns` (submissions per attempt; after a failed
     one the agent sees its feedback and may resubmit), `timeout_s` (wall time for one run of the tests), `seed` (the
     instance before the first `reset`)."""
 
-    name = "code"
     reply_tokens = 384
     """HumanEval's canonical functions in a ```python fence, in Qwen2.5-Coder tokens: without their docstring median 60,
     max 367 (all fit); with it median 168, max 560 (6 of 164 would not). Hence the rules say the docstring may go."""

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from pokerkit import Automation, FixedLimitTexasHoldem
 
-from ttlearn.envs.base import ENVS, Env
+from ttlearn.envs.base import Env
 from ttlearn.envs.holdem_bots import DECK, Situation, get_bot, hand_class, hand_entry
 from ttlearn.types import Observation, StepResult
 
@@ -236,11 +236,8 @@ def betting_text(history: Sequence[Act], player_seat: int, board: Sequence[str])
     return " | ".join(parts)
 
 
-@ENVS.register("holdem")
 class HoldemEnv(Env):
     """A game of `hands` heads-up limit hold'em hands against one styled bot; the player's seat alternates."""
-
-    name = "holdem"
 
     def __init__(
         self, opponent: str = "calling-station", hands: int = 20, duplicate: bool = False, seed: int = 0

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ttlearn.envs.base import ENVS, Env
+from ttlearn.envs.base import Env
 from ttlearn.types import Observation, StepResult
 
 GAMES = ("twc", "cookingworld")
@@ -90,7 +90,6 @@ def start_game(name: str, params: str) -> Any:
     return game
 
 
-@ENVS.register("household")
 class Household(Env):
     """One fold of a TextWorldExpress game. The JVM starts at the first `reset`, so building the env costs nothing;
     `close()` (or garbage collection) stops it.
@@ -99,7 +98,6 @@ class Household(Env):
     action (`invalid_step`) uses up a step and changes nothing, as the game itself answers unknown commands.
     """
 
-    name = "household"
     reply_tokens = 24  # the longest actions ("put clean white panties in chest of drawers") run ~12 tokens
 
     def __init__(

@@ -18,7 +18,7 @@ from math import comb
 from typing import Any
 
 from ttlearn.envs._gridtext import render_grid
-from ttlearn.envs.base import ENVS, Env, answer_part
+from ttlearn.envs.base import Env, answer_part
 from ttlearn.types import Observation, StepResult
 
 Cell = tuple[int, int]
@@ -242,7 +242,6 @@ def _check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-@ENVS.register("minesweeper")
 class Minesweeper(Env):
     """Reveal all safe cells within `turns` reveals; the first click is already played and opened a cascade.
 
@@ -252,8 +251,6 @@ class Minesweeper(Env):
     the penalty teaches. A reply that names no cell passes the turn for `invalid_reward` (LaMer: −0.1). A mine ends
     the attempt.
     """
-
-    name = "minesweeper"
 
     def __init__(
         self, rows: int = 6, cols: int = 6, mines: int = 3, turns: int = 7, invalid_reward: float = -0.1, seed: int = 0

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ttlearn.envs.base import ENVS, Env
+from ttlearn.envs.base import Env
 from ttlearn.envs.rps_bots import MOVES, best_responses, make_bot, payoff
 from ttlearn.types import Observation, StepResult
 
@@ -28,12 +28,9 @@ def round_line(index: int, mine: int, theirs: int) -> str:
     return f"R{index} you={MOVES[mine]} opp={MOVES[theirs]} {RESULTS[payoff(mine, theirs)]}"
 
 
-@ENVS.register("rps")
 class RPSEnv(Env):
     """Repeated rock-paper-scissors. Options: `opponent` (a name from `rps_bots.BOTS`), `rounds` per game, `seed`
     (the opponent's randomness, and the probe's fixed string)."""
-
-    name = "rps"
 
     def __init__(self, opponent: str = "cycle3", rounds: int = 20, seed: int = 0) -> None:
         if rounds < 1:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ttlearn.envs._gridtext import render_grid
-from ttlearn.envs.base import ENVS, Env, answer_part
+from ttlearn.envs.base import Env, answer_part
 from ttlearn.types import Observation, StepResult
 
 Cell = tuple[int, int]
@@ -193,7 +193,6 @@ def _check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
-@ENVS.register("sokoban")
 class Sokoban(Env):
     """Push all boxes onto the targets within `turns` turns of up to `actions_per_turn` moves.
 
@@ -201,8 +200,6 @@ class Sokoban(Env):
     are penalised and leave the state unchanged. A reply that names no move passes the turn for `invalid_reward`
     (LaMer: −0.1). The attempt ends when solved or after `turns` turns.
     """
-
-    name = "sokoban"
 
     def __init__(
         self,

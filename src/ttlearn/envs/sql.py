@@ -30,7 +30,7 @@ from urllib.parse import quote
 from ttlearn.data.prepare import GOLD_TIMEOUT_MS, Question, load_question_set, spider_dir
 from ttlearn.data.sql_mini import load_mini, mini_dir
 from ttlearn.envs._exec_match import denotations_equal, normalise, order_matters
-from ttlearn.envs.base import ENVS, Env
+from ttlearn.envs.base import Env
 from ttlearn.sandbox.sqlite import QueryResult, execute, run_query
 from ttlearn.types import Observation, StepResult
 
@@ -189,7 +189,6 @@ class Attempt:
         return format_result(self.result)
 
 
-@ENVS.register("sql")
 class SQLEnv(Env):
     """Answer questions about SQLite databases with SQL. Options: `dataset` (spider | mini), `split` (all | train |
     test, by database), `database` (only the questions about one database: an agent that works on one database over
@@ -202,7 +201,6 @@ class SQLEnv(Env):
     without rows, Spider's wta_1), `timeout_ms` (per query), `seed` (accepted for the common config; the questions
     are fixed data)."""
 
-    name = "sql"
     reply_tokens = 256
     legacy_options = {"metric": "strict", "prefill": False}
 

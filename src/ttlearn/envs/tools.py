@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlearn.data.bfcl import PREPARE_COMMAND, bfcl_dir
-from ttlearn.envs.base import ENVS, Env
+from ttlearn.envs.base import Env
 from ttlearn.types import Observation, StepResult
 
 CATEGORIES = ("base", "long_context", "miss_func", "miss_param")
@@ -356,7 +356,6 @@ class Backend:
 # -- the environment ----------------------------------------------------------------------------------------------
 
 
-@ENVS.register("tools")
 class Tools(Env):
     """A user asks for things over several turns; the agent fulfils each request by calling the simulated APIs,
     one call per step, and ends the turn with `done` (or any reply that makes no call).
@@ -367,7 +366,6 @@ class Tools(Env):
     40 replies. The back-end child starts at the first `reset`; `close()` stops it.
     """
 
-    name = "tools"
     reply_tokens = 96
 
     def __init__(

@@ -30,7 +30,7 @@ LLMS: Registry[Callable[[str], "LLM"]] = Registry(
     "ttlearn.llms",
     {
         **{
-            name: "ttlearn.llm.llamacpp:embedded_factory"
+            name: "ttlearn.llm.llamacpp:EMBEDDED_FACTORIES"
             for name in ("gemma270m", "qwen-coder", "qwen-coder-1.5b", "smollm2")
         },
         "gguf": "ttlearn.llm.llamacpp:_gguf",
@@ -38,7 +38,7 @@ LLMS: Registry[Callable[[str], "LLM"]] = Registry(
         "openai": "ttlearn.llm.openai:_openai",
     },
 )
-"""Back ends by spec scheme. The embedded models' factories are made by `embedded_factory`, one per model."""
+"""Back ends by spec scheme. The embedded models are a `Family`: `embedded_factory` makes each one's factory."""
 
 
 class LLMError(RuntimeError):

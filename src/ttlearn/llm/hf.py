@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING, Any
 
 from ttlearn.llm.base import (
     LLM,
-    LLMS,
     LLMError,
     Message,
     cache_root,
@@ -563,7 +562,6 @@ def _eval_mode(model: Any) -> Iterator[None]:
         model.train(was_training)
 
 
-@LLMS.register("hf")
 def _hf(arg: str) -> HFPolicy:
     path = Path(arg).expanduser()
     if arg and (path / ADAPTER_META).is_file():

@@ -43,7 +43,6 @@ from ttlearn.llm.base import (
     CHOICE_METHODS,
     END_PIECES,
     LLM,
-    LLMS,
     ContextOverflow,
     LLMError,
     Message,
@@ -58,6 +57,7 @@ from ttlearn.llm.base import (
     written_choice,
 )
 from ttlearn.llm.models import EMBEDDED, model_path
+from ttlearn.registry import Family
 from ttlearn.types import Completion
 
 REBUILD_HINT = (
@@ -521,11 +521,10 @@ def embedded_factory(name: str) -> Any:
     return build
 
 
-for _name in EMBEDDED:
-    LLMS.register(_name)(embedded_factory(_name))
+EMBEDDED_FACTORIES = Family(embedded_factory)
+"""Every embedded model's name in the `LLMS` table points here."""
 
 
-@LLMS.register("gguf")
 def _gguf(arg: str) -> LlamaCpp:
     path, _, options = arg.partition("?")
     if not path:

@@ -30,7 +30,6 @@ import httpx2
 
 from ttlearn.llm.base import (
     LLM,
-    LLMS,
     OPENAI_KEY_ENV,
     ContextOverflow,
     LLMError,
@@ -252,7 +251,6 @@ def parse_policy(options: str) -> RetryPolicy:
     return RetryPolicy(**spec_options(options, known, "openai"))
 
 
-@LLMS.register("openai")
 def _openai(arg: str) -> OpenAIChat:
     base_url, sep, rest = arg.partition("#")
     model, _, options = rest.partition("?")

@@ -44,8 +44,9 @@ class MemoryBackend(Protocol):
         """Write one item (joining an intent key at least `join_threshold` similar)."""
 
     @abstractmethod
-    def finish_episode(self, index: int) -> None:
-        """The episode whose retrievals came since the last call has ended with this index."""
+    def finish_episode(self, attempt: int, unit: int | None) -> None:
+        """The episode whose retrievals came since the last call has ended: attempt `attempt` (`Episode.index`) of
+        the run's unit `unit` (its task or game; None when the caller does not say)."""
 
     @abstractmethod
     def state(self) -> dict[str, Any]:
@@ -115,8 +116,8 @@ class LocalMemories(MemoryBackend):
     def add(self, item: NewItem, join_threshold: float) -> None:
         self.ns.add(item, join_threshold=join_threshold)
 
-    def finish_episode(self, index: int) -> None:
-        self.ns.assign_episode(self.log_ids, index)
+    def finish_episode(self, attempt: int, unit: int | None) -> None:
+        self.ns.assign_episode(self.log_ids, attempt, unit)
         self.log_ids = []
 
     def state(self) -> dict[str, Any]:

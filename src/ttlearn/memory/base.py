@@ -39,6 +39,11 @@ MEMORIES: Registry[type["Memory"]] = Registry(
 
 class Memory(ABC):
     name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        MEMORIES.name_class(cls)  # a class of the package takes its name from the table
+
     needs_llm: ClassVar[bool] = False
     """True when `observe` writes with an LLM (the session then hands it a recorded writer)."""
     keeps_files: ClassVar[bool] = False

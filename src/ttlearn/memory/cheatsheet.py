@@ -20,7 +20,7 @@ import re
 from typing import Any, Sequence
 
 from ttlearn.llm.base import LLM, Message
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.memory.embed import EmbeddingCache, top_k_similar
 from ttlearn.memory.text import clip_text, episode_log
 from ttlearn.types import Episode
@@ -103,19 +103,13 @@ class _CheatsheetMemory(Memory):
         self.rejected_too_long = int(state.get("rejected_too_long", 0))
 
 
-@MEMORIES.register("cheatsheet")
 class CumulativeCheatsheet(_CheatsheetMemory):
-    name = "cheatsheet"
-
     def observe(self, episode: Episode) -> None:
         task = CURATE.format(old=self._shown_old(), log=episode_log(episode))
         self._rewrite(episode.info.get("rules", episode.task), task, seed=episode.seed)
 
 
-@MEMORIES.register("cheatsheet-rs")
 class RetrievalSynthesisCheatsheet(_CheatsheetMemory):
-    name = "cheatsheet-rs"
-
     def __init__(
         self,
         llm: LLM | None = None,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ttlearn.llm.base import LLM
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.memory.embed import EmbeddingCache, top_k_similar
 from ttlearn.memory.text import clip_text, episode_log
 from ttlearn.types import Episode
@@ -153,9 +153,7 @@ PROMPT = (
 )
 
 
-@MEMORIES.register("expel")
 class ExpelMemory(Memory):
-    name = "expel"
     needs_llm = True
     learns_across_tasks = True
 

@@ -5,15 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from ttlearn.llm.base import LLM
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.memory.text import episode_log
 from ttlearn.types import Episode
 
 
-@MEMORIES.register("history")
 class HistoryMemory(Memory):
-    name = "history"
-
     def __init__(self, llm: LLM | None = None, k: int = 2) -> None:
         super().__init__(llm)
         if k < 1:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ttlearn.llm.base import LLM, Message
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.memory.text import bound_memory
 from ttlearn.types import Episode
 
@@ -79,9 +79,7 @@ def seen_token_span(prefixes: Sequence[str], max_chars: int) -> tuple[int, int]:
     return first, end
 
 
-@MEMORIES.register("lamer")
 class LamerMemory(Memory):
-    name = "lamer"
     needs_llm = True
     needs_trials = True
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ttlearn.llm.base import LLM, Message
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.memory.text import bound_memory, episode_log
 from ttlearn.types import Episode
 
@@ -51,9 +51,7 @@ def seen_token_count(prefixes: Sequence[str], max_chars: int) -> int:
     return next(k + 1 for k, text in enumerate(prefixes) if " ".join(text.split()).startswith(shown))
 
 
-@MEMORIES.register("memopilot")
 class MemoPilotMemory(Memory):
-    name = "memopilot"
     needs_llm = True
 
     def __init__(

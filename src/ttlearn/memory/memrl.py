@@ -35,6 +35,11 @@ restatements of the task that it then imitated instead of answering with SQL, an
 failed queries into later answers: a small model reuses what it is shown, so showing it only verified answers, one
 at a time and above a similarity bar that rejects neighbours, matters (the `sql` preset; docs/memrl.md).
 
+Provenance. Every item and logged retrieval records the run (`run_id`), the run's unit it came from — the task or
+game, 1-based, that the unit player puts in `episode.info["unit"]` — and the attempt at it (`Episode.index`,
+stored as `episode`), so a trial run's log does not mix its tasks' first attempts. Episodes that carry no unit
+(trainers, states saved before units were recorded) record None; such states load and replay as before.
+
 Settings come from `PRESETS` (what the official repository's runners run for the paper's benchmarks, each value
 with its file and line, and each ttlearn family's measured one) over `TUNING` (the released BigCodeBench values);
 `resolve_settings` is the one rule.
@@ -52,10 +57,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict
 
 from ttlearn.llm.base import LLM
 from ttlearn.memory.backends import LocalMemories, MemoryBackend, store_memories
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.memory.embed import SIMILARITY_STATS
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
 from ttlearn.memory.store import Namespace, NewItem
@@ -165,6 +171,49 @@ def resolve_settings(preset: str | None, given: dict[str, Any], fixed: dict[str,
     return chosen
 
 
+class MemRLOptions(BaseModel):
+    """Every option of `memrl` (and its baselines), named as users write them (`-m key=value`, a run's recorded
+    `memory_options`). A tunable option left None takes its value by `resolve_settings` (the preset's, else
+    `TUNING`'s); the others are where the memories live, provenance and the few settings no preset changes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: str | None = None
+    store: str | None = None
+    url: str | None = None
+    key: str | None = None
+    namespace: str = "default"
+    embedder: str = "minilm"
+    k1: int | None = None
+    k2: int | None = None
+    delta: float | None = None
+    q_min: float | None = None
+    w_sim: float | None = None
+    w_q: float | None = None
+    sim_mean: float | None = None
+    sim_std: float | None = None
+    epsilon: float | None = None
+    alpha: float | None = None
+    gamma: float = 0.0
+    q_init: float | None = None
+    q_init_failure: float | None = None
+    reward_success: float | None = None
+    reward_failure: float | None = None
+    success_threshold: float = 0.0
+    join_threshold: float | None = None
+    batch: int | None = None
+    write: str | None = None
+    keep: str | None = None
+    show: str | None = None
+    max_trajectory_chars: int = 1500
+    run_id: str | None = None
+    seed: int = 0
+
+    def tunable(self) -> dict[str, Any]:
+        """The tunable options as given (None where not), for `resolve_settings`."""
+        return {name: getattr(self, name) for name in TUNING}
+
+
 _ANSWER_LABELS = ("Verified answer", "Answer that failed")
 
 
@@ -196,7 +245,6 @@ _REFLECTION_PROMPT = (
 )
 
 
-@MEMORIES.register("memrl")
 class MemRLMemory(Memory):
     """Q-valued episodic memory in a shared SQLite store (see the module docstring).
 
@@ -216,7 +264,6 @@ class MemRLMemory(Memory):
     calls `bind_run`, else a fresh temporary file; `url=` puts the memories in a memory service instead.
     """
 
-    name: ClassVar[str] = "memrl"
     keeps_files: ClassVar[bool] = True
     needs_llm: ClassVar[bool] = True
     learns_across_tasks: ClassVar[bool] = True
@@ -224,47 +271,16 @@ class MemRLMemory(Memory):
     fixed: ClassVar[dict[str, Any]] = {}
     """Options a baseline pins (memp: alpha; rag: alpha, w_q, q_min); passing another value is an error."""
 
-    def __init__(
-        self,
-        llm: LLM | None = None,
-        *,
-        preset: str | None = None,
-        store: str | None = None,
-        url: str | None = None,
-        key: str | None = None,
-        namespace: str = "default",
-        embedder: str = "minilm",
-        k1: int | None = None,
-        k2: int | None = None,
-        delta: float | None = None,
-        q_min: float | None = None,
-        w_sim: float | None = None,
-        w_q: float | None = None,
-        sim_mean: float | None = None,
-        sim_std: float | None = None,
-        epsilon: float | None = None,
-        alpha: float | None = None,
-        gamma: float = 0.0,
-        q_init: float | None = None,
-        q_init_failure: float | None = None,
-        reward_success: float | None = None,
-        reward_failure: float | None = None,
-        success_threshold: float = 0.0,
-        join_threshold: float | None = None,
-        batch: int | None = None,
-        write: str | None = None,
-        keep: str | None = None,
-        show: str | None = None,
-        max_trajectory_chars: int = 1500,
-        run_id: str | None = None,
-        seed: int = 0,
-    ) -> None:
+    options_model: ClassVar[type[MemRLOptions]] = MemRLOptions
+    """The registry builds one `MemRLOptions` from the flat `-m key=value` options and hands it over as `options`."""
+
+    def __init__(self, llm: LLM | None = None, options: MemRLOptions | None = None) -> None:
         super().__init__(llm)
-        given = {name: value for name, value in locals().items() if name in TUNING}
-        settings = resolve_settings(preset, given, self.fixed)
-        if gamma != 0.0:
+        options = options or MemRLOptions()
+        settings = resolve_settings(options.preset, options.tunable(), self.fixed)
+        if options.gamma != 0.0:
             raise ValueError(
-                f"memrl supports gamma = 0 only (got {gamma}): tasks are independent, so there is no next state whose "
+                f"memrl supports gamma = 0 only (got {options.gamma}): tasks are independent, so there is no next state whose "
                 "Q to bootstrap from; leave gamma out"
             )
         self.alpha = settings["alpha"]
@@ -277,7 +293,7 @@ class MemRLMemory(Memory):
             raise ValueError(f"batch must be at least 1, got {settings['batch']}")
         self.write, self.keep, self.batch = settings["write"], settings["keep"], settings["batch"]
         self.show = settings["show"]
-        stats = SIMILARITY_STATS.get(embedder, SIMILARITY_STATS["minilm"])
+        stats = SIMILARITY_STATS.get(options.embedder, SIMILARITY_STATS["minilm"])
         self.cfg = RetrievalConfig(
             settings["k1"],
             settings["k2"],
@@ -292,23 +308,23 @@ class MemRLMemory(Memory):
         self.q_init = settings["q_init"]
         self.q_init_failure = self.q_init if settings["q_init_failure"] is None else settings["q_init_failure"]
         self.rewards = (settings["reward_success"], settings["reward_failure"])
-        self.success_threshold = success_threshold
+        self.success_threshold = options.success_threshold
         self.join_threshold = settings["join_threshold"]
-        self.max_trajectory_chars = max_trajectory_chars
-        self.run_id = run_id
-        self.seed = seed
-        self.rng = np.random.default_rng(seed)
+        self.max_trajectory_chars = options.max_trajectory_chars
+        self.run_id = options.run_id
+        self.seed = options.seed
+        self.rng = np.random.default_rng(options.seed)
         self.memories: MemoryBackend
-        if url is None:
-            if key is not None:
+        if options.url is None:
+            if options.key is not None:
                 raise ValueError(f"memory {self.name!r}: key= goes with url= (a memory service); add url= or drop key=")
-            self.memories = store_memories(store, namespace, embedder)
-        elif store is not None:
+            self.memories = store_memories(options.store, options.namespace, options.embedder)
+        elif options.store is not None:
             raise ValueError(f"memory {self.name!r} takes store= (a local file) or url= (a memory service), not both")
         else:
             from ttlearn.memory.remote import RemoteMemories
 
-            self.memories = RemoteMemories(url, key, namespace, embedder)
+            self.memories = RemoteMemories(options.url, options.key, options.namespace, options.embedder)
         self._retrieved: list[int] = []
         self._pending: list[dict[str, Any]] = []
         """Finished tasks of the current mini-batch whose updates wait for the batch to fill."""
@@ -345,6 +361,7 @@ class MemRLMemory(Memory):
 
     def observe(self, episode: Episode) -> None:
         success = self.succeeded(episode)
+        unit = episode.info.get("unit")  # the run's task or game; episode.index is the attempt at it
         new_item = None
         if success or self.keep == "all":
             item = NewItem(
@@ -353,11 +370,12 @@ class MemRLMemory(Memory):
                 self.q_init if success else self.q_init_failure,
                 self.run_id,
                 episode.index,
+                unit=unit,
             )
             new_item = asdict(item)
         reward = self.rewards[0] if success else self.rewards[1]
         self._pending.append({"retrieved": self._retrieved, "reward": reward, "item": new_item})
-        self.memories.finish_episode(episode.index)
+        self.memories.finish_episode(episode.index, unit)
         self._retrieved = []
         if len(self._pending) >= self.batch:
             self._apply_pending()
@@ -416,17 +434,13 @@ class MemRLMemory(Memory):
         self.rng.bit_generator.state = state["rng"]
 
 
-@MEMORIES.register("memp")
 class MemPMemory(MemRLMemory):
     """MemP baseline: MemRL with α = 0, so Q never leaves q_init and ranking reduces to similarity."""
 
-    name: ClassVar[str] = "memp"
     fixed: ClassVar[dict[str, Any]] = {"alpha": 0.0}
 
 
-@MEMORIES.register("rag")
 class RAGMemory(MemRLMemory):
     """Plain retrieval: top-k2 by similarity among keys with sim ≥ δ; Q is neither used nor learned."""
 
-    name: ClassVar[str] = "rag"
     fixed: ClassVar[dict[str, Any]] = {"alpha": 0.0, "w_q": 0.0, "q_min": -math.inf}

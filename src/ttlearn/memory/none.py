@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.types import Episode
 
 
-@MEMORIES.register("none")
 class NoMemory(Memory):
-    name = "none"
     carries_over = False
 
     def context(self, query: str) -> str:

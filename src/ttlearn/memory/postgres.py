@@ -47,7 +47,7 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"a PostgreSQL memory store needs psycopg 3 ({exc}): pip install 'ttlearn[postgres]'") from exc
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATIONS = (
     # 1: the memory tables (store.py's layout, in PostgreSQL's types)
     """
@@ -116,6 +116,11 @@ MIGRATIONS = (
         created DOUBLE PRECISION NOT NULL,
         revoked DOUBLE PRECISION
     );
+    """,
+    # 3: provenance names the run's unit (task or game) beside the attempt (`episode`), as store.py's version 2
+    """
+    ALTER TABLE items ADD COLUMN unit BIGINT;
+    ALTER TABLE retrievals ADD COLUMN unit BIGINT;
     """,
 )
 _MIGRATION_LOCK = 0x7471_6C65  # advisory lock keys: ('ttle'), and (this class, namespace id) for intent writers

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ttlearn.llm.base import LLM
-from ttlearn.memory.base import MEMORIES, Memory
+from ttlearn.memory.base import Memory
 from ttlearn.memory.text import episode_log
 from ttlearn.types import Episode
 
@@ -20,9 +20,7 @@ PROMPT = (
 )
 
 
-@MEMORIES.register("reflexion")
 class ReflexionMemory(Memory):
-    name = "reflexion"
     needs_llm = True
 
     def __init__(self, llm: LLM | None = None, keep: int = 3, max_tokens: int = 64, only_failures: bool = False):

@@ -102,7 +102,7 @@ class MemoryClient:
     # -- with the namespace's key
 
     def add(self, namespace: str, intent: str, experience: str, **fields: Any) -> dict[str, Any]:
-        """Write one experience; `fields`: q, run_id, episode, join_threshold. Returns id, intent_id, joined."""
+        """Write one experience; `fields`: q, run_id, episode (the attempt), unit, join_threshold. Returns id, intent_id, joined."""
         body = {"intent": intent, "experience": experience, **fields}
         return self._call("POST", f"/v1/namespaces/{namespace}/memories", body)
 
@@ -189,10 +189,11 @@ class RemoteMemories(MemoryBackend):
             q=item.q_value,
             run_id=item.run_id,
             episode=item.episode,
+            unit=item.unit,
             join_threshold=join_threshold,
         )
 
-    def finish_episode(self, index: int) -> None:
+    def finish_episode(self, attempt: int, unit: int | None) -> None:
         """Nothing to do: the service does not log retrievals."""
 
     def state(self) -> dict[str, Any]:

@@ -3,8 +3,9 @@
 Layout (schema version 1):
 - `namespaces`: name, the embedder that wrote its vectors (name + dim) and a `generation` bumped by `reembed`.
 - `intents`: intent keys, the text and its unit-norm float32 embedding; items whose intent is ≥ 0.90 similar join one.
-- `items`: experience text, q_value, visits, last_reward and provenance (run id, episode, created time).
-- `retrievals`: every retrieval with its candidates (similarity, Q, score), the chosen ids, run and episode.
+- `items`: experience text, q_value, visits, last_reward and provenance (run id, the run's unit — task or game —,
+  `episode`: the attempt, created time).
+- `retrievals`: every retrieval with its candidates (similarity, Q, score), the chosen ids, run, unit and attempt.
 
 Concurrency: WAL journal, a busy timeout, and every write is one short `BEGIN IMMEDIATE` transaction retried on
 SQLITE_BUSY, so several processes can read and write one file; a killed writer leaves either its whole transaction
@@ -47,7 +48,9 @@ from ttlearn.memory.embed import Embedder
 from ttlearn.memory.vector_index import VectorIndex
 from ttlearn.untrusted import UntrustedFileError, loads
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added `unit` (the run's task or game, 1-based) beside `episode` (the attempt) to items and retrievals: a
+writable open migrates a version-1 file; a read-only one reads it as it is, with no units."""
 DEFAULT_JOIN_THRESHOLD = 0.90
 DEFAULT_ANN_THRESHOLD = 20_000
 
@@ -79,7 +82,8 @@ CREATE TABLE IF NOT EXISTS items (
     last_reward REAL,
     run_id TEXT,
     episode INTEGER,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    unit INTEGER
 );
 CREATE INDEX IF NOT EXISTS items_by_intent ON items(intent_id);
 CREATE INDEX IF NOT EXISTS items_by_namespace ON items(namespace_id, id);
@@ -92,7 +96,8 @@ CREATE TABLE IF NOT EXISTS retrievals (
     candidates TEXT NOT NULL,
     chosen TEXT NOT NULL,
     explored INTEGER NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    unit INTEGER
 );
 CREATE INDEX IF NOT EXISTS retrievals_by_episode ON retrievals(namespace_id, run_id, episode);
 """
@@ -121,7 +126,10 @@ class NewItem:
     q_value: float
     run_id: str | None = None
     episode: int | None = None
+    """Provenance: the attempt (`Episode.index`) that wrote it, and below the run's unit (task or game, 1-based) it
+    belongs to; None where the caller did not say (episodes played before units were recorded)."""
     vector: np.ndarray | None = None
+    unit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +176,8 @@ class MemoryItem:
     run_id: str | None
     episode: int | None
     created: float
+    unit: int | None = None
+    """The run's unit (task or game) whose attempt `episode` wrote the item; None in stores written before."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +190,8 @@ class RetrievalRecord:
     chosen: list[int]
     explored: bool
     created: float
+    unit: int | None = None
+    """The run's unit (task or game) whose attempt `episode` retrieved; None in stores written before."""
 
 
 SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
@@ -219,6 +231,8 @@ class ItemRecord(_Strict):
     run_id: str | None
     episode: _Count | None
     created: _Finite
+    unit: _Count | None = None
+    """Absent from snapshots written before units were recorded."""
 
 
 class NamespaceSnapshot(_Strict):
@@ -345,16 +359,27 @@ class MemoryStore:
             conn.execute(statement)
         if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() is None:
             conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        self._check_version(conn)
+        if self._check_version(conn) == 1:
+            for table in ("items", "retrievals"):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN unit INTEGER")
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            self._unit = "unit"
 
-    def _check_version(self, conn: sqlite3.Connection) -> None:
+    _unit = "unit"
+    """SQL for the `unit` column: `NULL` when a version-1 file is read as it is (read-only)."""
+
+    def _check_version(self, conn: sqlite3.Connection) -> int:
+        """The file's schema version, 1 or 2 (else a ValueError); remembers whether it has units."""
         try:
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.path} is not a ttlearn memory store ({exc})") from None
-        if row is None or str(row[0]) != str(SCHEMA_VERSION):
+        if row is None or str(row[0]) not in ("1", str(SCHEMA_VERSION)):
             found = "no memory-store schema version" if row is None else f"memory-store schema version {row[0]}"
-            raise ValueError(f"{self.path} has {found}; this ttlearn reads version {SCHEMA_VERSION}")
+            raise ValueError(f"{self.path} has {found}; this ttlearn reads versions 1 and {SCHEMA_VERSION}")
+        version = int(row[0])
+        self._unit = "unit" if version == SCHEMA_VERSION else "NULL"
+        return version
 
     def _lock_intents(self, conn: sqlite3.Connection, ns_id: int) -> None:
         """Serialise the writers of a namespace's intent keys for the rest of the transaction: BEGIN IMMEDIATE already
@@ -473,26 +498,30 @@ class MemoryStore:
         """The namespace's items, newest first."""
         rows = self._conn.execute(
             "SELECT i.id, i.intent_id, k.text, i.experience, i.q_value, i.visits, i.last_reward, i.run_id, "
-            "i.episode, i.created FROM items i JOIN intents k ON k.id = i.intent_id "
+            f"i.episode, i.created, {self._unit} FROM items i JOIN intents k ON k.id = i.intent_id "
             "WHERE i.namespace_id = ? ORDER BY i.id DESC" + ("" if limit is None else " LIMIT ?"),
             (self._namespace_id(name),) + (() if limit is None else (limit,)),
         ).fetchall()
         return [MemoryItem(*row) for row in rows]
 
-    def retrievals(self, name: str, *, run_id: str | None = None, episode: int | None = None) -> list[RetrievalRecord]:
-        """Logged retrievals of a namespace in order, optionally of one run and/or one episode."""
+    def retrievals(
+        self, name: str, *, run_id: str | None = None, episode: int | None = None, unit: int | None = None
+    ) -> list[RetrievalRecord]:
+        """Logged retrievals of a namespace in order, optionally of one run, one attempt (`episode`) and/or one unit."""
         sql = (
-            "SELECT id, run_id, episode, query, candidates, chosen, explored, created FROM retrievals"
+            f"SELECT id, run_id, episode, query, candidates, chosen, explored, created, {self._unit} FROM retrievals"
             " WHERE namespace_id = ?"
         )
         params: list[Any] = [self._namespace_id(name)]
-        for column, value in (("run_id", run_id), ("episode", episode)):
+        for column, value in (("run_id", run_id), ("episode", episode), (self._unit, unit)):
             if value is not None:
                 sql += f" AND {column} = ?"
                 params.append(value)
         rows = self._conn.execute(sql + " ORDER BY id", params).fetchall()
         return [
-            RetrievalRecord(r[0], r[1], r[2], r[3], loads(r[4], self.path), loads(r[5], self.path), bool(r[6]), r[7])
+            RetrievalRecord(
+                r[0], r[1], r[2], r[3], loads(r[4], self.path), loads(r[5], self.path), bool(r[6]), r[7], r[8]
+            )
             for r in rows
         ]
 
@@ -542,8 +571,8 @@ class MemoryStore:
                 "SELECT id, text, embedding, created FROM intents WHERE namespace_id = ? ORDER BY id", (ns_id,)
             ).fetchall()
             items = self._conn.execute(
-                "SELECT id, intent_id, experience, q_value, visits, last_reward, run_id, episode, created FROM items "
-                "WHERE namespace_id = ? ORDER BY id",
+                "SELECT id, intent_id, experience, q_value, visits, last_reward, run_id, episode, created, "
+                f"{self._unit} FROM items WHERE namespace_id = ? ORDER BY id",
                 (ns_id,),
             ).fetchall()
         finally:
@@ -649,12 +678,12 @@ class MemoryStore:
                 (
                     ns_id, r["run_id"], r["episode"], r["query"],
                     json.dumps([{**c, "id": new(c["id"])} for c in r["candidates"]]),
-                    json.dumps([new(i) for i in r["chosen"]]), int(r["explored"]), r["created"],
+                    json.dumps([new(i) for i in r["chosen"]]), int(r["explored"]), r["created"], r.get("unit"),
                 ),
             )
             for r in records
         ]  # fmt: skip
-        columns = ("namespace_id", "run_id", "episode", "query", "candidates", "chosen", "explored", "created")
+        columns = ("namespace_id", "run_id", "episode", "query", "candidates", "chosen", "explored", "created", "unit")
 
         def write(conn: sqlite3.Connection) -> None:
             _insert_keeping_ids(conn, "retrievals", columns, rows)
@@ -783,9 +812,12 @@ class Namespace:
             def new_item(item: NewItem, intent_id: int) -> int:
                 return int(
                     conn.execute(
-                        "INSERT INTO items (namespace_id, intent_id, experience, q_value, run_id, episode, created) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                        (self.id, intent_id, item.experience, float(item.q_value), item.run_id, item.episode, now),
+                        "INSERT INTO items (namespace_id, intent_id, experience, q_value, run_id, episode, created, "
+                        "unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            self.id, intent_id, item.experience, float(item.q_value), item.run_id, item.episode, now,
+                            item.unit,
+                        ),
                     ).lastrowid
                 )
 
@@ -887,12 +919,13 @@ class Namespace:
             )
         )
 
-    def assign_episode(self, log_ids: Sequence[int], episode: int) -> None:
+    def assign_episode(self, log_ids: Sequence[int], episode: int, unit: int | None = None) -> None:
+        """The retrievals `log_ids` were made for attempt `episode` of the run's `unit` (None: not known)."""
         if log_ids:
             self.store._write(
                 lambda conn: conn.executemany(
-                    "UPDATE retrievals SET episode = ? WHERE id = ? AND namespace_id = ?",
-                    [(episode, i, self.id) for i in log_ids],
+                    "UPDATE retrievals SET episode = ?, unit = ? WHERE id = ? AND namespace_id = ?",
+                    [(episode, unit, i, self.id) for i in log_ids],
                 )
             )
 
@@ -954,11 +987,14 @@ ITEM_COLUMNS = (
     "run_id",
     "episode",
     "created",
+    "unit",
 )
 
 
 def _item_values(item: ItemRecord) -> tuple[Any, ...]:
-    return (item.experience, item.q_value, item.visits, item.last_reward, item.run_id, item.episode, item.created)
+    return (
+        item.experience, item.q_value, item.visits, item.last_reward, item.run_id, item.episode, item.created, item.unit
+    )
 
 
 def _encode_vector(blob: bytes) -> str:

@@ -20,7 +20,7 @@ PLAYERS: Registry[type["Player"]] = Registry(
     "ttlearn.players",
     {
         **{
-            f"holdem-{style}": "ttlearn.players.holdem_bot:HoldemBotPlayer"
+            f"holdem-{style}": "ttlearn.players.holdem_bot:BOTS"
             for style in ("calling-station", "loose-aggressive", "maniac", "random", "tight", "tight-passive")
         },
         "learner": "ttlearn.players.rps_learner:RPSLearner",
@@ -28,7 +28,7 @@ PLAYERS: Registry[type["Player"]] = Registry(
         "random": "ttlearn.players.basic:RandomPlayer",
     },
 )
-"""Scripted players by name; the hold'em bots are subclasses of `HoldemBotPlayer`, one per style."""
+"""Scripted players by name; the hold'em bots are a `Family`: a subclass of `HoldemBotPlayer` per style."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,11 @@ class Decision:
 
 class Player(ABC):
     name: ClassVar[str] = "player"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        PLAYERS.name_class(cls)  # a class of the package takes its name from the table
+
     learns: ClassVar[bool] = False
     """True when the player carries state from one episode to the next (`state()`), like the scripted learner."""
 

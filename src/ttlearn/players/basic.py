@@ -5,17 +5,14 @@ from __future__ import annotations
 import random
 
 from ttlearn.envs.base import Env
-from ttlearn.players.base import PLAYERS, Decision, Player
+from ttlearn.players.base import Decision, Player
 from ttlearn.types import Observation
 
 
-@PLAYERS.register("random")
 class RandomPlayer(Player):
     """Uniform over the legal actions; in RPS this is the Nash equilibrium and scores 0 in expectation. Where actions
     are free text (code, SQL, tool calls) it has nothing to choose from and passes every turn: an invalid reply the
     environment answers with its `invalid_step` (the floor of the task)."""
-
-    name = "random"
 
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
         if not obs.legal_actions:
@@ -23,14 +20,11 @@ class RandomPlayer(Player):
         return Decision(random.Random(seed).choice(list(obs.legal_actions)))
 
 
-@PLAYERS.register("oracle")
 class OraclePlayer(Player):
     """Plays `env.oracle_action()`: the best response with full knowledge (the opponent's policy, a solver, ...).
 
     Its score is the environment's ceiling; environments without an oracle say so when asked.
     """
-
-    name = "oracle"
 
     @classmethod
     def check_fit(cls, env: Env) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ttlearn.envs.base import Env
 from ttlearn.envs.holdem_bots import STYLES
-from ttlearn.players.base import PLAYERS, Decision, Player
+from ttlearn.players.base import Decision, Player
+from ttlearn.registry import Family
 from ttlearn.types import Observation
 
 
@@ -20,11 +21,13 @@ class HoldemBotPlayer(Player):
         return Decision(env.bot_action(self.style))  # type: ignore[attr-defined] - check_fit made sure
 
 
-for _style in STYLES:
-    PLAYERS.register(f"holdem-{_style}")(
-        type(
-            f"HoldemBot_{_style}",
-            (HoldemBotPlayer,),
-            {"style": _style, "name": f"holdem-{_style}", "__module__": __name__},  # ABCMeta would say "abc"
-        )
-    )
+def _styled(name: str) -> type[HoldemBotPlayer]:
+    """The player of the style a `holdem-<style>` name names, as a class of its own (its name is the registry's)."""
+    style = name.removeprefix("holdem-")
+    if style not in STYLES:
+        raise ValueError(f"no hold'em bot style {style!r}; choose one of: {', '.join(STYLES)}")
+    return type(f"HoldemBot_{style}", (HoldemBotPlayer,), {"style": style, "__module__": __name__})  # ABCMeta: "abc"
+
+
+BOTS = Family(_styled)
+"""Every `holdem-<style>` name of the `PLAYERS` table points here."""

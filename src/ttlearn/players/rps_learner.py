@@ -18,7 +18,7 @@ import numpy as np
 
 from ttlearn.envs.base import Env
 from ttlearn.envs.rps_bots import MOVES, best_responses
-from ttlearn.players.base import PLAYERS, Decision, Player
+from ttlearn.players.base import Decision, Player
 from ttlearn.types import Observation
 
 KT_ALPHA = 0.5
@@ -73,11 +73,9 @@ EXPERTS: dict[str, Context] = {
 period; `position` learns a string replayed every game (the probe, a cycle restarted each game)."""
 
 
-@PLAYERS.register("learner")
 class RPSLearner(Player):
     """Context-mixing predictor of the opponent + best response; reads `obs.data` (`my_moves`, `opp_moves`)."""
 
-    name = "learner"
     learns = True
 
     @classmethod

@@ -99,7 +99,8 @@ class MemoryIn(_Request):
     experience: str = Field(min_length=1, max_length=500_000, description="What to show an agent in that situation.")
     q: Value = Field(0.0, description="Its starting Q-value (MemRL: 0).")
     run_id: str | None = Field(None, max_length=200)
-    episode: int | None = None
+    episode: int | None = Field(None, description="The attempt that wrote it (provenance).")
+    unit: int | None = Field(None, description="The run's task or game, 1-based, that attempt belongs to.")
     join_threshold: Finite = Field(
         DEFAULT_JOIN_THRESHOLD,
         gt=0,
@@ -295,7 +296,7 @@ class MemoryService:
         with self._store_lock:
             ns = self._open(name)
         vector = self._embed(ns, body.intent)
-        item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector)
+        item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector, body.unit)
         text = json_text_bytes(body.experience) + json_text_bytes(body.run_id)
         growth = export_size(text, 1, json_text_bytes(body.intent), 1, len(vector))
         with self._store_lock:

@@ -13,9 +13,8 @@ A run directory OUT holds
     final/          the adapter after the last step; play it with `hf:OUT/final`
 
 A new trainer is one module in this package: a `TrainConfig` subclass (every field with a `description`, which a
-generic `ttlearn train NAME --option value` turns into help) and a `Trainer` subclass registered with
-`@TRAINERS.register("name")` (and named in the `TRAINERS` table below) that loads its policy and implements one
-step. The loop, checkpoints, resume and the metrics log are here.
+generic `ttlearn train NAME --option value` turns into help) and a `Trainer` subclass named once, by its line in the
+`TRAINERS` table below, that loads its policy and implements one step. The loop, checkpoints, resume and the metrics log are here.
 
 Devices: `--device auto|cpu|cuda` is resolved once (`this_device`); the policy is loaded there and every tensor a
 trainer makes follows `policy.device`. Checkpoints are loaded onto the CPU first (`map_location`), so a run saved on a
@@ -193,6 +192,10 @@ class Trainer(ABC):
 
     name: ClassVar[str]
     config_class: ClassVar[type[TrainConfig]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        TRAINERS.name_class(cls)  # a class of the package takes its name from the table
 
     def __init__(self, config: TrainConfig, *, progress: Progress | None = None, policy: HFPolicy | None = None):
         import torch

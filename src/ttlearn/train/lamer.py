@@ -60,7 +60,7 @@ from ttlearn.train.advantages import (
     released_gigpo_advantages,
     released_step_returns,
 )
-from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer
+from ttlearn.train.base import Progress, TrainConfig, Trainer
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
@@ -389,13 +389,11 @@ def trial_metrics(trials: list[Trial]) -> dict[str, float]:
     }
 
 
-@TRAINERS.register("lamer")
 class LamerTrainer(Trainer):
     """LaMer: cross-episode meta-RL of the agent policy over multi-attempt trials (LoRA on the embedded model).
 
     Each step plays the step's trials with the policy, scores them and takes one policy-gradient step."""
 
-    name = "lamer"
     config_class = LamerTrainConfig
     config: LamerTrainConfig
 

@@ -37,7 +37,7 @@ from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
-from ttlearn.train.base import TRAINERS, Progress, TrainConfig, Trainer, this_device, world
+from ttlearn.train.base import Progress, TrainConfig, Trainer, this_device, world
 from ttlearn.train.loss import LOSS_TYPES
 
 if TYPE_CHECKING:
@@ -276,13 +276,11 @@ def seen_part(policy: HFPolicy, sample: Sample, max_chars: int) -> Sample:
     return dataclasses.replace(sample, completion_ids=ids[:seen], logprobs=sample.logprobs[:seen])
 
 
-@TRAINERS.register("memopilot")
 class MemoPilotTrainer(Trainer):
     """MemoPilot: train the memory writer by multi-turn GRPO with turn-level, context-independent advantages.
 
     Holds the writer, the frozen player and the optimiser; `train()` (the base's loop) runs the remaining steps."""
 
-    name = "memopilot"
     config_class = MemoPilotTrainConfig
     config: MemoPilotTrainConfig
 
