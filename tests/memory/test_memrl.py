@@ -342,8 +342,8 @@ def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
     RunDir(tmp_path / "copy").write_fork(origin.path, 2, origin.snapshot(2))  # what `memory fork` writes
     fork = play(tmp_path / "fork", games=1, memory_from=str(tmp_path / "copy"))
     with MemoryStore(origin.path / "memrl.sqlite") as a, MemoryStore(fork.path / "memrl.sqlite") as b:
-        assert [m.episode for m in a.inspect("default")] == [3, 2, 1]
-        assert [m.episode for m in b.inspect("default")] == [1, 2, 1]  # origin's games 1-2, then its own game 1
+        assert [(m.unit, m.episode) for m in a.inspect("default")] == [(3, 1), (2, 1), (1, 1)]  # unit, attempt
+        assert [m.unit for m in b.inspect("default")] == [1, 2, 1]  # origin's games 1-2, then its own game 1
         assert {m.run_id for m in b.inspect("default")} == {"origin", "fork"}
 
 

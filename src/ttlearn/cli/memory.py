@@ -86,12 +86,13 @@ def memory_inspect(
     """List the memories of a MemRL store, newest first, with Q-value, visits and last reward."""
     store, namespace, _ = _memrl_store(run_dir, trust_store)
     table = Table(title=f"MemRL store · namespace {namespace}")
-    for column in ("id", "episode", "Q", "visits", "last r", "intent", "experience"):
+    for column in ("id", "unit", "attempt", "Q", "visits", "last r", "intent", "experience"):
         table.add_column(column, overflow="fold")
     for item in store.inspect(namespace, limit=limit):
         last = "" if item.last_reward is None else f"{item.last_reward:+g}"
         table.add_row(
             str(item.id),
+            "" if item.unit is None else str(item.unit),
             str(item.episode),
             f"{item.q_value:+.3f}",
             str(item.visits),
@@ -123,7 +124,9 @@ def memory_explain(
             f"{counts['explored']} were ε-random picks"
         )
         return
-    records = store.retrievals(namespace, run_id=run_id, episode=unit)
+    records = store.retrievals(namespace, run_id=run_id, unit=unit)
+    if not records and not any(r.unit is not None for r in store.retrievals(namespace, run_id=run_id)):
+        records = store.retrievals(namespace, run_id=run_id, episode=unit)  # a run before units were recorded
     if not records:
         console.print(f"no retrieval was recorded for unit {unit}")
     for number, record in enumerate(records, start=1):

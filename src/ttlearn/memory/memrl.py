@@ -329,10 +329,10 @@ class MemRLMemory(Memory):
         self._pending: list[dict[str, Any]] = []
         """Finished tasks of the current mini-batch whose updates wait for the batch to fill."""
 
-    def bind_run(self, run_dir: str | Path, run_id: str) -> None:
-        """Called by the session before the first episode: provenance, and the default store location."""
+    def bind_run(self, store: Path, run_id: str) -> None:
+        """Called by the builder before the first episode: provenance, and the run's own store file."""
         self.run_id = run_id
-        self.memories.bind_run(Path(run_dir))
+        self.memories.bind_run(Path(store))
 
     @property
     def ns(self) -> Namespace:

@@ -10,7 +10,7 @@ from typing import Any
 
 from ttlearn.llm.base import LLM
 from ttlearn.memory.base import Memory
-from ttlearn.memory.text import episode_log
+from ttlearn.memory.text import episode_log, game_number
 from ttlearn.types import Episode
 
 PROMPT = (
@@ -44,7 +44,7 @@ class ReflexionMemory(Memory):
         reply = self.llm.complete(messages, max_tokens=self.max_tokens, temperature=0.0, seed=episode.seed)
         text = " ".join(reply.text.split())
         if text:
-            self.reflections = (self.reflections + [f"After game {episode.index}: {text}"])[-self.keep :]
+            self.reflections = (self.reflections + [f"After game {game_number(episode)}: {text}"])[-self.keep :]
 
     def state(self) -> dict[str, Any]:
         return {"reflections": list(self.reflections)}

@@ -5,10 +5,16 @@ from __future__ import annotations
 from ttlearn.types import Episode
 
 
+def game_number(episode: Episode) -> int:
+    """The number a memory calls an episode by: its unit in the run (a game's number; `info["unit"]`, set by the
+    unit player), else its index (episodes played before units were recorded, which replay as they were)."""
+    return episode.info.get("unit", episode.index)
+
+
 def episode_log(episode: Episode) -> str:
-    """One episode as the memory methods show it: index, score and the environment's transcript."""
+    """One episode as the memory methods show it: its game number, score and the environment's transcript."""
     transcript = episode.info.get("transcript") or "; ".join(f"{s.action}→{s.reward:+g}" for s in episode.steps)
-    return f"Game {episode.index} (score {episode.score:+g}): {transcript}"
+    return f"Game {game_number(episode)} (score {episode.score:+g}): {transcript}"
 
 
 def clip_text(text: str, limit: int) -> str:

@@ -136,7 +136,7 @@ def play_trial(
     """Up to `attempts` attempts at the instance `seed`, the memory writing between them (never after the last or
     after a success that ends the trial, unless `observe_last`: a memory carried to later units learns from every
     attempt). Each attempt sees the context the memory gave at its start (`per_step_context`: asked again at every
-    decision, as old sessions did). `act_seed(attempt, step)` seeds each decision; `episode_index(attempt)` is the
+    decision, for the situation then). `act_seed(attempt, step)` seeds each decision; `episode_index(attempt)` is the
     index its episode carries; `info` is added to every episode's info before the memory sees it. The caller resets
     the memory; this only feeds it."""
     if attempts < 1:

@@ -37,15 +37,18 @@ class UnitSeeds:
     episode_index: Callable[[int], int]
     """attempt → the index its episode carries (what a memory's text calls it)."""
     per_step_context: bool
-    """Ask the memory for its context at every decision (old sessions) rather than once per attempt."""
+    """Ask the memory for its context at every decision, for the situation then (a retrieval memory's query changes
+    from round to round of a game), rather than once at the start of each attempt (trial runs before one config
+    existed)."""
 
 
 def unit_seeds(config: RunConfig, phase: str, epoch: int, task: int, instance_count: int | None) -> UnitSeeds:
     """The seeds of task `task` of `epoch` (`phase` "task", or "validation" for a held-out instance), by the run's
     recorded rule. "unit" and "trials-v1": for a finite task set, the task's index in a seeded permutation of the
     split (distinct tasks, distinct instances); for generated instances, a seed derived from the run seed; held-out
-    instances draw from their own namespace. "session-v1" (sessions before one config existed): the game's seed and
-    its decisions derive from (run seed, game) alone, and the episode carries the game's number."""
+    instances draw from their own namespace; an attempt's episode carries its attempt number, and under "unit" also
+    the unit (`info["unit"]`, what memories call a game by). "session-v1" (sessions before one config existed): the
+    game's seed and its decisions derive from (run seed, game) alone, and the episode carries the game's number."""
     run_seed = config.seed
     if config.seeding == "session-v1":
         return UnitSeeds(
@@ -64,7 +67,7 @@ def unit_seeds(config: RunConfig, phase: str, epoch: int, task: int, instance_co
         instance=instance,
         act=lambda attempt, step: derive_seed(run_seed, *namespace, epoch, task, attempt, step),
         episode_index=lambda attempt: attempt,
-        per_step_context=False,
+        per_step_context=config.seeding == "unit",
     )
 
 

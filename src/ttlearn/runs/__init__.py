@@ -20,7 +20,7 @@ from ttlearn.runs.durable import (
     without_times,
 )
 from ttlearn.runs.layout import ARENA_FILE, NO_OPPONENT, REPORT_HTML, REPORT_JSON, RUNS_DIR, RunDir, arena_runs
-from ttlearn.runs.run import Run, holds_run, latest_state, read_config
+from ttlearn.runs.run import Run, holds_run, latest_state, read_config, run_files
 from ttlearn.runs.trust import check_trusted, credential_urls
 
 __all__ = [
@@ -48,5 +48,6 @@ __all__ = [
     "plugin_hint",
     "read_config",
     "read_durable",
+    "run_files",
     "without_times",
 ]

@@ -32,6 +32,14 @@ def holds_run(path: Path) -> bool:
     return run_dir.config_file.is_file() or legacy.layout(run_dir) is not None
 
 
+def run_files(path: Path) -> tuple[str, str]:
+    """The names of the config and records files of the run at `path` (an old layout's own)."""
+    found = legacy.layout(RunDir(path))
+    if RunDir(path).config_file.is_file() or found is None:
+        return RunDir.CONFIG, RunDir.UNITS
+    return (legacy.TRIAL_CONFIG, legacy.TASKS) if found == "trials" else (legacy.SESSION_CONFIG, legacy.EVENTS)
+
+
 def read_config(path: Path) -> RunConfig:
     """The config of the run at `path` (an old layout's through `runs.legacy`)."""
     run_dir = RunDir(path)

@@ -28,7 +28,7 @@ from ttlearn.eval.rating import (
     win_matrix,
 )
 from ttlearn.eval.summary import unit_cost
-from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir, arena_runs
+from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir, arena_runs, run_files
 from ttlearn.types import Episode, count_causes
 from ttlearn.untrusted import read_json
 
@@ -49,6 +49,8 @@ class RecordedRun:
     dir: str
     config: RunConfig
     episodes: tuple[Episode, ...]
+    config_file: str
+    records_file: str
 
 
 def unit_episodes(run: Run) -> tuple[Episode, ...]:
@@ -78,6 +80,8 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
                 dir=path.relative_to(out_dir).as_posix(),
                 config=run.config,
                 episodes=unit_episodes(run),
+                config_file=run_files(path)[0],
+                records_file=run_files(path)[1],
             )
         )
     if not runs:
@@ -149,7 +153,7 @@ def rating_section(runs: Sequence[RecordedRun]) -> dict[str, Any]:
         "rate": [[_round(x) for x in row] for row in rate.tolist()],
         "games": games.tolist(),
     }
-    dirs = {(r.method, r.opponent, r.seed): r.dir for r in runs}
+    dirs = {(r.method, r.opponent, r.seed): f"{r.dir}/{r.records_file}" for r in runs}
     for (a, b), sequences in sorted(per_pair.items()):
         section["pairs"].append(
             {
@@ -162,8 +166,8 @@ def rating_section(runs: Sequence[RecordedRun]) -> dict[str, Any]:
                         "battles": len(s),
                         "points_a": sum(s),
                         "points_b": len(s) - sum(s),
-                        "dir_a": dirs[(a, opp, seed)],
-                        "dir_b": dirs[(b, opp, seed)],
+                        "records_a": dirs[(a, opp, seed)],
+                        "records_b": dirs[(b, opp, seed)],
                     }
                     for (opp, seed), s in sorted(sequences.items())
                 ],
@@ -336,6 +340,8 @@ def build_report(out_dir: Path) -> dict[str, Any]:
                 "opponent": r.opponent,
                 "seed": r.seed,
                 "dir": r.dir,
+                "config_file": r.config_file,
+                "records_file": r.records_file,
                 "games": r.config.units,
                 "scores": [_round(e.score) for e in r.episodes],
                 "summary": RunDir(Path(out_dir) / r.dir).summary.exists(),
