@@ -62,7 +62,8 @@ from ttlearn.llm.models import EMBEDDED, model_path
 from ttlearn.types import Completion
 
 REBUILD_HINT = (
-    'CMAKE_ARGS="-DGGML_NATIVE=OFF" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36'
+    'CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" '
+    "pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python==0.3.36"
 )
 DEFAULT_CHOICE_METHOD = "forms"
 DEFAULT_N_CTX = 4096
