@@ -40,6 +40,13 @@ SMOKE = {
     ),
     "holdem_variance.py": (["--hands", "20"], ["pokerkit"], False, "SD"),
     "household_step.py": (["--seeds", "1", "--rounds", "1"], ["textworld_express"], False, "ratio"),
+    "install_time.py": (
+        ["--package", "{tmp}/tiny", "--no-binary", "tiny-build", "--no-build-isolation", "--jobs", "1"]
+        + ["--variant=-DGGML_NATIVE=OFF", "--variant=-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"],
+        ["setuptools"],
+        False,
+        "cpu ratio",
+    ),
     "llamacpp_prefix.py": (["--prompts", "1"], ["llama_cpp"], True, "ratio"),
     "loop_overhead.py": (["--games", "1", "--rounds", "2"], ["llama_cpp"], True, "overhead"),
     "memopilot_heldout.py": (
@@ -77,7 +84,17 @@ def tiny_memopilot_run(folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps({**config, "games": 2, "rounds": 2, "max_completion_length": 8}))
 
 
-PREPARE = {"memopilot_heldout.py": tiny_memopilot_run}
+def tiny_project(folder: Path) -> None:
+    """A one-module package for install_time.py to build: the timing and the wheel, without a 10-minute compile."""
+    (folder / "tiny").mkdir()
+    (folder / "tiny" / "tiny_build.py").write_text("ANSWER = 42\n")
+    (folder / "tiny" / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+        '[project]\nname = "tiny-build"\nversion = "0.1"\n\n[tool.setuptools]\npy-modules = ["tiny_build"]\n'
+    )
+
+
+PREPARE = {"memopilot_heldout.py": tiny_memopilot_run, "install_time.py": tiny_project}
 SPIDER = {"first_run.py", "llamacpp_prefix.py", "memory_ceiling.py", "similarity_calibration.py"}
 """Scripts that read Spider (`ttlearn data prepare sql`, built once per machine by the `spider_data` fixture)."""
 """Scripts that read a folder: what to put in it (the test's own tmp folder, `{tmp}` in the arguments)."""

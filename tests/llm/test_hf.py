@@ -5,6 +5,10 @@ The first run converts the GGUF to safetensors under $TTLEARN_CACHE (about a min
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from ttlearn.llm import LLMS, make_llm
@@ -175,3 +179,77 @@ def test_registry_and_bad_input(plain: HFPolicy, tmp_path) -> None:
         plain.load_adapter(tmp_path)
     with pytest.raises(ValueError, match="max_new_tokens"):
         plain.sample([SHORT], max_new_tokens=0)
+
+
+# ---- calls in flight --------------------------------------------------------------------------------------------
+QUESTIONS = [[{"role": "user", "content": f"Write a SQLite query over the table {t}."}] for t in ("a", "b", "c", "d")]
+MOVES = ["rock", "paper", "scissors"]
+
+
+def answers(policy: HFPolicy, together: bool) -> list[tuple[str, dict[str, float]]]:
+    """Each question's greedy reply and its move scores, asked one at a time or all in flight on threads."""
+
+    def one(question: list[dict[str, str]]) -> tuple[str, dict[str, float]]:
+        reply = policy.complete(question, max_tokens=12, temperature=0.0)
+        return reply.text, policy.score_choices(policy.encode(question), MOVES)
+
+    if not together:
+        return [one(q) for q in QUESTIONS]
+    with ThreadPoolExecutor(len(QUESTIONS)) as pool:
+        return list(pool.map(one, QUESTIONS))
+
+
+@pytest.mark.parametrize("torch_threads", [1, 2])
+def test_calls_in_flight_reply_exactly_as_alone(plain: HFPolicy, torch_threads: int) -> None:
+    torch.set_num_threads(torch_threads)
+    try:
+        alone = answers(plain, together=False)
+        assert answers(plain, together=True) == alone  # texts and scores, bit for bit
+    finally:
+        torch.set_num_threads(1)
+    assert len({text for text, _ in alone}) > 1  # the questions get different replies: a mix-up would show
+
+
+def test_side_by_side_is_one_call_per_idle_core(plain: HFPolicy, monkeypatch) -> None:
+    monkeypatch.setenv("TTLEARN_THREADS", "2")  # as `default_threads` finds an idle 2-core machine
+    assert HFPolicy(plain.model, plain.tokenizer, source="smollm2").side_by_side == 2
+    monkeypatch.setenv("TTLEARN_THREADS", "1")
+    assert HFPolicy(plain.model, plain.tokenizer, source="smollm2").side_by_side == 1
+
+
+def test_a_call_ending_does_not_turn_dropout_on_under_one_still_in_flight(plain: HFPolicy) -> None:
+    """The trainer left the model in train mode. `first` enters, `second` enters after it, `first` ends while
+    `second` is still decoding: every forward pass of both must still run in eval mode, and the trainer's mode
+    comes back when the last call ends."""
+    second_inside, first_done = threading.Event(), threading.Event()
+    modes: dict[str, list[bool]] = {"first": [], "second": []}
+
+    def record(module, args) -> None:
+        name = threading.current_thread().name
+        modes[name].append(module.training)
+        if name == "first" and len(modes["first"]) == 1:
+            assert second_inside.wait(30)
+        if name == "second" and len(modes["second"]) == 1:
+            second_inside.set()
+            assert first_done.wait(30)
+
+    def first() -> None:
+        plain.complete(SHORT, max_tokens=1)
+        first_done.set()
+
+    plain.model.train()
+    hook = plain.model.register_forward_pre_hook(record)
+    try:
+        threads = [threading.Thread(target=first, name="first")]
+        threads.append(threading.Thread(target=plain.complete, args=(LONG,), kwargs={"max_tokens": 4}, name="second"))
+        threads[0].start()
+        while not modes["first"]:
+            time.sleep(0.01)
+        threads[1].start()
+        for thread in threads:
+            thread.join(60)
+        assert len(modes["second"]) > 1 and not any(modes["first"] + modes["second"])
+        assert plain.model.training
+    finally:
+        hook.remove()
+        plain.model.eval()

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ttlearn.llm.llamacpp import busy_between, busy_cpus, default_threads, threads_for
+from ttlearn.llm.cores import busy_between, busy_cpus, default_threads, threads_for
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from fault_proxy import FaultProxy
@@ -72,6 +73,32 @@ def test_dead_server_is_a_clear_error():
 def test_bad_spec_is_refused():
     with pytest.raises(ValueError, match="openai:<base-url>#<model>"):
         make_llm("openai:http://127.0.0.1:1/v1")
+    with pytest.raises(ValueError, match="side_by_side must be at least 1"):
+        make_llm("openai:http://127.0.0.1:1/v1#m?side_by_side=0")
+
+
+@pytest.fixture(scope="module")
+def invariant_server(tmp_path_factory):
+    """llama.cpp's server evaluating one token per batch: its replies do not depend on the requests around them."""
+    pytest.importorskip("uvicorn", reason="needs llama-cpp-python[server] (the test extras)")
+    log = tmp_path_factory.mktemp("server") / "invariant.log"
+    with llama_server(model_path("smollm2"), "smollm2", log, batch_invariant=True) as base:
+        yield base
+
+
+def test_a_declared_server_answers_side_by_side_as_alone(invariant_server):
+    assert make_llm(f"openai:{invariant_server}#smollm2").side_by_side == 1  # undeclared: one at a time
+    llm = make_llm(f"openai:{invariant_server}#smollm2?side_by_side=2")
+    assert llm.side_by_side == 2
+    questions = [[{"role": "user", "content": f"Name a {thing}."}] for thing in ("fruit", "river", "tool", "bird")]
+
+    def ask(question):
+        return llm.complete(question, max_tokens=8, temperature=0.0).text
+
+    alone = [ask(q) for q in questions]
+    with ThreadPoolExecutor(llm.side_by_side) as pool:
+        assert list(pool.map(ask, questions)) == alone
+    assert len(set(alone)) > 1  # different questions, different replies: a mix-up would show
 
 
 # -- behind the fault proxy -------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from ttlearn.llm.openai import (
     backoff_delay,
     is_context_overflow,
     is_transient,
-    parse_policy,
+    parse_options,
     retry_after_s,
     retry_wait_s,
 )
@@ -57,10 +57,14 @@ def test_the_server_s_retry_after_wins_but_is_capped():
     assert retry_wait_s(2, policy, None, 0.5) == 1.0  # 0.5 · min(30, 0.5 · 4)
 
 
-def test_spec_options_make_the_policy():
-    assert parse_policy("") == RetryPolicy()
-    assert parse_policy("timeout_s=30&max_retries=8") == RetryPolicy(timeout_s=30.0, max_retries=8)
-    assert parse_policy("backoff_base_s=0.1&backoff_cap_s=2") == RetryPolicy(backoff_base_s=0.1, backoff_cap_s=2.0)
+def test_spec_options_make_the_policy_and_the_calls_side_by_side():
+    assert parse_options("") == (RetryPolicy(), 1)
+    assert parse_options("timeout_s=30&max_retries=8") == (RetryPolicy(timeout_s=30.0, max_retries=8), 1)
+    assert parse_options("backoff_base_s=0.1&backoff_cap_s=2") == (
+        RetryPolicy(backoff_base_s=0.1, backoff_cap_s=2.0),
+        1,
+    )
+    assert parse_options("side_by_side=4&max_retries=2") == (RetryPolicy(max_retries=2), 4)
 
 
 @pytest.mark.parametrize(
@@ -71,11 +75,12 @@ def test_spec_options_make_the_policy():
         ("max_retries=1.5", "max_retries needs a number"),
         ("timeout_s=0", "timeout_s > 0"),
         ("max_retries=-1", "max_retries, backoff_base_s, backoff_cap_s ≥ 0"),
+        ("side_by_side=2.5", "side_by_side needs a number"),
     ],
 )
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
-        parse_policy(options)
+        parse_options(options)
 
 
 def test_a_refusal_for_a_prompt_over_the_context_is_told_apart():

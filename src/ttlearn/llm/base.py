@@ -60,8 +60,9 @@ class LLM(ABC):
     """True when `complete(..., choices=...)` returns one of the choices, scored or constrained by the back end."""
     side_by_side: int = 1
     """How many calls this back end answers at once with each reply exactly the one it gives alone (no batching
-    across requests, no shared cache): the driver plays that many independent units together by itself. 1 where it
-    cannot promise it: a server's batching is its own (`--concurrency` asks for episodes in flight there)."""
+    across requests, no shared cache): the driver plays that many independent units together by itself. The embedded
+    model and `hf:` on the CPU: one per idle core; a server: what the user declares (`?side_by_side=N`), else 1, since
+    a server's batching is its own (`--concurrency` asks for episodes in flight there anyway)."""
 
     @abstractmethod
     def complete(

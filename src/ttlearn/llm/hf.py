@@ -28,6 +28,7 @@ import inspect
 import json
 import os
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,7 @@ from ttlearn.llm.base import (
     plain_prompt,
     split_prefill,
 )
+from ttlearn.llm.cores import default_threads
 from ttlearn.llm.models import EMBEDDED, model_path
 from ttlearn.types import Completion
 
@@ -236,6 +238,14 @@ class HFPolicy(LLM):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self.eos_ids)
         # transformers 5.x renames the KV-cache argument `past_key_values` to `cache` (the old name goes in 5.40)
         self.cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.side_by_side = default_threads() if self.device.type == "cpu" else 1
+        """Calls in flight share the weights read-only, each with its own KV cache, and torch computes every op the
+        same whichever thread calls it, so each reply is the one given alone; side by side they use the cores one
+        call alone leaves idle (Python's share of a small model's decode step; benchmarks/decode_throughput.py).
+        One per idle core, as llama.cpp's threads. Other devices: 1, not measured."""
+        self._mode_lock = threading.Lock()
+        self._evaluators = 0
+        self._was_training = False
         if lora is not None:
             self._add_lora(lora)
 
@@ -347,7 +357,7 @@ class HFPolicy(LLM):
         drawn: list[torch.Tensor] = []
         logps: list[torch.Tensor] = []
         inputs, positions, cache = ids, positions_from_mask(mask), None
-        with torch.no_grad(), _eval_mode(self.model):
+        with torch.no_grad(), self._evaluating():
             for _ in range(max_new_tokens):
                 out = self.model(
                     input_ids=inputs,
@@ -470,9 +480,27 @@ class HFPolicy(LLM):
         """log P(choice + end | prompt) for each choice (`choice_scores` without gradients, dropout off)."""
         import torch
 
-        with torch.no_grad(), _eval_mode(self.model):
+        with torch.no_grad(), self._evaluating():
             scores = self.choice_scores(prompt_ids, [self.answer_ids(c) for c in choices])
         return dict(zip(choices, scores.tolist()))
+
+    @contextlib.contextmanager
+    def _evaluating(self) -> Iterator[None]:
+        """Dropout off while sampling or scoring, whatever mode the trainer left the model in. Calls in flight share
+        the model, so the first one in switches it to eval mode and the last one out restores the trainer's mode:
+        one call's exit must not turn dropout back on under another."""
+        with self._mode_lock:
+            if self._evaluators == 0:
+                self._was_training = self.model.training
+                self.model.eval()
+            self._evaluators += 1
+        try:
+            yield
+        finally:
+            with self._mode_lock:
+                self._evaluators -= 1
+                if self._evaluators == 0:
+                    self.model.train(self._was_training)
 
     # ---- the LLM protocol ---------------------------------------------------------------------------------------
     def complete(
@@ -549,17 +577,6 @@ def _read_adapter_meta(directory: Path) -> dict[str, Any]:
     if not meta.is_file():
         raise ValueError(f"{directory} is not a ttlearn adapter directory (no {ADAPTER_META})")
     return json.loads(meta.read_text())
-
-
-@contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
-    """Sampling and scoring never use dropout, whatever mode the trainer left the model in."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
 
 
 def _hf(arg: str) -> HFPolicy:

@@ -11,7 +11,9 @@ one endpoint, our own structured-output fallback and retry policy, and none of t
 Retry policy (`RetryPolicy`): timeouts, dropped or refused connections, 408, 429 and 5xx are retried up to
 `max_retries` times after a full-jitter exponential backoff, or after the server's Retry-After (capped); any other
 4xx fails at once with the server's answer in the message.
-Options in the spec, e.g. `openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8`.
+Options in the spec, e.g. `openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8`; `side_by_side=N`
+declares that the server answers N requests at once each exactly as alone, so that runs keep N independent episodes
+in flight by themselves (as `--concurrency N` asks for one run).
 """
 
 from __future__ import annotations
@@ -131,10 +133,22 @@ class OpenAIChat(LLM):
     supports_choices = True
 
     def __init__(
-        self, base_url: str, model: str, *, api_key: str | None = None, policy: RetryPolicy | None = None
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        policy: RetryPolicy | None = None,
+        side_by_side: int = 1,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"openai back end needs an http(s) base URL, got {base_url!r}")
+        if side_by_side < 1:
+            raise ValueError(f"openai option side_by_side must be at least 1, got {side_by_side}")
+        self.side_by_side = side_by_side
+        """Declared by the user (`?side_by_side=N`), since only they know whether the server answers N requests at
+        once, each exactly as alone (vLLM with `VLLM_BATCH_INVARIANT=1`; llama-cpp-python's server with `--n_batch 1
+        --n_ubatch 1`). 1 by default: a server's batching and prefix reuse may change the last bits of a logit."""
         self.base_url, self.model = base_url.rstrip("/"), model
         self.policy = policy or RetryPolicy()
         api_key = api_key if api_key is not None else os.environ.get(OPENAI_KEY_ENV, "")
@@ -245,10 +259,13 @@ class OpenAIChat(LLM):
         )
 
 
-def parse_policy(options: str) -> RetryPolicy:
-    """A `RetryPolicy` from a spec's `key=value&...` options, e.g. `timeout_s=30&max_retries=8`."""
-    known = {f.name: int if f.name == "max_retries" else float for f in fields(RetryPolicy)}
-    return RetryPolicy(**spec_options(options, known, "openai"))
+def parse_options(options: str) -> tuple[RetryPolicy, int]:
+    """The `RetryPolicy` and the calls side by side from a spec's `key=value&...` options, e.g.
+    `timeout_s=30&max_retries=8&side_by_side=4`."""
+    known: dict[str, Callable[[str], Any]] = {f.name: float for f in fields(RetryPolicy)}
+    values = spec_options(options, {**known, "max_retries": int, "side_by_side": int}, "openai")
+    side_by_side = values.pop("side_by_side", 1)
+    return RetryPolicy(**values), side_by_side
 
 
 def _openai(arg: str) -> OpenAIChat:
@@ -257,6 +274,7 @@ def _openai(arg: str) -> OpenAIChat:
     if not sep or not model:
         raise ValueError(
             "openai spec is openai:<base-url>#<model>[?options], e.g. openai:http://127.0.0.1:8000/v1#qwen "
-            "or openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8"
+            "or openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8&side_by_side=4"
         )
-    return OpenAIChat(base_url, model, policy=parse_policy(options))
+    policy, side_by_side = parse_options(options)
+    return OpenAIChat(base_url, model, policy=policy, side_by_side=side_by_side)
