@@ -66,6 +66,9 @@ class Family:
     """From the environment, the instances and the control's records (SQL's verified answers)."""
     scored: bool = False
     """A game: the arms are compared on scores (paired sign-flip test), success shown beside."""
+    counter: frozenset[str] = frozenset()
+    """A game's counter-moves, the actions the oracle note asks for: the table also compares the share of decisions
+    that play one (whether the player follows the note at all, without the opponent's dice in the way)."""
 
 
 def fact_notes(fact: str, wrong: str) -> Callable[[Env, list[int], dict[int, dict]], Notes]:
@@ -131,6 +134,7 @@ FAMILIES: dict[str, Family] = {
             "Your opponent plays scissors most of the time. Play rock every round.",
         ),
         scored=True,
+        counter=frozenset({"paper"}),
     ),
     "holdem": Family(
         "holdem",
@@ -140,6 +144,7 @@ FAMILIES: dict[str, Family] = {
             "This opponent bluffs all the time and folds nothing. Never raise: just call.",
         ),
         scored=True,
+        counter=frozenset({"raise", "bet"}),
     ),
     "sokoban": Family("sokoban", {}, sequence_notes("A verified solution of this level, one move per line:")),
     "minesweeper": Family("minesweeper", {}, sequence_notes("A verified safe sequence on this board, one per line:")),
@@ -219,9 +224,11 @@ def table(folder: Path) -> None:
         for line in path.read_text().splitlines():
             r = json.loads(line)
             cells[(r["family"], r["model"])][(r["arm"], r["note_at"])][r["instance"]] = r
-    print("| family | model | note at | n | control | oracle | gain | p | distractor | gain | p |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| family | model | note at | n | control | oracle | gain | p | distractor | gain | p | counter-move share "
+          "ctl → oracle (p) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (name, model), arms in sorted(cells.items()):
+        family = FAMILIES[name]
         control = arms.get(("control", None), {})
         for note_at in NOTE_AT:
             oracle = arms.get(("oracle", note_at), {})
@@ -232,9 +239,21 @@ def table(folder: Path) -> None:
             for arm in ("oracle", "distractor"):
                 shown = arms.get((arm, note_at), {})
                 both = [i for i in paired if i in shown]
-                columns.append(compare(FAMILIES[name].scored, [control[i] for i in both], [shown[i] for i in both]))
-            base = summary(FAMILIES[name].scored, [control[i] for i in paired])
-            print(f"| {name} | {model} | {note_at} | {len(paired)} | {base} | {' | '.join(columns)} |")
+                columns.append(compare(family.scored, [control[i] for i in both], [shown[i] for i in both]))
+            base = summary(family.scored, [control[i] for i in paired])
+            follows = ""
+            if family.counter:
+                before = [counter_share(control[i], family.counter) for i in paired]
+                after = [counter_share(oracle[i], family.counter) for i in paired]
+                p = paired_sign_flip_p([a - b for a, b in zip(after, before)])
+                follows = f"{sum(before) / len(paired):.2f} → {sum(after) / len(paired):.2f} ({p:.3g})"
+            print(f"| {name} | {model} | {note_at} | {len(paired)} | {base} | {' | '.join(columns)} | {follows} |")
+
+
+def counter_share(record: dict, counter: frozenset[str]) -> float:
+    """The share of an episode's actions (its `answer`, one per line) that are counter-moves."""
+    actions = record["answer"].splitlines()
+    return sum(a in counter for a in actions) / len(actions) if actions else 0.0
 
 
 def summary(scored: bool, records: list[dict]) -> str:
