@@ -66,9 +66,10 @@ class Family:
     """From the environment, the instances and the control's records (SQL's verified answers)."""
     scored: bool = False
     """A game: the arms are compared on scores (paired sign-flip test), success shown beside."""
-    counter: frozenset[str] = frozenset()
-    """A game's counter-moves, the actions the oracle note asks for: the table also compares the share of decisions
-    that play one (whether the player follows the note at all, without the opponent's dice in the way)."""
+    asks: dict[str, frozenset[str]] | None = None
+    """A game's moves each note asks for ("oracle": the counter-moves, "distractor": the wrong note's): the table also
+    compares the share of decisions that play them with the control's (whether the player follows a note at all,
+    without the opponent's dice in the way)."""
 
 
 def fact_notes(fact: str, wrong: str) -> Callable[[Env, list[int], dict[int, dict]], Notes]:
@@ -134,7 +135,7 @@ FAMILIES: dict[str, Family] = {
             "Your opponent plays scissors most of the time. Play rock every round.",
         ),
         scored=True,
-        counter=frozenset({"paper"}),
+        asks={"oracle": frozenset({"paper"}), "distractor": frozenset({"rock"})},
     ),
     "holdem": Family(
         "holdem",
@@ -144,7 +145,7 @@ FAMILIES: dict[str, Family] = {
             "This opponent bluffs all the time and folds nothing. Never raise: just call.",
         ),
         scored=True,
-        counter=frozenset({"raise", "bet"}),
+        asks={"oracle": frozenset({"raise", "bet"}), "distractor": frozenset({"call"})},
     ),
     "sokoban": Family("sokoban", {}, sequence_notes("A verified solution of this level, one move per line:")),
     "minesweeper": Family("minesweeper", {}, sequence_notes("A verified safe sequence on this board, one per line:")),
@@ -224,9 +225,9 @@ def table(folder: Path) -> None:
         for line in path.read_text().splitlines():
             r = json.loads(line)
             cells[(r["family"], r["model"])][(r["arm"], r["note_at"])][r["instance"]] = r
-    print("| family | model | note at | n | control | oracle | gain | p | distractor | gain | p | counter-move share "
-          "ctl → oracle (p) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| family | model | note at | n | control | oracle | gain | p | distractor | gain | p | plays the oracle's "
+          "move: ctl → oracle (p) | the distractor's: ctl → distractor (p) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (name, model), arms in sorted(cells.items()):
         family = FAMILIES[name]
         control = arms.get(("control", None), {})
@@ -241,19 +242,25 @@ def table(folder: Path) -> None:
                 both = [i for i in paired if i in shown]
                 columns.append(compare(family.scored, [control[i] for i in both], [shown[i] for i in both]))
             base = summary(family.scored, [control[i] for i in paired])
-            follows = ""
-            if family.counter:
-                before = [counter_share(control[i], family.counter) for i in paired]
-                after = [counter_share(oracle[i], family.counter) for i in paired]
-                p = paired_sign_flip_p([a - b for a, b in zip(after, before)])
-                follows = f"{sum(before) / len(paired):.2f} → {sum(after) / len(paired):.2f} ({p:.3g})"
-            print(f"| {name} | {model} | {note_at} | {len(paired)} | {base} | {' | '.join(columns)} | {follows} |")
+            follows = [followed(family, arm, control, arms.get((arm, note_at), {})) for arm in ("oracle", "distractor")]
+            print(f"| {name} | {model} | {note_at} | {len(paired)} | {base} | {' | '.join(columns)} | {' | '.join(follows)} |")
 
 
-def counter_share(record: dict, counter: frozenset[str]) -> float:
-    """The share of an episode's actions (its `answer`, one per line) that are counter-moves."""
+def followed(family: Family, arm: str, control: dict[int, dict], shown: dict[int, dict]) -> str:
+    """'control share → arm share (p)' of decisions playing the moves the arm's note asks for; '' where not a game."""
+    both = sorted(i for i in shown if i in control)
+    if not family.asks or not both:
+        return ""
+    before = [share(control[i], family.asks[arm]) for i in both]
+    after = [share(shown[i], family.asks[arm]) for i in both]
+    p = paired_sign_flip_p([a - b for a, b in zip(after, before)])
+    return f"{sum(before) / len(both):.2f} → {sum(after) / len(both):.2f} ({p:.3g})"
+
+
+def share(record: dict, moves: frozenset[str]) -> float:
+    """The share of an episode's actions (its `answer`, one per line) that are among `moves`."""
     actions = record["answer"].splitlines()
-    return sum(a in counter for a in actions) / len(actions) if actions else 0.0
+    return sum(a in moves for a in actions) / len(actions) if actions else 0.0
 
 
 def summary(scored: bool, records: list[dict]) -> str:
