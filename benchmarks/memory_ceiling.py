@@ -24,6 +24,7 @@ The oracle memory per family (`FAMILIES`; docs/ceiling.md says what each saw):
 Records are JSON lines, one per episode, in OUT/MODEL-FAMILY.jsonl; a rerun skips those already there.
 
     TTLEARN_THREADS=1 python benchmarks/memory_ceiling.py --llm gemma270m --family rps --n 8 --out results/ceiling
+    TTLEARN_THREADS=1 python benchmarks/memory_ceiling.py --llm qwen-coder --family sql -e database=car_1 --n 40
     python benchmarks/memory_ceiling.py --table results/ceiling
 """
 
@@ -172,12 +173,25 @@ def play(env: Env, player: Any, i: int, note: str, seed: int) -> dict:
     }
 
 
+def parse_options(pairs: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq:
+            raise SystemExit(f"-e takes KEY=VALUE, got {pair!r}")
+        options[key] = int(value) if value.lstrip("-").isdigit() else value
+    return options
+
+
 def measure(args: argparse.Namespace) -> None:
     family = FAMILIES[args.family]
-    env = make_env(family.env, **family.options)
+    changed = parse_options(args.env_opt)
+    options = {**family.options, **changed}
+    env = make_env(family.env, **options)
     count = env.instance_count()
     instances = list(range(args.first, args.first + (args.n if count is None else min(args.n, count))))
-    out = Path(args.out) / f"{args.llm}-{args.family}.jsonl"
+    label = args.family + "".join(f"-{k}={v}" for k, v in sorted(changed.items()))
+    out = Path(args.out) / f"{args.llm}-{label}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {}
     if out.exists():
@@ -198,10 +212,10 @@ def measure(args: argparse.Namespace) -> None:
         if key not in done:
             result = play(env, players[note_at or "system"], i, note, args.seed)
             done[key] = {"family": args.family, "model": args.llm, "arm": arm, "note_at": note_at, "instance": i,
-                         "seed": args.seed, "options": family.options, **result}
+                         "seed": args.seed, "options": options, "changed": changed, **result}
             with out.open("a") as f:  # one line per episode, flushed: a killed run keeps what it played
                 f.write(json.dumps(done[key]) + "\n")
-            print(f"{args.llm} {args.family} {arm:10s} {note_at or '-':8s} #{i}: success={result['success']} "
+            print(f"{args.llm} {label} {arm:10s} {note_at or '-':8s} #{i}: success={result['success']} "
                   f"score={result['score']:+.2f} {result['seconds']:.0f}s", flush=True)
         return done[key]
 
@@ -220,15 +234,16 @@ def measure(args: argparse.Namespace) -> None:
 
 def table(folder: Path) -> None:
     """The markdown table of every record in `folder`: one row per family × model × presentation."""
-    cells: dict[tuple[str, str], dict[tuple[str, str | None], dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    cells: dict[tuple[str, str, str], dict[tuple[str, str | None], dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_text().splitlines():
             r = json.loads(line)
-            cells[(r["family"], r["model"])][(r["arm"], r["note_at"])][r["instance"]] = r
+            changed = "".join(f" {k}={v}" for k, v in sorted(r.get("changed", {}).items()))
+            cells[(r["family"], r["model"], changed)][(r["arm"], r["note_at"])][r["instance"]] = r
     print("| family | model | note at | n | control | oracle | gain | p | distractor | gain | p | plays the oracle's "
           "move: ctl → oracle (p) | the distractor's: ctl → distractor (p) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for (name, model), arms in sorted(cells.items()):
+    for (name, model, changed), arms in sorted(cells.items()):
         family = FAMILIES[name]
         control = arms.get(("control", None), {})
         for note_at in NOTE_AT:
@@ -243,7 +258,7 @@ def table(folder: Path) -> None:
                 columns.append(compare(family.scored, [control[i] for i in both], [shown[i] for i in both]))
             base = summary(family.scored, [control[i] for i in paired])
             follows = [followed(family, arm, control, arms.get((arm, note_at), {})) for arm in ("oracle", "distractor")]
-            print(f"| {name} | {model} | {note_at} | {len(paired)} | {base} | {' | '.join(columns)} | {' | '.join(follows)} |")
+            print(f"| {name}{changed} | {model} | {note_at} | {len(paired)} | {base} | {' | '.join(columns)} | {' | '.join(follows)} |")
 
 
 def followed(family: Family, arm: str, control: dict[int, dict], shown: dict[int, dict]) -> str:
@@ -286,7 +301,8 @@ def compare(scored: bool, control: list[dict], arm: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--llm", default="qwen-coder")
-    parser.add_argument("--family", choices=sorted(FAMILIES), default="sql")
+    parser.add_argument("--family", "--env", choices=sorted(FAMILIES), default="sql")
+    parser.add_argument("-e", "--env-opt", action="append", default=[], help="change a family's option: KEY=VALUE")
     parser.add_argument("--n", type=int, default=8, help="instances (seeds 0..n-1 where instances are generated)")
     parser.add_argument("--first", type=int, default=0, help="the first instance")
     parser.add_argument("--note-at", default=",".join(NOTE_AT), help="presentations, comma-separated")
