@@ -55,7 +55,12 @@ SMOKE = {
         True,
         "writer_minus_none",
     ),
-    "memory_ceiling.py": (["-e", "split=train", "-e", "database=singer", "--tasks", "2"], ["llama_cpp"], True, "instances"),
+    "memory_ceiling.py": (
+        ["--llm", "smollm2", "--family", "rps", "--n", "1", "--note-at", "system,default", "--out", "{tmp}"],
+        ["llama_cpp"],
+        True,
+        "| rps | smollm2 | default | 1 |",
+    ),
     "memory_store.py": (["--sizes", "200", "--queries", "10"], ["sentence_transformers", "usearch"], True, "recall"),
     "note_following.py": (
         ["--models", "smollm2", "--methods", "plain", "--notes", "no note,instruction"],
@@ -95,7 +100,7 @@ def tiny_project(folder: Path) -> None:
 
 
 PREPARE = {"memopilot_heldout.py": tiny_memopilot_run, "install_time.py": tiny_project}
-SPIDER = {"first_run.py", "llamacpp_prefix.py", "memory_ceiling.py", "similarity_calibration.py"}
+SPIDER = {"first_run.py", "llamacpp_prefix.py", "similarity_calibration.py"}
 """Scripts that read Spider (`ttlearn data prepare sql`, built once per machine by the `spider_data` fixture)."""
 """Scripts that read a folder: what to put in it (the test's own tmp folder, `{tmp}` in the arguments)."""
 

@@ -51,6 +51,7 @@ def test_help_explains_the_commands():
         ),
         (["run", "sokoban", "--tasks", "2", "--games", "3"], "give --units or --games, not both"),
         (["run", "rps", "--memory", "history", "--concurrency", "2"], "depend on each other"),
+        (["run", "rps", "--note-at", "sidebar"], "note_at"),
     ],
 )
 def test_bad_input_is_one_clear_line(args, message, tmp_path):
@@ -224,3 +225,9 @@ def test_show_prints_model_text_literally():
         print_call(call, prompts=True)
     text = captured.get()
     assert f"user: {hostile}" in text and f"reply: {hostile!r}" in text and "act [/]" in text
+
+
+def test_note_at_is_recorded_in_the_run_config(tmp_path):
+    result = invoke("run", "rps", *SCRIPTED, "--games", "1", "--note-at", "advice", "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert Run.open(tmp_path / "r").config.note_at == "advice"

@@ -8,6 +8,7 @@ from ttlearn.eval.metrics import (
     cumulative_performance,
     mbb_per_hand,
     mcnemar_exact,
+    paired_sign_flip_p,
     mean_ci,
     mean_pass_at_k,
     mean_trajectory_entropy,
@@ -141,3 +142,15 @@ def test_mbb_per_hand():
     assert mbb_per_hand(-12.5, 500) == pytest.approx(-25.0)
     with pytest.raises(ValueError):
         mbb_per_hand(1.0, 0)
+
+
+def test_paired_sign_flip_p_by_hand():
+    # ±1 ±2 ±3 takes the sums 6, 4, 2, 0, 0, −2, −4, −6: only ±6 are as extreme as the observed 6 → 2 / 8
+    assert paired_sign_flip_p([1, 2, 3]) == pytest.approx(2 / 8)
+    assert paired_sign_flip_p([1, -2, 3]) == pytest.approx(6 / 8)  # observed |2|: all but the two zeros
+    assert paired_sign_flip_p([0.5, 0.5, 0.5, 0.5, 0.5]) == pytest.approx(2 / 32)  # like McNemar's 5 of 5
+    assert paired_sign_flip_p([0, 0, 2]) == pytest.approx(1.0)  # zeros carry nothing: one difference, p = 2 / 2
+    assert paired_sign_flip_p([]) == 1.0 and paired_sign_flip_p([0, 0]) == 1.0
+    assert paired_sign_flip_p([0.1, 0.2, -0.3]) == pytest.approx(1.0)  # sum 0 (in floats 5.5e-17): every flip counts
+    with pytest.raises(ValueError, match="finite"):
+        paired_sign_flip_p([1, float("nan")])

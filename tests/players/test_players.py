@@ -14,6 +14,7 @@ from ttlearn.envs.base import match_legal_action as parse_action
 from ttlearn.players.llm import LLMPlayer, build_messages
 from ttlearn.rollout.loop import apply_decision
 from ttlearn.rollout.parts import make_player
+from ttlearn.types import Completion
 
 RPS = ("rock", "paper", "scissors")
 
@@ -142,3 +143,120 @@ def test_a_prefill_opens_the_reply_and_stays_in_it():
     plain = FakeLLM(["SELECT 2"])
     LLMPlayer(plain).act(legacy, legacy.reset(0), "", seed=1)
     assert plain.calls[0]["messages"][-1]["role"] == "user"
+
+
+RPS_NOTE = "Your opponent plays rock most of the time. Play paper every round."
+
+
+def prompt_for(note_at: str, memory: str, env_name: str = "rps", **options) -> list[dict]:
+    """The exact messages the LLM player sends for the first decision of instance 0 of a real environment."""
+    env = make_env(env_name, **options)
+    obs = env.reset(0)
+    llm = FakeLLM(lambda prompt: "")
+    LLMPlayer(llm, retries=0, note_at=note_at).act(env, obs, memory, seed=3)
+    return llm.calls[0]["messages"]
+
+
+def rps_options(seed: int = 3) -> str:
+    options = list(RPS)
+    random.Random(seed).shuffle(options)
+    return ", ".join(options)
+
+
+def test_note_at_system_is_todays_prompt():
+    env = make_env("rps", opponent="biased", rounds=4)
+    obs = env.reset(0)
+    assert prompt_for("system", RPS_NOTE, opponent="biased", rounds=4) == [
+        {"role": "system", "content": f"{env.describe()}\n\nYour notes from earlier games:\n{RPS_NOTE}"},
+        {
+            "role": "user",
+            "content": f"{obs.text}\n\nLegal actions: {rps_options()}.\n"
+            "Answer with exactly one legal action and nothing else.",
+        },
+    ]
+    assert LLMPlayer(FakeLLM([])).note_at == "system"  # the default: recorded runs replay unchanged
+
+
+def test_note_at_exchange_shows_the_note_as_an_earlier_answer():
+    env = make_env("rps", opponent="biased", rounds=4)
+    obs = env.reset(0)
+    assert prompt_for("exchange", RPS_NOTE, opponent="biased", rounds=4) == [
+        {"role": "system", "content": env.describe()},
+        {"role": "user", "content": "What do your notes from earlier games say?"},
+        {"role": "assistant", "content": RPS_NOTE},
+        {
+            "role": "user",
+            "content": f"{obs.text}\n\nLegal actions: {rps_options()}.\n"
+            "Answer with exactly one legal action and nothing else.",
+        },
+    ]
+
+
+def test_note_at_advice_is_the_line_before_the_legal_actions():
+    env = make_env("rps", opponent="biased", rounds=4)
+    obs = env.reset(0)
+    messages = prompt_for("advice", RPS_NOTE, opponent="biased", rounds=4)
+    assert messages[0] == {"role": "system", "content": env.describe()}
+    assert messages[1]["content"] == (
+        f"{obs.text}\n\nAdvice from your notes: {RPS_NOTE}\nLegal actions: {rps_options()}.\n"
+        "Answer with exactly one legal action and nothing else."
+    )
+
+
+def test_note_at_default_lists_the_named_action_first_and_suggests_it():
+    env = make_env("rps", opponent="biased", rounds=4)
+    obs = env.reset(0)
+    messages = prompt_for("default", RPS_NOTE, opponent="biased", rounds=4)
+    others = ", ".join(o for o in rps_options().split(", ") if o != "paper")
+    assert messages[0] == {"role": "system", "content": env.describe()}
+    assert messages[1]["content"] == (  # "paper", not "rock": the action the note names last
+        f"{obs.text}\n\nSuggested action (from your notes): paper\nLegal actions: paper, {others}.\n"
+        "Answer with exactly one legal action and nothing else."
+    )
+    assert "Suggested" not in prompt_for("default", "", opponent="biased", rounds=4)[1]["content"]
+
+
+def test_note_at_default_walks_a_move_sequence_one_line_per_decision():
+    """Sokoban's turn of three scored moves: each move is one decision, so the suggestions follow the note's lines."""
+
+    class Chooser(FakeLLM):
+        supports_choices = True
+
+        def complete(self, messages, *, choices=None, **kwargs):
+            self.calls.append({"messages": list(messages)})
+            suggested = [line for line in messages[-1]["content"].splitlines() if line.startswith("Suggested")]
+            return Completion(suggested[0].rsplit(": ", 1)[1] if suggested else choices[0])
+
+    env = make_env("sokoban")
+    obs = env.reset(0)
+    note = "A verified solution of this level, one move per line:\nup\nup\nright\nleft"
+    llm = Chooser([])
+    player, moves = make_player("x", lambda spec: llm, 0.0, env, note_at="default")
+    player.begin_episode(env)
+    assert moves == 3 and player.act(env, obs, note, seed=1).action == "up, up, right"
+    player.begin_episode(env)  # a new episode starts the sequence again
+    assert player.act(env, obs, note, seed=2).action == "up, up, right"
+
+
+def test_suggested_action_rules():
+    from ttlearn.players.llm import named_last, suggested_action
+
+    assert named_last("the opponent plays rock, so play paper", RPS) == "paper"
+    assert named_last("reveal 1 2 then reveal 1 2 3", ("reveal 1 2", "reveal 1 2 3")) == "reveal 1 2 3"
+    assert named_last("nothing here", RPS) is None
+    sequence = "header line\nrock\nscissors"
+    assert [suggested_action(sequence, RPS, k) for k in range(3)] == ["rock", "scissors", None]
+    assert suggested_action("Play paper.", RPS, 7) == "paper"  # one line: the same action every decision
+    assert suggested_action("Play paper.", ("rock", "scissors"), 0) is None  # not legal now
+
+
+def test_note_at_default_with_free_text_actions_suggests_the_note_as_the_answer():
+    messages = prompt_for("default", "SELECT count(*) FROM singer", "sql", split="train", database="singer")
+    user = [m["content"] for m in messages if m["role"] == "user"][-1]
+    assert "\n\nSuggested answer (from your notes):\nSELECT count(*) FROM singer\nAnswer in the format" in user
+    assert messages[-1] == {"role": "assistant", "content": "```sql\n"}  # the prefill, as without a note
+
+
+def test_unknown_note_at_is_refused():
+    with pytest.raises(ValueError, match="note_at must be one of system, exchange, advice, default"):
+        LLMPlayer(FakeLLM([]), note_at="sidebar")

@@ -162,6 +162,12 @@ def run(
         help="LLM player: the most legal actions one prompt lists (default 64): the environment's ranked actions "
         "first, then those most like the observation. A choice-scoring player picks among these only.",
     ),
+    note_at: Optional[str] = typer.Option(
+        None,
+        "--note-at",
+        help="LLM player: where the memory is shown: system (default), exchange (an earlier answer), advice (a line "
+        "before the legal actions) or default (the action the notes name, listed first and suggested).",
+    ),
     seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
     concurrency: Optional[int] = typer.Option(
         None,
@@ -194,6 +200,7 @@ def run(
         "free_text_tokens": free_text,
         "max_options": max_options,
         "units": units,
+        "note_at": note_at,
         "memory_from": str(memory_from) if memory_from else None,
         "attempts": attempts,
         "epochs": epochs,

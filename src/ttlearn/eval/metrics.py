@@ -82,6 +82,28 @@ def mcnemar_exact(only_a: int, only_b: int) -> float:
     return min(1.0, 2 * tail / 2**n)
 
 
+def paired_sign_flip_p(differences: Sequence[float]) -> float:
+    """Two-sided exact p-value of a paired randomization test on scores (the same games under arms A and B): under H0
+    each difference d_i = a_i − b_i is as likely to have had the other sign, so p is the share of the 2ⁿ sign
+    assignments whose |Σ ±d_i| is at least the observed |Σ d_i|; p = 1 with no non-zero difference. Exact for any n
+    (the sums are convolved, not enumerated; differences are compared at 1e-9)."""
+    values = [float(d) for d in differences]
+    if any(math.isnan(d) or math.isinf(d) for d in values):
+        raise ValueError(f"differences must be finite numbers, got {list(differences)!r}")
+    sums: dict[float, int] = {0.0: 1}
+    for d in values:
+        if d == 0:
+            continue
+        spread: dict[float, int] = {}
+        for total, ways in sums.items():
+            for signed in (d, -d):
+                key = round(total + signed, 9)
+                spread[key] = spread.get(key, 0) + ways
+        sums = spread
+    observed = round(abs(sum(values)), 9)
+    return sum(ways for total, ways in sums.items() if abs(total) >= observed - 1e-9) / sum(sums.values())
+
+
 def mcnemar_power(n: int, p_only_a: float, p_only_b: float, alpha: float = 0.05) -> float:
     """The probability that a paired study of `n` tasks confirms "A beats B": exact McNemar p < `alpha` with more
     tasks solved only by A, when each task is solved only by A with probability `p_only_a` and only by B with

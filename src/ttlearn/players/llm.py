@@ -13,6 +13,10 @@ the observation: `shortlist`). A choice-scoring player picks among the shortlist
 partial a text-writing player also takes a command that is not listed (the environment's `parse_action` reads it,
 `step` judges it, and may reject it: an invalid step with the simulator's reason). A prompt that still does not fit
 the model's context is an invalid step with the reason as its reply, never the end of the run.
+
+Where the memory's text is shown is `note_at` (`NOTE_AT`; issue 31 measures which one each model follows): in the
+system prompt (the default, as every recorded run played), as an earlier user/assistant exchange, as an advice line
+right before the legal actions, or as a suggested default action (`suggested_action`).
 """
 
 from __future__ import annotations
@@ -53,6 +57,40 @@ def shortlist(
     return sorted(shown, key=rank)[:k]
 
 
+NOTE_AT = ("system", "exchange", "advice", "default")
+"""Where the player shows the memory's text: `system` (after the rules, as every recorded run played), `exchange`
+(an earlier user turn asking for the notes and the notes as the assistant's answer), `advice` (a line of the last
+user turn, right before the legal actions), `default` (the action the notes name for this decision, listed first and
+marked as suggested; with free-text actions, the notes as the suggested answer). See `build_messages`."""
+NOTES_HEADING = "Your notes from earlier games:"
+NOTES_QUESTION = "What do your notes from earlier games say?"
+
+
+def named_last(line: str, legal_actions: Sequence[str]) -> str | None:
+    """The legal action `line` mentions last, on word boundaries (longest first where two end together), or None:
+    a note ends with its advice ("the opponent plays rock, so play paper" names paper)."""
+    padded = f" {' '.join(words(line))} "
+    best: tuple[int, int, str] | None = None
+    for action in legal_actions:
+        named = " ".join(words(action))
+        at = padded.rfind(f" {named} ") if named else -1
+        if at >= 0 and (best is None or (at + len(named), len(named)) > best[:2]):
+            best = (at + len(named), len(named), action)
+    return best[2] if best else None
+
+
+def suggested_action(memory: str, legal_actions: Sequence[str], decision: int) -> str | None:
+    """The action a note suggests for the player's `decision`-th decision (0-based) of the episode: a note of one
+    action line (a game's fact and its counter-move) names the same action every time; a note of several action lines
+    (a verified move sequence, one move per line) names its `decision`-th. None when that action is not legal now
+    (the episode left the sequence) or the note names none."""
+    named = [action for line in memory.splitlines() if (action := named_last(line, legal_actions)) is not None]
+    if not named:
+        return None
+    action = named[0] if len(named) == 1 else (named[decision] if decision < len(named) else None)
+    return action if action in legal_actions else None
+
+
 REASON_THEN_ACT = "First think briefly about the situation, then give your action as <action>...</action>."
 
 
@@ -64,15 +102,24 @@ def build_messages(
     *,
     all_listed: bool = True,
     reasoning: bool = False,
+    note_at: str = "system",
+    suggested: str | None = None,
 ) -> list[Message]:
-    """System: the rules and the memory's notes; then the memory's exchanges, if it gives them (`MemoryText`), as
-    earlier user/assistant turns; user: the observation and how to answer (the legal actions, if any; `all_listed`
-    False: the options are some of the commands the environment accepts; `reasoning`: think first and tag the
-    action — free-text actions already answer in the rules' format)."""
+    """System: the rules (and the memory's notes, `note_at="system"`); then the memory's exchanges, if it gives them
+    (`MemoryText`), as earlier user/assistant turns, or (`note_at="exchange"`) the notes as the answer to an earlier
+    question; user: the observation, the notes as advice (`"advice"`) or the `suggested` action (`"default"`, listed
+    first by the caller), and how to answer (the legal actions, if any; `all_listed` False: the options are some of
+    the commands the environment accepts; `reasoning`: think first and tag the action — free-text actions already
+    answer in the rules' format)."""
+    if note_at not in NOTE_AT:
+        raise ValueError(f"note_at must be one of {', '.join(NOTE_AT)}, got {note_at!r}")
     system = rules.strip()
-    exchanges = getattr(memory, "exchanges", ())
-    if memory.strip() and not exchanges:
-        system += "\n\nYour notes from earlier games:\n" + memory.strip()
+    exchanges = list(getattr(memory, "exchanges", ()))
+    note = memory.strip() if not exchanges else ""
+    if note and note_at == "system":
+        system += f"\n\n{NOTES_HEADING}\n{note}"
+    if note and note_at == "exchange":
+        exchanges.append((NOTES_QUESTION, note))
     if options and not all_listed:
         how = REASON_THEN_ACT if reasoning else "Answer with exactly one action and nothing else."
         answer = f"Some actions you can take: {', '.join(options)}.\n{how}"
@@ -81,6 +128,12 @@ def build_messages(
         answer = f"Legal actions: {', '.join(options)}.\n{how}"
     else:
         answer = "Answer in the format the rules ask for."
+    if note and note_at == "advice":
+        answer = f"Advice from your notes: {note}\n{answer}"
+    elif note and note_at == "default" and not options:
+        answer = f"Suggested answer (from your notes):\n{note}\n{answer}"
+    elif suggested is not None and note_at == "default":
+        answer = f"Suggested action (from your notes): {suggested}\n{answer}"
     earlier: list[Message] = []
     for task, reply in exchanges:
         earlier += [{"role": "user", "content": task}, {"role": "assistant", "content": reply}]
@@ -104,7 +157,10 @@ class LLMPlayer(Player):
         retries: int = 2,
         max_options: int = MAX_OPTIONS,
         free_text_tokens: int | None = None,
+        note_at: str = "system",
     ) -> None:
+        if note_at not in NOTE_AT:
+            raise ValueError(f"note_at must be one of {', '.join(NOTE_AT)}, got {note_at!r}")
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         if max_options < 1:
@@ -112,7 +168,13 @@ class LLMPlayer(Player):
         if free_text_tokens is not None and free_text_tokens < 1:
             raise ValueError(f"free_text_tokens must be >= 1, got {free_text_tokens}")
         self.llm, self.temperature, self.retries, self.max_options = llm, temperature, retries, max_options
-        self.free_text_tokens = free_text_tokens
+        self.free_text_tokens, self.note_at = free_text_tokens, note_at
+        self.decisions = 0
+        """Decisions made in the current episode: which line of a move sequence `note_at="default"` suggests (so a
+        `default` player plays one episode at a time)."""
+
+    def begin_episode(self, env: Env) -> None:
+        self.decisions = 0
 
     def act(self, env: Env, obs: Observation, memory: str, *, seed: int) -> Decision:
         options = list(obs.legal_actions)
@@ -120,8 +182,21 @@ class LLMPlayer(Player):
         options = shortlist(options, obs.text, self.max_options, env.action_tier)
         all_listed = len(options) == len(obs.legal_actions) and not env.partial_actions
         reasoning = self.free_text_tokens is not None
+        suggested = None
+        if self.note_at == "default":
+            suggested = suggested_action(memory, obs.legal_actions, self.decisions)
+            if suggested is not None:
+                options = [suggested, *(o for o in options if o != suggested)][: max(len(options), 1)]
+        self.decisions += 1
         messages = build_messages(
-            env.describe(), memory, obs.text, options, all_listed=all_listed, reasoning=reasoning
+            env.describe(),
+            memory,
+            obs.text,
+            options,
+            all_listed=all_listed,
+            reasoning=reasoning,
+            note_at=self.note_at,
+            suggested=suggested,
         )
         try:
             return self._decide(env, obs, messages, options, seed)

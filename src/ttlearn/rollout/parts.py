@@ -138,9 +138,10 @@ def make_player(
     retries: int = 2,
     free_text_tokens: int | None = None,
     max_options: int | None = None,
+    note_at: str = "system",
 ) -> tuple[Player, int]:
     """`scripted:NAME` → a registered scripted player (it writes whole turns itself); anything else → the frozen LLM
-    player on that spec (`retries`, `free_text_tokens`, `max_options` — None: its default: see `LLMPlayer`),
+    player on that spec (`retries`, `free_text_tokens`, `max_options` — None: its default —, `note_at`: see `LLMPlayer`),
     composing multi-move turns from scored single moves where it scores choices. Returns the player and the moves it
     makes per turn."""
     if spec.startswith(SCRIPTED):
@@ -148,7 +149,12 @@ def make_player(
     backend = llm(spec)
     shown = {} if max_options is None else {"max_options": max_options}
     player: Player = LLMPlayer(
-        backend, temperature=temperature, retries=retries, free_text_tokens=free_text_tokens, **shown
+        backend,
+        temperature=temperature,
+        retries=retries,
+        free_text_tokens=free_text_tokens,
+        note_at=note_at,
+        **shown,
     )
     if not backend.supports_choices or free_text_tokens is not None:
         return player, env.actions_per_turn
@@ -173,6 +179,7 @@ def build_parts(cfg: PartsConfig, pool: LLMPool, *, run_dir: Path | None = None)
         retries=cfg.retries,
         free_text_tokens=cfg.free_text_tokens,
         max_options=cfg.max_options,
+        note_at=cfg.note_at,
     )
     writer = recorded(writer_spec(cfg), "memory") if MEMORIES.get(cfg.memory).needs_llm else None
     memory = make_memory(cfg.memory, writer, **cfg.memory_options)

@@ -70,6 +70,8 @@ class PartsConfig(BaseModel):
     scoring; None: score the legal actions where the back end can."""
     max_options: int | None = Field(None, ge=1)
     """LLM players: the most legal actions one prompt lists (the shortlist, `players.llm.shortlist`); None: 64."""
+    note_at: Literal["system", "exchange", "advice", "default"] = "system"
+    """LLM players: where the memory's text is shown (`players.llm.NOTE_AT`); "system" is how every earlier run played."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
 
     @field_validator("memory_options")
