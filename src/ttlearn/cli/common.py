@@ -208,10 +208,9 @@ def format_run_summary(summary: dict[str, Any]) -> str:
     epochs = len(summary["protocol"]["epoch_success"]) if summary.get("protocol") else 1
     count = f"{summary['tasks']} units" if epochs == 1 else f"{summary['tasks'] // epochs} units × {epochs} epochs"
     lines = [f"{summary['env']} · memory {memory} · {summary['player']} · {count}"]
-    share = summary["llm_s"] / summary["played_s"] if summary["played_s"] else 0.0
     lines.append(
-        f"mean score {summary['mean_score']:+.2f} · {summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s of "
-        f"{summary['played_s']:.1f}s played ({share:.0%}) · ttlearn {summary['version']}"
+        f"mean score {summary['mean_score']:+.2f} · {summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s (every arm)"
+        f" · units played in {summary['played_s']:.1f}s · ttlearn {summary['version']}"
     )
     head = f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")
     lines.append(head.rstrip() + ("   (all epochs)" if epochs > 1 else ""))
@@ -221,7 +220,7 @@ def format_run_summary(summary: dict[str, Any]) -> str:
         lines.append(f"{k:<3}{value:<11.3f}{f'{low:.3f}–{high:.3f}':<15}{extra}".rstrip())
     lines.append(
         f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {format_invalid(summary)}"
-        f" · {summary['wall_s_per_task']:.1f} s/task"
+        f" · {summary['wall_s_per_task']:.1f} s/unit"
     )
     if summary.get("memory_gain"):
         g = summary["memory_gain"]
