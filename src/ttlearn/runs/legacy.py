@@ -40,6 +40,14 @@ def layout(run_dir: RunDir) -> str | None:
     return None
 
 
+def files(run_dir: RunDir) -> tuple[str, str] | None:
+    """The names of an old run's config and records files, or None where the directory holds no old run."""
+    found = layout(run_dir)
+    if found is None:
+        return None
+    return (TRIAL_CONFIG, TASKS) if found == "trials" else (SESSION_CONFIG, EVENTS)
+
+
 def read_config(run_dir: RunDir) -> RunConfig | None:
     """The config of an old run as a `RunConfig`, or None where there is none."""
     found = layout(run_dir)

@@ -34,10 +34,9 @@ def holds_run(path: Path) -> bool:
 
 def run_files(path: Path) -> tuple[str, str]:
     """The names of the config and records files of the run at `path` (an old layout's own)."""
-    found = legacy.layout(RunDir(path))
-    if RunDir(path).config_file.is_file() or found is None:
-        return RunDir.CONFIG, RunDir.UNITS
-    return (legacy.TRIAL_CONFIG, legacy.TASKS) if found == "trials" else (legacy.SESSION_CONFIG, legacy.EVENTS)
+    run_dir = RunDir(path)
+    old = None if run_dir.config_file.is_file() else legacy.files(run_dir)
+    return old or (RunDir.CONFIG, RunDir.UNITS)
 
 
 def read_config(path: Path) -> RunConfig:
