@@ -136,7 +136,8 @@ class Run:
         if old:
             legacy.rewrite(self.dir, old)
         new = [r for r in records if "legacy" not in r]
-        write_atomic(self.dir.units, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new))
+        if new or self.dir.units.exists():  # an old run that never resumed keeps only its own files
+            write_atomic(self.dir.units, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new))
         self.records = records
 
     def write_summary(self, summary: dict[str, Any]) -> None:

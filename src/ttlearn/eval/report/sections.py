@@ -72,6 +72,7 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
     runs = []
     for path in arena_runs(out_dir):
         run = Run.open(path, repair=False)
+        config_file, records_file = run_files(path)
         runs.append(
             RecordedRun(
                 method=path.parts[-3],
@@ -80,8 +81,8 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
                 dir=path.relative_to(out_dir).as_posix(),
                 config=run.config,
                 episodes=unit_episodes(run),
-                config_file=run_files(path)[0],
-                records_file=run_files(path)[1],
+                config_file=config_file,
+                records_file=records_file,
             )
         )
     if not runs:
