@@ -29,8 +29,8 @@ def test_every_result_folder_says_its_command_commit_date_and_records():
         assert all(word in text for word in ("ttlearn ", "Commit: ", "Date: ", "Records: ")), folder
 
 
-RECORDED = sorted(p.parent for p in (ROOT / "results").glob("*/tasks.jsonl.gz"))
-VARIES = {"kind", "run_dir", "config", "unit", "done", "total", "wall_s_per_task"}
+RECORDED = sorted({p.parent for name in ("tasks", "units") for p in (ROOT / "results").glob(f"*/{name}.jsonl.gz")})
+VARIES = {"kind", "run_dir", "config", "unit", "done", "total", "wall_s_per_task", "wall_s"}
 """Summary keys that say where and how fast a run was played, or that older summaries did not have."""
 
 
