@@ -2,14 +2,17 @@
 is the same.
 
     before  one llama.cpp thread (the rule before), each task's control arm after its memory arm;
-    today   threads from what is idle (`default_threads`), the control arm beside the memory arm (its own context).
+    today   threads from what is idle (`default_threads`), the last epoch's control arms played ahead of their units,
+            beside the memory arm's first epoch (a context of their own).
 
 Both play the README's config (Spider `split=test`, one database, memory `memrl`, `--control`, `--epochs 2`) from
 scratch into fresh directories, one after the other; the model is loaded before each clock starts. The records are
-compared with their wall times dropped (`without_times`), the memory state after every task included. The memory arm is sequential (MemRL carries from question to
-question), so what can overlap is the last epoch's control, and an idle machine's second core helps the memory arm.
+compared with their wall times dropped (`without_times`), the memory state after every task included. The memory
+arm is sequential (MemRL carries from question to question), so what can overlap is the controls, and once they are
+done an idle machine's second core helps the memory arm; `--memory-arm-only` also times the memory arm alone on every
+idle core (no control): the floor for any driver that keeps its records.
 
-    python benchmarks/first_run.py [--database concert_singer] [--tasks 43] [--epochs 2]
+    python benchmarks/first_run.py [--database museum_visit] [--tasks 18] [--epochs 2] [--memory-arm-only]
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from ttlearn.rollout.run import play, prepare
 from ttlearn.runs import Run, RunConfig, without_times
 
 
-def timed(config: RunConfig, out: Path, threads: str | None, beside: bool) -> tuple[float, list[dict[str, Any]]]:
+def timed(config: RunConfig, out: Path, threads: str | None, ahead: bool) -> tuple[float, list[dict[str, Any]]]:
     """Wall seconds of playing `config` into `out` (`threads`: TTLEARN_THREADS at load, None: from what is idle)."""
     saved = os.environ.pop("TTLEARN_THREADS", None)
     if threads is not None:
@@ -36,7 +39,7 @@ def timed(config: RunConfig, out: Path, threads: str | None, beside: bool) -> tu
         pool.get(config.player)  # loaded, and its threads chosen, before the clock
         run = prepare(out, config)
         start = time.perf_counter()
-        play(run, pool=pool, control_beside=beside)
+        play(run, pool=pool, control_ahead=ahead)
         wall = time.perf_counter() - start
     finally:
         pool.close()
@@ -51,10 +54,11 @@ def timed(config: RunConfig, out: Path, threads: str | None, beside: bool) -> tu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--database", default="concert_singer")
-    parser.add_argument("--tasks", type=int, default=43)
+    parser.add_argument("--database", default="museum_visit")
+    parser.add_argument("--tasks", type=int, default=18)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--player", default="qwen-coder")
+    parser.add_argument("--memory-arm-only", action="store_true", help="also time the memory arm alone (the floor)")
     args = parser.parse_args()
     config = RunConfig(
         env="sql",
@@ -67,12 +71,17 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as folder:
         # one run name in two folders: MemRL's provenance (so its `memory_hash`) holds the run's name
-        before, old = timed(config, Path(folder) / "before" / "run", "1", beside=False)
-        today, new = timed(config, Path(folder) / "today" / "run", None, beside=True)
+        before, old = timed(config, Path(folder) / "before" / "run", "1", ahead=False)
+        today, new = timed(config, Path(folder) / "today" / "run", None, ahead=True)
+        if args.memory_arm_only:
+            alone = config.model_copy(update={"control": False})
+            floor, _ = timed(alone, Path(folder) / "alone" / "run", None, ahead=True)
     units = f"{args.tasks * args.epochs} memory-arm tasks + {args.tasks} controls"
     print(f"{args.database} · {args.player} · {units}")
     print(f"before  {before:8.1f} s\ntoday   {today:8.1f} s   ratio today/before {today / before:.2f}")
     print(f"records identical (wall times aside): {'yes' if old == new else 'NO'}")
+    if args.memory_arm_only:
+        print(f"memory arm alone {floor:8.1f} s   ratio floor/before {floor / before:.2f} (no driver that keeps the records is faster)")
 
 
 if __name__ == "__main__":

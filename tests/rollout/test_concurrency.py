@@ -114,11 +114,22 @@ def play_counting_contexts(out, config, **options) -> int:
         pool.close()
 
 
-def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_after_it(tmp_path, monkeypatch):
-    """The control arm never depends on the memory arm, so the driver plays it at the same time on parts of its own
-    (the in-process model opens a second context for it). The records, calls included, are those of playing it after
-    the memory arm, wall times aside."""
+def test_control_arms_played_ahead_of_their_units_record_what_they_record_after_them(tmp_path, monkeypatch):
+    """A control arm depends on its unit's index alone, so the driver plays the last epoch's controls from the start,
+    beside the memory arm's first epoch, on parts of their own (the in-process model opens a second context for
+    them). The records, calls included, are those of playing each control after its memory arm, wall times aside."""
+    import ttlearn.rollout.run as driver
+
     monkeypatch.setenv("TTLEARN_THREADS", "2")  # two threads: two contexts side by side, whatever the machine's load
+    started: list[tuple[str, int]] = []
+    for name, what in (("play_unit", "unit"), ("play_control", "control")):
+        original = getattr(driver, name)
+
+        def logged(parts, config, index, *rest, _original=original, _what=what):
+            started.append((_what, index))
+            return _original(parts, config, index, *rest)
+
+        monkeypatch.setattr(driver, name, logged)
     config = parse_config(
         {
             "env": "sql",
@@ -126,18 +137,19 @@ def test_a_control_arm_played_beside_the_memory_arm_records_what_it_records_afte
             "memory": "history",
             "player": "qwen-coder",
             "units": 2,
+            "epochs": 2,
             "attempts": 1,
-            "carry_memory": True,
             "control": True,
         }
     )
-    contexts = {
-        beside: play_counting_contexts(tmp_path / f"{beside}", config, control_beside=beside)
-        for beside in (False, True)
-    }
-    records = {beside: unit_records(tmp_path / f"{beside}") for beside in (False, True)}
-    assert contexts == {False: 1, True: 2}  # beside: both arms were in flight together
-    assert [len(r["calls"]) for r in records[True]] == [2, 2]  # one memory-arm and one control reply per task
+    contexts = {False: play_counting_contexts(tmp_path / "False", config, control_ahead=False)}
+    started.clear()
+    contexts[True] = play_counting_contexts(tmp_path / "True", config, control_ahead=True)
+    records = {ahead: unit_records(tmp_path / f"{ahead}") for ahead in (False, True)}
+    assert contexts == {False: 1, True: 2}  # ahead: both arms were in flight together
+    # the last epoch's controls (units 3 and 4) were under way before the first epoch's second unit began
+    assert started.index(("control", 3)) < started.index(("unit", 2))
+    assert [len(r["calls"]) for r in records[True]] == [1, 1, 2, 2]  # a control reply beside each last-epoch task
     assert without_times(records[True]) == without_times(records[False])
 
 

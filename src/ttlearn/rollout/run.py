@@ -9,14 +9,15 @@ A unit starts from the state after the last finished unit where the memory carri
 runtime learning; held-out units never carry their writes on), else from the fresh state (or `memory_from`'s). Every
 seed derives from (run seed, unit, attempt, step), so a resumed run plays exactly the units an uninterrupted one
 would have. Independent units may be played `concurrency` at a time — by default as many as the back ends answer
-side by side with unchanged replies — and a control arm beside its memory arm; records are still written in unit
-order by `Run.finish`, the one writer, and are those of one at a time.
+side by side with unchanged replies — and the control arms ahead of their units, beside the memory arm; records are
+still written in unit order by `Run.finish`, the one writer, and are those of one at a time.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from ttlearn.rollout.parts import (
     side_by_side,
     validate_parts,
 )
-from ttlearn.rollout.unit import Unit, play_unit, plays_control
+from ttlearn.rollout.unit import ControlSource, Unit, play_control, play_unit, plays_control
 from ttlearn.runs import Run, RunConfig, holds_run, latest_state, plugin_hint, read_config
 
 Progress = Callable[[int, int, dict[str, Any]], None]
@@ -118,7 +119,7 @@ def play(
     concurrency: int | None = None,
     replay: ReplayBook | None = None,
     pool: LLMPool | None = None,
-    control_beside: bool = True,
+    control_ahead: bool = True,
 ) -> dict[str, Any]:
     """Play the units still missing from `run` (from `prepare`) and write its summary, which it returns.
     `concurrency`: units in flight; None: where the units are independent, as many as the back ends answer side by
@@ -143,11 +144,15 @@ def play(
             if progress is not None:
                 progress(run.done, run.total, run.records[-1])
 
+        ahead = None
         try:
             workers = [build(run.config) for _ in range(concurrency)]
-            beside = control_beside and together > 1 and not player_learns(run.config)
-            play_in_order(range(run.done + 1, run.total + 1), workers, _unit_player(run, workers, build, beside), finish)
+            if run.config.control and control_ahead and together > 1 and not player_learns(run.config):
+                ahead = ControlsAhead(run, build(run.config.control_config()))
+            play_in_order(range(run.done + 1, run.total + 1), workers, _unit_player(run, workers, build, ahead), finish)
         finally:
+            if ahead is not None:
+                ahead.close()
             for parts in built:
                 parts.env.close()
             if pool is None:
@@ -157,20 +162,38 @@ def play(
     return summary
 
 
+class ControlsAhead:
+    """The control arms still to play, played ahead of their units, in unit order, on parts of their own: a control
+    depends on its unit's index alone (`play_control`), so it starts at once, beside the memory arm's earlier units
+    and epochs, instead of waiting for its unit's memory arm (which, where the memory carries, is one unit at a time).
+    A unit then takes its control's result; nothing reaches the run directory before its unit does."""
+
+    def __init__(self, run: Run, parts: Parts) -> None:
+        config = run.config
+        wanted = [i for i in range(run.done + 1, run.total + 1) if plays_control(config, *config.position(i)[:2])]
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="control")
+        self._played = {index: self._pool.submit(play_control, parts, config, index) for index in wanted}
+
+    def of(self, index: int) -> ControlSource:
+        return self._played[index].result
+
+    def close(self) -> None:
+        """Drop the controls not yet started and wait for the one in flight (its parts are closed after)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _unit_player(
-    run: Run, workers: list[Parts], build: Callable[[RunConfig], Parts], control_beside: bool
+    run: Run, workers: list[Parts], build: Callable[[RunConfig], Parts], ahead: ControlsAhead | None
 ) -> Callable[[Parts, int], Unit]:
     """The function that plays unit `index` on a worker's parts, from the state it starts from: the state after the
     last finished task unit where the memory carries, else the fresh state (`memory_from`'s, when given). Held-out
-    units play on parts of their own, and a control arm beside the memory arm on parts of its own (they share
-    nothing but the LLM back ends)."""
+    units play on parts of their own; a unit's control arm comes from `ahead` when given."""
     config = run.config
     held_out = build(config.validation_config()) if config.validation_tasks else None
     fresh = latest_state(Path(config.memory_from)) if config.memory_from else {
         "memory": workers[0].memory.state(),
         "player": workers[0].player.state(),
     }
-    beside: dict[int, Parts] = {}  # each worker's control parts, built when it first plays a control
 
     def play_index(parts: Parts, index: int) -> Unit:
         phase, epoch, _ = config.position(index)
@@ -178,11 +201,7 @@ def _unit_player(
             parts = held_out
         tasks = [i for i, r in enumerate(run.records[: index - 1], start=1) if r["type"] == "task"]
         start = run.state_after(tasks[-1]) if config.carry_memory and tasks else fresh
-        control_parts = None
-        if control_beside and plays_control(config, phase, epoch):
-            if id(parts) not in beside:
-                beside[id(parts)] = build(config.control_config())
-            control_parts = beside[id(parts)]
-        return play_unit(parts, config, index, start, control_parts)
+        control = ahead.of(index) if ahead is not None and plays_control(config, phase, epoch) else None
+        return play_unit(parts, config, index, start, control)
 
     return play_index

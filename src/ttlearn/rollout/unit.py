@@ -4,14 +4,14 @@ the state it starts from; a game is a unit with one attempt.
     env.reset(seed) → attempt 1 → memory.observe → env.restart() → attempt 2 (sees the context) → … → N
 
 A unit stops early once an attempt succeeds (`RunConfig.early_stop`). Its control arm — the same instance and
-decision seeds, nothing in the memory slot — is played after it on the same parts, or beside it on parts of its own.
+decision seeds, nothing in the memory slot — is played after it on the same parts, or ahead of it on parts of its own
+(`play_control`).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -88,56 +88,57 @@ def control_record(control: Trial) -> dict[str, Any]:
     }
 
 
+def _play_arm(
+    on: Parts, config: RunConfig, index: int, memory: Any, early_stop: bool, observe_last: bool
+) -> Trial:
+    """One arm of unit `index` on `on`'s environment and player, with `memory` in the memory slot."""
+    phase, epoch, task = config.position(index)
+    seeds = unit_seeds(config, phase, epoch, task, on.env.instance_count())
+    return play_trial(
+        on.env,
+        on.player,
+        memory,
+        seed=seeds.instance,
+        attempts=config.attempts,
+        early_stop=early_stop,
+        observe_last=observe_last,
+        act_seed=seeds.act,
+        episode_index=seeds.episode_index,
+        per_step_context=seeds.per_step_context,
+        info={} if config.seeding != "unit" else {"unit": index},
+    )
+
+
+def play_control(on: Parts, config: RunConfig, index: int) -> tuple[Trial, list[dict[str, Any]]]:
+    """Unit `index`'s control arm on `on` (built from `RunConfig.control_config`, or the unit's own parts): the
+    same instance and — common random numbers — the very decision seeds of the memory arm, nothing in the memory
+    slot. It depends on the unit's index alone, so it may be played at any time. Returns it and its call records."""
+    on.drain()
+    return _play_arm(on, config, index, NoMemory(), True, False), on.drain()
+
+
+ControlSource = Callable[[], tuple[Trial, list[dict[str, Any]]]]
+"""Where a unit's control arm comes from when it is played elsewhere (ahead of its unit, on parts of its own)."""
+
+
 def play_unit(
-    parts: Parts, config: RunConfig, index: int, start: dict[str, Any], beside: Parts | None = None
+    parts: Parts, config: RunConfig, index: int, start: dict[str, Any], control: ControlSource | None = None
 ) -> Unit:
     """Play the index-th unit of the run from the state `start` ({memory, player}); returns its record and the
     state after it. `parts` must be built from the unit's config (`RunConfig.validation_config` for held-out
-    units). `beside`: other parts (same player, memory none) on which the control arm is played at the same time
-    as the memory arm; its calls are recorded after the memory arm's, as if played after it."""
+    units). Where the unit has a control arm, it is `control()` when given, else played here after the memory arm;
+    its calls are recorded after the memory arm's either way."""
     began = time.perf_counter()
     phase, epoch, task = config.position(index)
-    seeds = unit_seeds(config, phase, epoch, task, parts.env.instance_count())
-    unit_info = {} if config.seeding != "unit" else {"unit": index}
-
-    def arm(on: Parts, memory: Any, early_stop: bool, observe_last: bool) -> Trial:
-        return play_trial(
-            on.env,
-            on.player,
-            memory,
-            seed=seeds.instance,
-            attempts=config.attempts,
-            early_stop=early_stop,
-            observe_last=observe_last,
-            act_seed=seeds.act,
-            episode_index=seeds.episode_index,
-            per_step_context=seeds.per_step_context,
-            info=unit_info,
-        )
-
-    def memory_arm() -> Trial:
-        return arm(parts, parts.memory, bool(config.early_stop), bool(config.carry_memory))
-
-    def control_arm(on: Parts) -> Trial:
-        # Common random numbers: the control's decisions draw the very seeds the memory's did.
-        return arm(on, NoMemory(), True, False)
-
     parts.drain()
     parts.memory.load(copy.deepcopy(start["memory"]))
     parts.player.load(copy.deepcopy(start.get("player", {})))
-    control = None
-    if not plays_control(config, phase, epoch):
-        trial = memory_arm()
-    elif beside is None:
-        trial = memory_arm()
-        control = control_arm(parts)
-    else:
-        beside.drain()
-        with ThreadPoolExecutor(1, thread_name_prefix="control") as pool:
-            played = pool.submit(control_arm, beside)
-            trial = memory_arm()
-            control = played.result()
-        parts.events.extend(beside.drain())
+    trial = _play_arm(parts, config, index, parts.memory, bool(config.early_stop), bool(config.carry_memory))
+    calls = parts.drain()
+    controlled = None
+    if plays_control(config, phase, epoch):
+        controlled, control_calls = control() if control is not None else play_control(parts, config, index)
+        calls += control_calls
     instance = dict(trial.instance)
     if parts.env.turns is not None:
         instance["budget"] = parts.env.turns * parts.moves_per_turn
@@ -154,10 +155,10 @@ def play_unit(
         "seed": trial.seed,
         "first_success": trial.first_success,
         "score": trial.attempts[-1].score,
-        **(control_record(control) if control is not None else {}),
+        **(control_record(controlled) if controlled is not None else {}),
         "instance": instance,
         "attempts": attempts,
-        "calls": parts.drain(),
+        "calls": calls,
         "wall_s": time.perf_counter() - began,
     }
     return record, {"memory": parts.memory.state(), "player": parts.player.state()}
