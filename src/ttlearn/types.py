@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
+
+NoteAt = Literal["system", "exchange", "advice", "default"]
+"""Where a player shows a memory's text (`ttlearn.players.llm.NOTE_AT` says what each means); a run's and a trainer's
+config both name it."""
 
 
 class MemoryText(str):

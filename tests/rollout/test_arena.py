@@ -50,6 +50,7 @@ def test_config_from_yaml_with_overrides(tmp_path):
     assert config.memories[1].options == {"k": 3}
     assert config.seed_list == [4, 9] and config.games == 2 and config.env_options == {"rounds": 5}
     assert small_config(seeds=3).seed_list == [0, 1, 2]
+    assert {item.config.note_at for item in plan(small_config(note_at="default"), tmp_path)} == {"default"}
 
 
 @pytest.mark.parametrize(
@@ -63,6 +64,7 @@ def test_config_from_yaml_with_overrides(tmp_path):
         ({"opponents": ["../x"]}, "cannot name a directory"),
         ({"env_options": {"opponent": "cycle3"}}, "through `opponents`"),
         ({"colour": "red"}, "Extra inputs"),
+        ({"note_at": "footnote"}, "note_at"),
     ],
 )
 def test_bad_arena_configs_are_refused(overrides, message):

@@ -89,6 +89,8 @@ def test_config_refuses_unknown_and_clashing_options() -> None:
         MemoPilotTrainConfig(out="x", env_options={"opponent": "cycle3"})
     with pytest.raises(ValueError, match="games"):
         MemoPilotTrainConfig(out="x", games=1)
+    with pytest.raises(ValueError, match="note_at"):
+        MemoPilotTrainConfig(out="x", note_at="footnote")
 
 
 def test_only_the_tokens_the_player_sees_are_trained() -> None:
@@ -181,6 +183,17 @@ def test_resume_gives_the_same_next_step(tmp_path) -> None:
 
 
 @pytest.mark.model
+def test_the_frozen_player_shows_the_memory_where_the_config_says(tmp_path) -> None:
+    """`--note-at default`: the writer is trained for a player that takes the note's move as its suggested default
+    (the one presentation the small players follow, docs/ceiling.md)."""
+    trainer = MemoPilotTrainer(tiny(tmp_path, player="smollm2", note_at="default"))
+    env = trainer.make_env(trainer.config, "constant", 0)
+    obs = env.reset(seed=0)
+    trainer.player.begin_episode(env)
+    decision = trainer.player.act(env, obs, "The opponent always plays rock. Play paper.", seed=0)
+    assert trainer.player.note_at == "default" and decision.action == "paper"
+
+
 def test_rollout_games_in_flight_score_as_sequential_ones(trainer: MemoPilotTrainer) -> None:
     sequential = trainer.rollout(1, "cycle3", 13, [0, 1], 1.0, sample_seed=7)[1]
     original = trainer.config

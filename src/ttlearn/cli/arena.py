@@ -43,6 +43,9 @@ def arena(
     llm: Optional[str] = typer.Option(None, help=f"Player of every method (default {DEFAULT_LLM})."),
     writer: Optional[str] = typer.Option(None, help="LLM that writes the memories (default: the player's LLM)."),
     temperature: Optional[float] = typer.Option(None, min=0.0, help="Player sampling temperature (default 0)."),
+    note_at: Optional[str] = typer.Option(
+        None, "--note-at", help="LLM player: where the memory is shown (as `ttlearn run --note-at`; default system)."
+    ),
     out: Optional[Path] = typer.Option(None, help="Arena folder (default runs/arena-ENV, or runs/arena-CONFIG)."),
     workers: Optional[int] = typer.Option(None, min=1, help="Parallel worker processes (default min(2, CPUs))."),
     concurrency: int = typer.Option(
@@ -72,6 +75,7 @@ def arena(
         player=llm,
         writer=writer,
         temperature=temperature,
+        note_at=note_at,
         env_options=env_options,
     )
     out = out or Path("runs") / f"arena-{config_file.stem if config_file else config.env}"

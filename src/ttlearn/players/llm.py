@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from typing import get_args
 
 from ttlearn.envs.base import Env, words
 from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.base import Decision, Player
-from ttlearn.types import NO_REPLY, OVERFLOW, Observation
+from ttlearn.types import NO_REPLY, OVERFLOW, NoteAt, Observation
 
 
 MAX_OPTIONS = 64
@@ -57,7 +58,7 @@ def shortlist(
     return sorted(shown, key=rank)[:k]
 
 
-NOTE_AT = ("system", "exchange", "advice", "default")
+NOTE_AT: tuple[str, ...] = get_args(NoteAt)
 """Where the player shows the memory's text: `system` (after the rules, as every recorded run played), `exchange`
 (an earlier user turn asking for the notes and the notes as the assistant's answer), `advice` (a line of the last
 user turn, right before the legal actions), `default` (the action the notes name for this decision, listed first and

@@ -51,6 +51,7 @@ from ttlearn.runs import (
     holds_run,
     credential_urls,
 )
+from ttlearn.types import NoteAt
 from ttlearn.untrusted import write_atomic
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -113,6 +114,8 @@ class ArenaConfig(BaseModel):
     player: str = DEFAULT_LLM
     writer: str | None = None
     temperature: float = Field(0.0, ge=0.0)
+    note_at: NoteAt = "system"
+    """Where the LLM player shows each memory (`RunConfig.note_at`)."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
     """Plug-in modules every run imports (module names or .py files), besides entry-point plug-ins: those this
     process loaded (`--plugin`, `$TTLEARN_PLUGINS`), which its worker processes import again. A config file only
@@ -208,6 +211,7 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
                     epochs=config.epochs,
                     seed=seed,
                     temperature=config.temperature,
+                    note_at=config.note_at,
                     plugins=config.plugins,
                 ).resolved()
                 path = Path(out) / RUNS_DIR / c.label / opponent / f"seed{seed}"

@@ -40,22 +40,26 @@ class UnitSeeds:
     """Ask the memory for its context at every decision, for the situation then (a retrieval memory's query changes
     from round to round of a game), rather than once at the start of each attempt (trial runs before one config
     existed)."""
+    info: dict[str, Any]
+    """What every episode of the unit carries in its info."""
 
 
-def unit_seeds(config: RunConfig, phase: str, epoch: int, task: int, instance_count: int | None) -> UnitSeeds:
-    """The seeds of task `task` of `epoch` (`phase` "task", or "validation" for a held-out instance), by the run's
-    recorded rule. "unit" and "trials-v1": for a finite task set, the task's index in a seeded permutation of the
+def unit_seeds(config: RunConfig, index: int, instance_count: int | None) -> UnitSeeds:
+    """The seeds of the index-th unit — task `task` of `epoch` (`phase` "task", or "validation" for a held-out
+    instance) — by the run's recorded rule. "unit" and "trials-v1": for a finite task set, the task's index in a seeded permutation of the
     split (distinct tasks, distinct instances); for generated instances, a seed derived from the run seed; held-out
     instances draw from their own namespace; an attempt's episode carries its attempt number, and under "unit" also
     the unit (`info["unit"]`, what memories call a game by). "session-v1" (sessions before one config existed): the
     game's seed and its decisions derive from (run seed, game) alone, and the episode carries the game's number."""
     run_seed = config.seed
+    phase, epoch, task = config.position(index)
     if config.seeding == "session-v1":
         return UnitSeeds(
             instance=derive_seed(run_seed, "game", task),
             act=lambda _attempt, step: derive_seed(run_seed, "act", task, step),
             episode_index=lambda _attempt: task,
             per_step_context=True,
+            info={},
         )
     if instance_count is None:
         instance = derive_seed(run_seed, phase, task)
@@ -68,6 +72,7 @@ def unit_seeds(config: RunConfig, phase: str, epoch: int, task: int, instance_co
         act=lambda attempt, step: derive_seed(run_seed, *namespace, epoch, task, attempt, step),
         episode_index=lambda attempt: attempt,
         per_step_context=config.seeding == "unit",
+        info={"unit": index} if config.seeding == "unit" else {},
     )
 
 
@@ -89,23 +94,21 @@ def control_record(control: Trial) -> dict[str, Any]:
 
 
 def _play_arm(
-    on: Parts, config: RunConfig, index: int, memory: Any, early_stop: bool, observe_last: bool
+    on: Parts, seeds: UnitSeeds, attempts: int, memory: Any, early_stop: bool, observe_last: bool
 ) -> Trial:
-    """One arm of unit `index` on `on`'s environment and player, with `memory` in the memory slot."""
-    phase, epoch, task = config.position(index)
-    seeds = unit_seeds(config, phase, epoch, task, on.env.instance_count())
+    """One arm of a unit on `on`'s environment and player, with `memory` in the memory slot."""
     return play_trial(
         on.env,
         on.player,
         memory,
         seed=seeds.instance,
-        attempts=config.attempts,
+        attempts=attempts,
         early_stop=early_stop,
         observe_last=observe_last,
         act_seed=seeds.act,
         episode_index=seeds.episode_index,
         per_step_context=seeds.per_step_context,
-        info={} if config.seeding != "unit" else {"unit": index},
+        info=seeds.info,
     )
 
 
@@ -114,7 +117,8 @@ def play_control(on: Parts, config: RunConfig, index: int) -> tuple[Trial, list[
     same instance and — common random numbers — the very decision seeds of the memory arm, nothing in the memory
     slot. It depends on the unit's index alone, so it may be played at any time. Returns it and its call records."""
     on.drain()
-    return _play_arm(on, config, index, NoMemory(), True, False), on.drain()
+    seeds = unit_seeds(config, index, on.env.instance_count())
+    return _play_arm(on, seeds, int(config.attempts), NoMemory(), True, False), on.drain()
 
 
 ControlSource = Callable[[], tuple[Trial, list[dict[str, Any]]]]
@@ -133,7 +137,10 @@ def play_unit(
     parts.drain()
     parts.memory.load(copy.deepcopy(start["memory"]))
     parts.player.load(copy.deepcopy(start.get("player", {})))
-    trial = _play_arm(parts, config, index, parts.memory, bool(config.early_stop), bool(config.carry_memory))
+    seeds = unit_seeds(config, index, parts.env.instance_count())
+    trial = _play_arm(
+        parts, seeds, int(config.attempts), parts.memory, bool(config.early_stop), bool(config.carry_memory)
+    )
     calls = parts.drain()
     controlled = None
     if plays_control(config, phase, epoch):

@@ -14,6 +14,7 @@ from ttlearn.envs.base import recorded_defaults
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.memory.base import MEMORIES, MEMORY_KEY_ENV
 from ttlearn.registry import PLUGINS_VAR, loaded_plugins
+from ttlearn.types import NoteAt
 
 Plugins = list[str]
 """A config's plug-in modules (`--plugin`, `$TTLEARN_PLUGINS`; by default those loaded in this process), recorded
@@ -70,7 +71,7 @@ class PartsConfig(BaseModel):
     scoring; None: score the legal actions where the back end can."""
     max_options: int | None = Field(None, ge=1)
     """LLM players: the most legal actions one prompt lists (the shortlist, `players.llm.shortlist`); None: 64."""
-    note_at: Literal["system", "exchange", "advice", "default"] = "system"
+    note_at: NoteAt = "system"
     """LLM players: where the memory's text is shown (`players.llm.NOTE_AT`); "system" is how every earlier run played."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
 

@@ -39,6 +39,7 @@ from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
 from ttlearn.train.base import Progress, TrainConfig, Trainer, this_device, world
 from ttlearn.train.loss import LOSS_TYPES
+from ttlearn.types import NoteAt
 
 if TYPE_CHECKING:
     import torch
@@ -93,6 +94,11 @@ class MemoPilotTrainConfig(TrainConfig):
     micro_batch: int = Field(4, ge=1, description="Writes per forward/backward pass.")
     player: str = Field("smollm2", description="The frozen player (an LLM spec, e.g. openai:URL#MODEL).")
     player_temperature: float = Field(0.0, ge=0, description="The player's sampling temperature.")
+    note_at: NoteAt = Field(
+        "system",
+        description="Where the player shows the memory (as `ttlearn run --note-at`): train the writer for the "
+        "presentation its player follows (docs/ceiling.md).",
+    )
     concurrency: int = Field(
         1, ge=1, description="Rollout games in flight against the player (a server's parallel slots); same results."
     )
@@ -303,7 +309,9 @@ class MemoPilotTrainer(Trainer):
         super().__init__(config, progress=progress, policy=policy)
         _broadcast(self.params)
         probe_env = self.make_env(config, config.opponents[0], config.seed)
-        self.player = player or make_player(config.player, make_llm, config.player_temperature, probe_env)[0]
+        self.player = player or make_player(
+            config.player, make_llm, config.player_temperature, probe_env, note_at=config.note_at
+        )[0]
         self._no_memory: dict[tuple[str, int], float] = {}
 
     def next_command(self) -> str:
