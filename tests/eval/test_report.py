@@ -150,6 +150,15 @@ def test_ratings_and_tables_match_hand_computations(tournament):
     assert curve["t"] == [1, 2, 3, 4] and curve["mean"][:3] == [6.0, 6.0, 6.3333]
     assert curve["high"][0] == pytest.approx(6 + 4.302653 / math.sqrt(3), abs=1e-4)
 
+    # paired by sequence: mid − strong is −5 on each of a's three seeds and 0 on b's: 2 of the 2³ sign flips of
+    # (−5, −5, −5) reach |−15|; mid − weak is +10 on all six: 2 of 2⁶
+    paired = {(row["a"], row["b"]): row for row in report["paired"]}
+    assert list(paired) == [("mid", "strong"), ("mid", "weak"), ("strong", "weak")]
+    assert paired[("mid", "strong")] == {
+        "a": "mid", "b": "strong", "sequences": 6, "mean_difference": -2.5, "a_better": 0, "b_better": 3, "p": 0.25
+    }
+    assert paired[("mid", "weak")]["p"] == 0.0312 and paired[("mid", "weak")]["a_better"] == 6
+
     costs = {c["method"]: c for c in report["costs"]}
     assert costs["weak"]["invalid_rate"] == pytest.approx(6 / 48, abs=1e-4) and costs["mid"]["invalid_rate"] == 0
     assert costs["mid"]["tokens"] == 24 * 12 and costs["mid"]["tokens_per_game"] == 12

@@ -103,10 +103,12 @@ def arena(
 
 
 def _print_report(report: dict[str, Any], out: Path) -> None:
-    from ttlearn.eval.report import elo_table
+    from ttlearn.eval.report import elo_table, paired_table
     from ttlearn.runs import REPORT_HTML
 
     console.print(elo_table(report))
+    if report["paired"]:
+        console.print(paired_table(report))
     console.print(styled("report: ", "", str(out / REPORT_HTML), "bold", " (and report.json)"))
 
 

@@ -6,12 +6,13 @@ the plots inline, no script and no external resource; each table cell links to t
 from the same records gives byte-identical files, wherever the folder lies.
 """
 
-from ttlearn.eval.report.render import elo_table, render_html, write_report
+from ttlearn.eval.report.render import elo_table, paired_table, render_html, write_report
 from ttlearn.eval.report.sections import build_report
 
 __all__ = [
     "build_report",
     "elo_table",
+    "paired_table",
     "render_html",
     "write_report",
 ]

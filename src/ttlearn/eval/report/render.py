@@ -91,3 +91,21 @@ def elo_table(report: dict[str, Any]) -> Table:
     if ratings["note"]:
         table.caption = ratings["note"]
     return table
+
+
+def paired_table(report: dict[str, Any]) -> Table:
+    """The paired differences for the terminal (`sections.paired_section`)."""
+    table = Table(title="paired by (opponent, seed) sequence · mean per-game score A − B, exact sign-flip p")
+    for column in ("A", "B", "sequences", "A − B", "A better", "B better", "p"):
+        table.add_column(column, justify="left" if column in ("A", "B") else "right")
+    for row in report["paired"]:
+        table.add_row(
+            row["a"],
+            row["b"],
+            str(row["sequences"]),
+            _fmt(row["mean_difference"]),
+            str(row["a_better"]),
+            str(row["b_better"]),
+            _fmt(row["p"], ".3g"),
+        )
+    return table

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ttlearn.eval.metrics import cumulative_performance, mbb_per_hand, mean_ci, success_at_k
+from ttlearn.eval.metrics import cumulative_performance, mbb_per_hand, mean_ci, paired_sign_flip_p, success_at_k
 from ttlearn.eval.rating import (
     GameResult,
     battles_from_results,
@@ -219,6 +219,31 @@ def scores_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
     return rows
 
 
+def paired_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
+    """Every pair of methods on the (opponent, seed) sequences both played: per sequence the difference of their mean
+    per-game scores (A − B; the games of a sequence are dependent, so the sequence is the unit), how many sequences
+    A won, lost and tied, and the exact paired sign-flip p (`paired_sign_flip_p`) — the test an arena's pairing
+    allows, where the Elo interval only ranks."""
+    means = {(r.method, r.opponent, r.seed): float(np.mean([e.score for e in r.episodes])) for r in runs if r.episodes}
+    methods = sorted({method for method, _, _ in means})
+    rows = []
+    for a, b in ((a, b) for i, a in enumerate(methods) for b in methods[i + 1 :]):
+        both = sorted({(o, s) for m, o, s in means if m == a} & {(o, s) for m, o, s in means if m == b})
+        differences = [means[(a, o, s)] - means[(b, o, s)] for o, s in both]
+        rows.append(
+            {
+                "a": a,
+                "b": b,
+                "sequences": len(both),
+                "mean_difference": _round(float(np.mean(differences))) if differences else None,
+                "a_better": sum(d > 1e-9 for d in differences),
+                "b_better": sum(d < -1e-9 for d in differences),
+                "p": _round(paired_sign_flip_p(differences)) if differences else None,
+            }
+        )
+    return rows
+
+
 def curves_section(runs: Sequence[RecordedRun]) -> dict[str, dict[str, dict[str, list]]]:
     """Per opponent and method: the cumulative performance c_t (running mean of per-game scores), averaged over
     seeds, with its 95 % t-band over seeds where at least two seeds reached game t."""
@@ -332,6 +357,7 @@ def build_report(out_dir: Path) -> dict[str, Any]:
         "seeds": sorted({r.seed for r in runs}),
         "ratings": rating_section(runs),
         "scores": scores_section(runs),
+        "paired": paired_section(runs),
         "curves": curves_section(runs),
         "success_at_k": success_section(runs),
         "costs": costs_section(runs),
