@@ -1,9 +1,12 @@
 """The README's first run under the driver before issue 30 and under today's: wall time, and whether every record
 is the same.
 
-    before  one llama.cpp thread (the rule before), each task's control arm after its memory arm;
+    before  one llama.cpp thread (the rule before), each task's control arm after its memory arm, every call
+            evaluated;
     today   threads from what is idle (`default_threads`), the last epoch's control arms played ahead of their units,
-            beside the memory arm's first epoch (a context of their own).
+            beside the memory arm's first epoch (a context of their own), and a greedy prompt answered before — the
+            control asks what the memory arm asked whenever the memory showed nothing — answered again without
+            evaluating it (`llm.llamacpp.GreedyReplies`).
 
 Both play the README's config (Spider `split=test`, one database, memory `memrl`, `--control`, `--epochs 2`) from
 scratch into fresh directories, one after the other; the model is loaded before each clock starts. The records are
@@ -29,17 +32,19 @@ from ttlearn.rollout.run import play, prepare
 from ttlearn.runs import Run, RunConfig, without_times
 
 
-def timed(config: RunConfig, out: Path, threads: str | None, ahead: bool) -> tuple[float, list[dict[str, Any]]]:
+def timed(config: RunConfig, out: Path, threads: str | None, today: bool) -> tuple[float, list[dict[str, Any]]]:
     """Wall seconds of playing `config` into `out` (`threads`: TTLEARN_THREADS at load, None: from what is idle)."""
     saved = os.environ.pop("TTLEARN_THREADS", None)
     if threads is not None:
         os.environ["TTLEARN_THREADS"] = threads
     pool = LLMPool()
     try:
-        pool.get(config.player)  # loaded, and its threads chosen, before the clock
+        llm = pool.get(config.player)  # loaded, and its threads chosen, before the clock
+        if not today:
+            llm.greedy_replies = None
         run = prepare(out, config)
         start = time.perf_counter()
-        play(run, pool=pool, control_ahead=ahead)
+        play(run, pool=pool, control_ahead=today)
         wall = time.perf_counter() - start
     finally:
         pool.close()
@@ -71,11 +76,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as folder:
         # one run name in two folders: MemRL's provenance (so its `memory_hash`) holds the run's name
-        before, old = timed(config, Path(folder) / "before" / "run", "1", ahead=False)
-        today, new = timed(config, Path(folder) / "today" / "run", None, ahead=True)
+        before, old = timed(config, Path(folder) / "before" / "run", "1", today=False)
+        today, new = timed(config, Path(folder) / "today" / "run", None, today=True)
         if args.memory_arm_only:
             alone = config.model_copy(update={"control": False})
-            floor, _ = timed(alone, Path(folder) / "alone" / "run", None, ahead=True)
+            floor, _ = timed(alone, Path(folder) / "alone" / "run", None, today=True)
     units = f"{args.tasks * args.epochs} memory-arm tasks + {args.tasks} controls"
     print(f"{args.database} · {args.player} · {units}")
     print(f"before  {before:8.1f} s\ntoday   {today:8.1f} s   ratio today/before {today / before:.2f}")

@@ -20,6 +20,10 @@ fresh evaluation uses. `benchmarks/llamacpp_prefix.py` measures what this costs 
 Calls in flight together (episodes in flight, a control arm beside the memory arm) each take a context of their own
 on the one loaded model (`Slot`), since a reply depends neither on the slot's earlier contents (the rule above) nor on
 the thread count; `benchmarks/decode_throughput.py` measures what running them side by side gains.
+
+The same rule makes a greedy reply a function of its prompt alone, so a greedy call whose prompt this model answered
+before in this process gets that reply again without evaluating anything (`GreedyReplies`): a control arm asks
+what the memory arm asked whenever the memory showed nothing, and the two may ask it at the same moment.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -185,6 +190,37 @@ class Slot:
         llama_cpp.llama_set_n_threads(self.llama._ctx.ctx, threads, threads)
 
 
+class GreedyReplies:
+    """Greedy replies by everything that decides them (the rendered prompt and the call's settings), each computed
+    once: a second caller of a prompt in flight waits for the first one's reply. The most recent `size` are kept."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self._replies: OrderedDict[tuple[Any, ...], Future[Completion]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...], compute: Callable[[], Completion]) -> Completion:
+        """`compute()`'s reply for `key`, computed only by the first caller (an error reaches every waiter and is
+        not kept)."""
+        with self._lock:
+            reply = self._replies.get(key)
+            first = reply is None
+            if reply is None:
+                reply = self._replies[key] = Future()
+                while len(self._replies) > self.size:
+                    self._replies.popitem(last=False)
+            else:
+                self._replies.move_to_end(key)
+        if first:
+            try:
+                reply.set_result(compute())
+            except BaseException as exc:
+                with self._lock:
+                    self._replies.pop(key, None)
+                reply.set_exception(exc)
+        return reply.result()
+
+
 DEFAULT_SLOTS = 4
 """Contexts one model keeps at most for calls in flight together (each holds its own KV cache and buffers: +90 MB
 resident for the 0.5B coder at n_ctx 4096, measured); a call beyond them waits for a free one."""
@@ -244,6 +280,8 @@ class LlamaCpp(LLM):
         self._free = list(self._slots)
         self._turns = threading.Condition()
         """Guards the free slots: a caller takes one, or opens one, or waits for one."""
+        self.greedy_replies: GreedyReplies | None = GreedyReplies()
+        """Greedy replies by prompt (None: every call is evaluated, as before issue 30)."""
 
     @contextlib.contextmanager
     def _slot_for(self, tokens: list[int]) -> Iterator[Slot]:
@@ -411,14 +449,32 @@ class LlamaCpp(LLM):
         choices: Sequence[str] | None = None,
     ) -> Completion:
         start = time.perf_counter()
-        prompt = self._tokens(self.render(messages), first=True)
+        text = self.render(messages)
+        if temperature > 0 or self.greedy_replies is None:  # a sampled reply depends on its seed
+            reply = self._complete(text, max_tokens, temperature, seed, stop, choices)
+        else:
+            key = (text, max_tokens, tuple(stop), None if choices is None else tuple(choices))
+            reply = self.greedy_replies.get(key, lambda: self._complete(text, max_tokens, 0.0, 0, stop, choices))
+        return replace(reply, latency_s=time.perf_counter() - start)
+
+    def _complete(
+        self,
+        text: str,
+        max_tokens: int,
+        temperature: float,
+        seed: int,
+        stop: Sequence[str],
+        choices: Sequence[str] | None,
+    ) -> Completion:
+        """Evaluate the rendered prompt `text`: a choice, or a free-text reply."""
+        start = time.perf_counter()
+        prompt = self._tokens(text, first=True)
         if choices:  # each choice is scored on top of the prompt, ended by one more token
             longest = max(len(self._tokens(form, first=False)) for form in surface_forms(choices)) + 1
             if len(prompt) + longest > self.n_ctx:
                 raise ContextOverflow(self._overflow(len(prompt), longest), len(prompt))
         if choices and self.choice_method == "grammar":
-            answer = self.write_choice(prompt, choices, temperature, seed)
-            return replace(answer, latency_s=time.perf_counter() - start)
+            return self.write_choice(prompt, choices, temperature, seed)
         if choices:
             score = self.score_forms if self.choice_method == "forms" else self.score_choices
             return choice_completion(score(prompt, choices), temperature, seed, len(prompt), start)
@@ -434,7 +490,6 @@ class LlamaCpp(LLM):
             out["choices"][0]["text"].strip(),
             int(usage.get("prompt_tokens", len(prompt))),
             int(usage.get("completion_tokens", 0)),
-            time.perf_counter() - start,
         )
 
     def close(self) -> None:
