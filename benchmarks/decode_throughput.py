@@ -52,7 +52,9 @@ def load(spec: str, threads: int | None, slots: int) -> tuple[LLM, str]:
     """The back end under test and its thread count, as printed."""
     if spec in EMBEDDED:
         threads = threads or default_threads()
-        return LlamaCpp(model_path(spec), spec, n_threads=threads, max_slots=slots), str(threads)
+        llm = LlamaCpp(model_path(spec), spec, n_threads=threads, max_slots=slots)
+        llm.greedy_replies = None  # every reply evaluated: the same prompts are asked alone and in flight
+        return llm, str(threads)
     if spec.startswith("hf"):
         import torch
 

@@ -52,6 +52,7 @@ def main() -> None:
     if args.llm not in EMBEDDED:
         raise SystemExit(f"{args.llm} is not an embedded llama.cpp model; choose one of: {', '.join(EMBEDDED)}")
     llm = LlamaCpp(model_path(args.llm), args.llm, n_batch=args.n_batch)
+    llm.greedy_replies = None  # every reply evaluated: the same prompts are asked in two orders
     tokens = [len(llm._tokens(llm.render(p), first=True)) for p in prompts]
     forward, backward = list(range(len(prompts))), list(reversed(range(len(prompts))))
     results = {}

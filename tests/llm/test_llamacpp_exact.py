@@ -118,6 +118,9 @@ def test_a_greedy_prompt_answered_before_is_answered_again_without_evaluating_it
             llm.complete(SQL_ASKS[0], max_tokens=12, temperature=0.7, seed=2)
         with pytest.raises(AssertionError, match="evaluated again"):
             llm.complete(SQL_ASKS[0], max_tokens=13)  # another setting is another question
+        llm.choice_method = "grammar"
+        with pytest.raises(AssertionError, match="evaluated again"):
+            llm.complete(SQL_ASKS[0], choices=["rock", "paper", "scissors"])  # another way to choose
         llm._complete = evaluated
     finally:
         llm.close()

@@ -79,10 +79,12 @@ PROMPTS = [
 MOVES = ["rock", "paper", "scissors"]
 
 
-def test_threads_sharing_one_in_process_model_get_the_sequential_answers(smollm2):
+def test_threads_sharing_one_in_process_model_get_the_sequential_answers(smollm2, monkeypatch):
     """Four threads on one in-process model: sharing one context they would evaluate into the same KV cache at once
     (llama.cpp aborts the process on a GGML_ASSERT); each on a context of its own, every call scores its choices
     exactly as the sequential calls did, whatever the order in which the threads ran."""
+
+    monkeypatch.setattr(smollm2, "greedy_replies", None)  # every call evaluated, not answered again
 
     def ask(messages: list[dict]) -> dict[str, float]:
         return smollm2.complete(messages, max_tokens=4, choices=MOVES).choice_logprobs

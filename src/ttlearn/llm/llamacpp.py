@@ -453,7 +453,7 @@ class LlamaCpp(LLM):
         if temperature > 0 or self.greedy_replies is None:  # a sampled reply depends on its seed
             reply = self._complete(text, max_tokens, temperature, seed, stop, choices)
         else:
-            key = (text, max_tokens, tuple(stop), None if choices is None else tuple(choices))
+            key = (text, max_tokens, tuple(stop), None if choices is None else tuple(choices), self.choice_method)
             reply = self.greedy_replies.get(key, lambda: self._complete(text, max_tokens, 0.0, 0, stop, choices))
         return replace(reply, latency_s=time.perf_counter() - start)
 
