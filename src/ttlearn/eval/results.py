@@ -9,7 +9,8 @@
     memory_gain  a trial run with attempts: success@N with memory vs attempt 1 repeated (the greedy control)
     runs         two trial runs on the same instances: success@N of `result` vs `against`; their discordant counts
                  come from the row (`discordant`, with its `source`) where the task records were never committed
-    arena        an arena report: the Elo of `method` vs `against`, and whether their ranks differ
+    arena        an arena report: the Elo of `method` vs `against`, and the sequences each did better on with the exact
+                 paired sign-flip p (reports from before the paired section: whether their ranks differ)
 
 `ttlearn results` prints the table; `ttlearn results --write README.md` replaces it between the markers.
 """
@@ -65,14 +66,17 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
     """The numeric cells of one row: n, with memory, control, only mem / only ctl, p."""
     kind = spec["kind"]
     if kind == "arena":
-        report = read_json(root / spec["result"] / REPORT_JSON)["ratings"]
-        rows = {r["method"]: r for r in report["rows"]}
+        report = read_json(root / spec["result"] / REPORT_JSON)
+        rows = {r["method"]: r for r in report["ratings"]["rows"]}
         a, b = rows[spec["method"]], rows[spec["against"]]
-        matrix = report["win_matrix"]
+        matrix = report["ratings"]["win_matrix"]
         games = matrix["games"][matrix["methods"].index(a["method"])][matrix["methods"].index(b["method"])]
-        ranks = "one rank" if a["rank"] == b["rank"] else f"rank {a['rank']} / {b['rank']}"
         elo = [f"Elo {r['elo']:.0f} ({r['ci_low']:.0f}–{r['ci_high']:.0f})" for r in (a, b)]
-        return [f"{games} games", *elo, ranks, "—"]
+        pair = next((r for r in report.get("paired", []) if {r["a"], r["b"]} == {a["method"], b["method"]}), None)
+        if pair is None:  # a report from before the paired section: the ranks only
+            return [f"{games} games", *elo, "one rank" if a["rank"] == b["rank"] else f"rank {a['rank']} / {b['rank']}", "—"]
+        better = (pair["a_better"], pair["b_better"]) if pair["a"] == a["method"] else (pair["b_better"], pair["a_better"])
+        return [f"{games} games", *elo, f"{better[0]} / {better[1]} sequences", p_cell(pair["p"])]
     if kind == "pooled":
         controls = [_summary(root, name)["control"] for name in spec["results"]]
         n = sum(c["tasks"] for c in controls)

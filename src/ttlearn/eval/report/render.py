@@ -97,7 +97,8 @@ def paired_table(report: dict[str, Any]) -> Table:
     """The paired differences for the terminal (`sections.paired_section`)."""
     table = Table(title="paired by (opponent, seed) sequence · mean per-game score A − B, exact sign-flip p")
     for column in ("A", "B", "sequences", "A − B", "A better", "B better", "p"):
-        table.add_column(column, justify="left" if column in ("A", "B") else "right")
+        named = column in ("A", "B")
+        table.add_column(column, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
     for row in report["paired"]:
         table.add_row(
             row["a"],
