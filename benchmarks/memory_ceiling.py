@@ -71,6 +71,8 @@ class Family:
     """A game's moves each note asks for ("oracle": the counter-moves, "distractor": the wrong note's): the table also
     compares the share of decisions that play them with the control's (whether the player follows a note at all,
     without the opponent's dice in the way)."""
+    no_oracle: str = "the oracle solved none of these instances"
+    """Why an instance can have no oracle memory (the table says so where none had one)."""
 
 
 def fact_notes(fact: str, wrong: str) -> Callable[[Env, list[int], dict[int, dict]], Notes]:
@@ -126,7 +128,12 @@ def repeat_notes(env: Env, instances: list[int], control: dict[int, dict]) -> No
 
 
 FAMILIES: dict[str, Family] = {
-    "sql": Family("sql", {"split": "train", "database": "singer"}, repeat_notes),
+    "sql": Family(
+        "sql",
+        {"split": "train", "database": "singer"},
+        repeat_notes,
+        no_oracle="the model verified no answer (solved no repeat), so a memory of its own answers has none to show",
+    ),
     "code": Family("code", {"split": "train"}, code_notes),
     "rps": Family(
         "rps",
@@ -246,6 +253,10 @@ def table(folder: Path) -> None:
     for (name, model, changed), arms in sorted(cells.items()):
         family = FAMILIES[name]
         control = arms.get(("control", None), {})
+        if not any(arm == "oracle" for arm, _ in arms):  # no instance had an oracle memory to show
+            base = summary(family.scored, list(control.values()))
+            print(f"| {name}{changed} | {model} | — | 0 | {base} | no oracle memory: {family.no_oracle} | | | | | | | |")
+            continue
         for note_at in NOTE_AT:
             oracle = arms.get(("oracle", note_at), {})
             paired = sorted(i for i in oracle if i in control)
