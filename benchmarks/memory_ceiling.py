@@ -71,8 +71,9 @@ class Family:
     """A game's moves each note asks for ("oracle": the counter-moves, "distractor": the wrong note's): the table also
     compares the share of decisions that play them with the control's (whether the player follows a note at all,
     without the opponent's dice in the way)."""
-    no_oracle: str = "the oracle solved none of these instances"
-    """Why an instance can have no oracle memory (the table says so where none had one)."""
+    no_oracle: str | None = None
+    """Where the oracle memory comes from the control's own records (SQL's verified answers), why a model can have
+    none: the table then says so instead of leaving the model out."""
 
 
 def fact_notes(fact: str, wrong: str) -> Callable[[Env, list[int], dict[int, dict]], Notes]:
@@ -253,7 +254,7 @@ def table(folder: Path) -> None:
     for (name, model, changed), arms in sorted(cells.items()):
         family = FAMILIES[name]
         control = arms.get(("control", None), {})
-        if not any(arm == "oracle" for arm, _ in arms):  # no instance had an oracle memory to show
+        if family.no_oracle and not any(arm == "oracle" for arm, _ in arms):  # nothing of its own to show
             base = summary(family.scored, list(control.values()))
             print(f"| {name}{changed} | {model} | — | 0 | {base} | no oracle memory: {family.no_oracle} | | | | | | | |")
             continue
