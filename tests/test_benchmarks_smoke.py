@@ -31,6 +31,12 @@ SMOKE = {
         "ratio",
     ),
     "first_run.py": (["--tasks", "1", "--epochs", "1"], ["llama_cpp", "usearch"], True, "records identical"),
+    "llamacpp_batch.py": (
+        ["--llm", "smollm2", "--sizes", "2", "--threads", "1", "--steps", "4"],
+        ["llama_cpp"],
+        True,
+        "bit for bit",
+    ),
     "gigpo_anchors.py": (["--instances", "2", "--group", "2", "--attempts", "2"], [], False, "anchor recurs"),
     "grpo_step.py": (
         ["--group", "2", "--games", "2", "--rounds", "2", "--max-completion-length", "8", "--repeats", "1"],
