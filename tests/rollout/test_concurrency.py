@@ -103,13 +103,16 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
             pass
 
 
-def play_counting_contexts(out, config, **options) -> int:
-    """Play `config` into `out` on a fresh pool; returns how many llama.cpp contexts its player's model opened."""
+def play_counting_contexts(out, config, evaluate_all: bool = False, **options) -> int:
+    """Play `config` into `out` on a fresh pool; returns how many llama.cpp contexts its player's model opened
+    (`evaluate_all`: no greedy reply answered again, so every call needs a context)."""
     from ttlearn.rollout.parts import LLMPool
     from ttlearn.rollout.run import play, prepare
 
     pool = LLMPool()
     try:
+        if evaluate_all:
+            pool.get(config.player).greedy_replies = None
         play(prepare(out, config), pool=pool, **options)
         return len(pool.get(config.player)._slots)
     finally:
@@ -144,9 +147,9 @@ def test_control_arms_played_ahead_of_their_units_record_what_they_record_after_
             "control": True,
         }
     )
-    contexts = {False: play_counting_contexts(tmp_path / "False", config, control_ahead=False)}
+    contexts = {False: play_counting_contexts(tmp_path / "False", config, True, control_ahead=False)}
     started.clear()
-    contexts[True] = play_counting_contexts(tmp_path / "True", config, control_ahead=True)
+    contexts[True] = play_counting_contexts(tmp_path / "True", config, True, control_ahead=True)
     records = {ahead: unit_records(tmp_path / f"{ahead}") for ahead in (False, True)}
     assert contexts == {False: 1, True: 2}  # ahead: both arms were in flight together
     # the last epoch's controls (units 3 and 4) were under way before the first epoch's second unit began
