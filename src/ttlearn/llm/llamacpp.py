@@ -17,9 +17,10 @@ reused only in whole aligned batches — the leading `n_batch`-token blocks of t
 evaluation of this prompt would compute identically — and the rest is evaluated from there, in the same blocks a
 fresh evaluation uses. `benchmarks/llamacpp_prefix.py` measures what this costs against unrestricted reuse.
 
-Calls in flight together (episodes in flight, a control arm beside the memory arm) each take a context of their own
-on the one loaded model (`Slot`), since a reply depends neither on the slot's earlier contents (the rule above) nor on
-the thread count; `benchmarks/decode_throughput.py` measures what running them side by side gains.
+Calls in flight together (episodes in flight, controls played beside the memory arm) each take a context of their
+own on the one loaded model (`Slot`), since a reply depends neither on the slot's earlier contents (the rule above)
+nor on the thread count; `benchmarks/decode_throughput.py` measures what running them side by side gains, and
+`benchmarks/llamacpp_batch.py` why not one batch of them.
 
 The same rule makes a greedy reply a function of its prompt alone, so a greedy call whose prompt this model answered
 before in this process gets that reply again without evaluating anything (`GreedyReplies`): a control arm asks

@@ -123,8 +123,9 @@ def play(
 ) -> dict[str, Any]:
     """Play the units still missing from `run` (from `prepare`) and write its summary, which it returns.
     `concurrency`: units in flight; None: where the units are independent, as many as the back ends answer side by
-    side with unchanged replies (`side_by_side`: the embedded model, a context per idle core), else 1. A control arm
-    is played beside its memory arm on such back ends too (`control_beside=False`: after it, on the same parts).
+    side with unchanged replies (`side_by_side`: the embedded model, a context per idle core), else 1. On such back
+    ends the control arms are played ahead of their units (`ControlsAhead`; `control_ahead=False`: each after its
+    memory arm, on the same parts).
     Records are the same either way. `replay`: answer every LLM call from a recording instead of a model; `pool`:
     back ends already loaded, shared with other runs in flight (by default the run loads its own and closes them)."""
     start = time.perf_counter()
