@@ -101,7 +101,8 @@ def main() -> None:
     print("N  threads  one at a time  one batch  ratio  logits bit for bit")
     for threads in args.threads:
         for n in args.sizes:
-            prompts = [base.tokenize(prompt(TABLES[i % len(TABLES)]).encode(), add_bos=True, special=True) for i in range(n)]
+            texts = [prompt(TABLES[i % len(TABLES)]) for i in range(n)]
+            prompts = [base.tokenize(text.encode(), add_bos=True, special=True) for text in texts]
             alone, alone_s = [], 0.0
             for tokens in prompts:
                 seen, seconds = greedy(Decoder(base, 1, threads), [tokens], args.steps)
@@ -109,7 +110,9 @@ def main() -> None:
                 alone_s += seconds
             together, together_s = greedy(Decoder(base, n, threads), prompts, args.steps)
             exact = all(np.array_equal(a, b) for s in range(n) for a, b in zip(alone[s], together[s]))
-            print(f"{n:<2} {threads:^8} {alone_s:>10.2f} s {together_s:>8.2f} s {alone_s / together_s:>5.2f}x  {'yes' if exact else 'no'}")
+            ratio = alone_s / together_s
+            verdict = "yes" if exact else "no"
+            print(f"{n:<2} {threads:^8} {alone_s:>10.2f} s {together_s:>8.2f} s {ratio:>5.2f}x  {verdict}")
 
 
 if __name__ == "__main__":

@@ -74,8 +74,11 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
         elo = [f"Elo {r['elo']:.0f} ({r['ci_low']:.0f}–{r['ci_high']:.0f})" for r in (a, b)]
         pair = next((r for r in report.get("paired", []) if {r["a"], r["b"]} == {a["method"], b["method"]}), None)
         if pair is None:  # a report from before the paired section: the ranks only
-            return [f"{games} games", *elo, "one rank" if a["rank"] == b["rank"] else f"rank {a['rank']} / {b['rank']}", "—"]
-        better = (pair["a_better"], pair["b_better"]) if pair["a"] == a["method"] else (pair["b_better"], pair["a_better"])
+            ranks = "one rank" if a["rank"] == b["rank"] else f"rank {a['rank']} / {b['rank']}"
+            return [f"{games} games", *elo, ranks, "—"]
+        better = (pair["a_better"], pair["b_better"])
+        if pair["a"] != a["method"]:
+            better = better[::-1]
         return [f"{games} games", *elo, f"{better[0]} / {better[1]} sequences", p_cell(pair["p"])]
     if kind == "pooled":
         controls = [_summary(root, name)["control"] for name in spec["results"]]

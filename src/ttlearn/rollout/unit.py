@@ -46,11 +46,12 @@ class UnitSeeds:
 
 def unit_seeds(config: RunConfig, index: int, instance_count: int | None) -> UnitSeeds:
     """The seeds of the index-th unit — task `task` of `epoch` (`phase` "task", or "validation" for a held-out
-    instance) — by the run's recorded rule. "unit" and "trials-v1": for a finite task set, the task's index in a seeded permutation of the
-    split (distinct tasks, distinct instances); for generated instances, a seed derived from the run seed; held-out
-    instances draw from their own namespace; an attempt's episode carries its attempt number, and under "unit" also
-    the unit (`info["unit"]`, what memories call a game by). "session-v1" (sessions before one config existed): the
-    game's seed and its decisions derive from (run seed, game) alone, and the episode carries the game's number."""
+    instance) — by the run's recorded rule. "unit" and "trials-v1": for a finite task set, the task's index in a
+    seeded permutation of the split (distinct tasks, distinct instances); for generated instances, a seed derived from
+    the run seed; held-out instances draw from their own namespace; an attempt's episode carries its attempt number,
+    and under "unit" also the unit (`info["unit"]`, what memories call a game by). "session-v1" (sessions before one
+    config existed): the game's seed and its decisions derive from (run seed, game) alone, and the episode carries
+    the game's number."""
     run_seed = config.seed
     phase, epoch, task = config.position(index)
     if config.seeding == "session-v1":
