@@ -33,6 +33,7 @@ MEMORIES: Registry[type["Memory"]] = Registry(
         "none": "ttlearn.memory.none:NoMemory",
         "rag": "ttlearn.memory.memrl:RAGMemory",
         "reflexion": "ttlearn.memory.reflexion:ReflexionMemory",
+        "verified-moves": "ttlearn.memory.verified:VerifiedMovesMemory",
     },
 )
 
