@@ -27,7 +27,8 @@ def test_a_failed_attempt_keeps_the_moves_the_environment_rewarded_and_a_solved_
 def test_the_next_attempt_is_offered_the_moves_one_per_decision_and_keeps_them_when_it_verifies_none():
     memory = VerifiedMovesMemory()
     assert memory.context("board") == ""
-    memory.observe(attempt(1, [("reveal 1 1", 0.5, True), ("reveal 2 4", 0.25, True), ("reveal 5 5", -0.1, True)], False))
+    first = [("reveal 1 1", 0.5, True), ("reveal 2 4", 0.25, True), ("reveal 5 5", -0.1, True)]
+    memory.observe(attempt(1, first, False))
     legal = ("reveal 1 1", "reveal 2 4", "reveal 5 5", "reveal 6 6")
     note = memory.context("board")
     assert [suggested_action(note, legal, k) for k in range(3)] == ["reveal 1 1", "reveal 2 4", None]
