@@ -206,7 +206,7 @@ class GreedyReplies:
         with self._lock:
             reply = self._replies.get(key)
             first = reply is None
-            if reply is None:
+            if first:
                 reply = self._replies[key] = Future()
                 while len(self._replies) > self.size:
                     self._replies.popitem(last=False)
