@@ -14,6 +14,13 @@ NoteAt = Literal["system", "exchange", "advice", "default"]
 """Where a player shows a memory's text (`ttlearn.players.llm.NOTE_AT` says what each means); a run's and a trainer's
 config both name it."""
 
+MOVE_SEQUENCE = "Moves in order, one per decision:"
+"""A memory's note that starts with this line is a move sequence even when it holds one move (a note of one action line
+is otherwise a fact that names the same action at every decision)."""
+RULED_OUT = "Avoid:"
+"""A memory's note line that starts with this names actions an earlier attempt showed to be bad, comma-separated (a
+`note_at="default"` player leaves them off the actions it lists)."""
+
 
 class MemoryText(str):
     """What a memory shows, as text (records, the notes in the system prompt), that may also carry `exchanges`:

@@ -14,7 +14,7 @@ from ttlearn.envs.base import match_legal_action as parse_action
 from ttlearn.players.llm import LLMPlayer, build_messages
 from ttlearn.rollout.loop import apply_decision
 from ttlearn.rollout.parts import make_player
-from ttlearn.types import Completion
+from ttlearn.types import MOVE_SEQUENCE, RULED_OUT, Completion
 
 RPS = ("rock", "paper", "scissors")
 
@@ -248,6 +248,39 @@ def test_suggested_action_rules():
     assert [suggested_action(sequence, RPS, k) for k in range(3)] == ["rock", "scissors", None]
     assert suggested_action("Play paper.", RPS, 7) == "paper"  # one line: the same action every decision
     assert suggested_action("Play paper.", ("rock", "scissors"), 0) is None  # not legal now
+    assert [suggested_action(f"{MOVE_SEQUENCE}\npaper", RPS, k) for k in range(2)] == ["paper", None]  # marked
+
+
+def test_note_at_default_leaves_the_ruled_out_actions_off_the_list():
+    from ttlearn.players.llm import ruled_out, suggested_action
+
+    legal = ("reveal 1 1", "reveal 1 2", "reveal 3 2", "reveal 6 6")
+    note = "reveal 1 2\nAvoid: reveal 3 2, reveal 1 1"
+    assert ruled_out(note, legal) == {"reveal 3 2", "reveal 1 1"}
+    assert [suggested_action(note, legal, k) for k in range(2)] == ["reveal 1 2", "reveal 1 2"]  # one move line
+    assert suggested_action("Avoid: reveal 3 2", legal, 0) is None
+
+    class Recorder(FakeLLM):
+        supports_choices = True
+
+        def complete(self, messages, *, choices=None, **kwargs):
+            self.calls.append({"messages": list(messages), "choices": list(choices)})
+            return Completion(choices[-1])
+
+    env = make_env("minesweeper")
+    obs = env.reset(0)
+    hidden = [a for a in obs.legal_actions if a not in ("reveal 1 1",)]
+    avoid = hidden[:2]
+    llm = Recorder([])
+    player = LLMPlayer(llm, note_at="default")
+    player.begin_episode(env)
+    player.act(env, obs, f"{RULED_OUT} {', '.join(avoid)}", seed=3)
+    listed, user = llm.calls[0]["choices"], llm.calls[0]["messages"][-1]["content"]
+    assert set(listed) == set(obs.legal_actions) - set(avoid) and "Some actions you can take:" in user
+    player.act(env, obs, f"{RULED_OUT} {', '.join(obs.legal_actions)}", seed=3)  # all ruled out: all listed
+    assert set(llm.calls[1]["choices"]) == set(obs.legal_actions)
+    LLMPlayer(llm, note_at="system").act(env, obs, f"{RULED_OUT} {avoid[0]}", seed=3)  # only `default` leaves out
+    assert set(llm.calls[2]["choices"]) == set(obs.legal_actions)
 
 
 def test_note_at_default_with_free_text_actions_suggests_the_note_as_the_answer():

@@ -28,7 +28,7 @@ from typing import get_args
 from ttlearn.envs.base import Env, words
 from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.base import Decision, Player
-from ttlearn.types import NO_REPLY, OVERFLOW, NoteAt, Observation
+from ttlearn.types import MOVE_SEQUENCE, NO_REPLY, OVERFLOW, RULED_OUT, NoteAt, Observation
 
 
 MAX_OPTIONS = 64
@@ -62,7 +62,8 @@ NOTE_AT: tuple[str, ...] = get_args(NoteAt)
 """Where the player shows the memory's text: `system` (after the rules, as every recorded run played), `exchange`
 (an earlier user turn asking for the notes and the notes as the assistant's answer), `advice` (a line of the last
 user turn, right before the legal actions), `default` (the action the notes name for this decision, listed first and
-marked as suggested; with free-text actions, the notes as the suggested answer). See `build_messages`."""
+marked as suggested, and the actions its `Avoid:` lines name left off the list; with free-text actions, the notes as
+the suggested answer). See `build_messages`."""
 NOTES_HEADING = "Your notes from earlier games:"
 NOTES_QUESTION = "What do your notes from earlier games say?"
 
@@ -80,15 +81,24 @@ def named_last(line: str, legal_actions: Sequence[str]) -> str | None:
     return best[2] if best else None
 
 
+def ruled_out(memory: str, legal_actions: Sequence[str]) -> set[str]:
+    """The legal actions the note's `Avoid:` lines name (`note_at="default"` leaves them off the listed options)."""
+    lines = [line.strip()[len(RULED_OUT) :] for line in memory.splitlines() if line.strip().startswith(RULED_OUT)]
+    return {action for line in lines for part in line.split(",") if (action := named_last(part, legal_actions))}
+
+
 def suggested_action(memory: str, legal_actions: Sequence[str], decision: int) -> str | None:
     """The action a note suggests for the player's `decision`-th decision (0-based) of the episode: a note of one
     action line (a game's fact and its counter-move) names the same action every time; a note of several action lines
-    (a verified move sequence, one move per line) names its `decision`-th. None when that action is not legal now
-    (the episode left the sequence) or the note names none."""
-    named = [action for line in memory.splitlines() if (action := named_last(line, legal_actions)) is not None]
+    (a verified move sequence, one move per line, or any number under a `MOVE_SEQUENCE` first line) names its
+    `decision`-th. None when that action is not legal now (the episode left the sequence) or the note names none.
+    `Avoid:` lines suggest nothing."""
+    lines = [line.strip() for line in memory.splitlines() if not line.strip().startswith(RULED_OUT)]
+    named = [action for line in lines if (action := named_last(line, legal_actions)) is not None]
     if not named:
         return None
-    action = named[0] if len(named) == 1 else (named[decision] if decision < len(named) else None)
+    fact = len(named) == 1 and lines[0] != MOVE_SEQUENCE
+    action = named[0] if fact else (named[decision] if decision < len(named) else None)
     return action if action in legal_actions else None
 
 
@@ -185,6 +195,9 @@ class LLMPlayer(Player):
         reasoning = self.free_text_tokens is not None
         suggested = None
         if self.note_at == "default":
+            avoid = ruled_out(memory, obs.legal_actions)
+            if avoid and any(o not in avoid for o in options):
+                options, all_listed = [o for o in options if o not in avoid], False
             suggested = suggested_action(memory, obs.legal_actions, self.decisions)
             if suggested is not None:
                 options = [suggested, *(o for o in options if o != suggested)][: max(len(options), 1)]
