@@ -175,6 +175,7 @@ def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
     assert "between 1 and 3" in invoke("show", str(out), "--unit", "4").output
     same = invoke("show", str(out), "--against", str(out))
     assert same.exit_code == 0 and "paired on 3 shared tasks" in same.output and "+0.000" in same.output
+    assert "score of attempt k" in same.output and same.output.rstrip().endswith("0         0         1")
     epochs = tmp_path / "e"
     args = ["run", "minesweeper", "--memory", "history", "--tasks", "3", "--epochs", "2", "--llm", "scripted:random"]
     assert invoke(*args, "--out", str(epochs)).exit_code == 0

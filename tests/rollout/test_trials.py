@@ -218,6 +218,24 @@ def test_paired_comparison_counts_discordant_tasks_by_seed() -> None:
         compare_trials(a, runs([1], [42]), attempts=3)
 
 
+def test_paired_comparison_of_attempt_scores_by_hand() -> None:
+    def task(seed: int, scores: list[float], first: int | None) -> dict:
+        return {"epoch": 1, "seed": seed, "first_success": first, "attempts": [{"score": x} for x in scores]}
+
+    a = [task(1, [-2.5, 0.5, 0.5], None), task(2, [-5.1, -7.0, -4.1], None), task(3, [1.0, 12.0], 2)]
+    b = [task(1, [-2.5, -2.5, -2.5], None), task(2, [-5.1, -5.1, -5.1], None), task(3, [1.0, 1.0, 1.0], None)]
+    comparison = compare_trials(a, b, attempts=3)
+    third = comparison["scores"][2]  # task 3 was solved at attempt 2: its 12.0 stands for attempt 3
+    assert (third["a"], third["b"]) == pytest.approx(((0.5 - 4.1 + 12.0) / 3, (-2.5 - 5.1 + 1.0) / 3))
+    assert (third["a_higher"], third["b_higher"]) == (3, 0)
+    # differences 3.0, 1.0, 11.0: only the all-positive and all-negative of the 8 sign patterns reach |15.0|
+    assert third["p_value"] == pytest.approx(2 / 8)
+    second = comparison["scores"][1]  # differences 3.0, -1.9, 11.0: |±3 ±1.9 ±11| >= 12.1 for ±(3, -1.9, 11), ±(3, 1.9, 11)
+    assert (second["a_higher"], second["b_higher"], second["p_value"]) == (2, 1, pytest.approx(4 / 8))
+    assert comparison["scores"][0]["p_value"] == 1.0  # the first attempts are the same
+    assert "scores" not in compare_trials([{"epoch": 1, "seed": 1, "first_success": 1}], b, attempts=3)
+
+
 def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
     config = RunConfig(env="minesweeper", memory="none", player="scripted:random", units=3, attempts=2)
     out = tmp_path / "run"

@@ -279,7 +279,17 @@ def invalid_reason(step: dict[str, Any]) -> str:
 
 def format_comparison(comparison: dict[str, Any], name_a: str, name_b: str) -> str:
     header = f"paired on {comparison['tasks']} shared tasks · A = {name_a} · B = {name_b}"
-    return header + "\n" + format_paired_rows(comparison["rows"], "A", "B")
+    text = header + "\n" + format_paired_rows(comparison["rows"], "A", "B")
+    if "scores" in comparison:
+        text += "\n\nscore of attempt k (a task solved earlier keeps its solving attempt's)\n"
+        lines = [f"{'k':<3}{'A':<10}{'B':<10}{'diff':<10}{'A higher':<10}{'B higher':<10}sign-flip p"]
+        for row in comparison["scores"]:
+            lines.append(
+                f"{row['k']:<3}{row['a']:<+10.2f}{row['b']:<+10.2f}{row['a'] - row['b']:<+10.2f}"
+                f"{row['a_higher']:<10}{row['b_higher']:<10}{row['p_value']:.3g}"
+            )
+        text += "\n".join(lines)
+    return text
 
 
 def format_paired_rows(rows: list[dict[str, Any]], a: str, b: str) -> str:

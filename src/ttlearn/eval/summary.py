@@ -15,6 +15,7 @@ from ttlearn.eval.metrics import (
     mcnemar_exact,
     mean_pass_at_k,
     mean_trajectory_entropy,
+    paired_sign_flip_p,
     run_protocol,
     success_at_k,
     wilson_interval,
@@ -215,11 +216,41 @@ def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: i
         return record.get("type", "task"), record["epoch"], record["seed"]
 
     a, b = [as_rejudged(r) for r in a], [as_rejudged(r) for r in b]
-    first_b = {key(r): r["first_success"] for r in b}
-    pairs = [(r["first_success"], first_b[key(r)]) for r in a if key(r) in first_b]
-    if not pairs:
+    by_key = {key(r): r for r in b}
+    shared = [(r, by_key[key(r)]) for r in a if key(r) in by_key]
+    if not shared:
         raise ValueError("the two runs share no finished task (compare runs of the same env, seed and task set)")
-    return paired_success(pairs, attempts)
+    comparison = paired_success([(x["first_success"], y["first_success"]) for x, y in shared], attempts)
+    if all("attempts" in x and "attempts" in y for x, y in shared):
+        scores = [(attempt_scores(x, attempts), attempt_scores(y, attempts)) for x, y in shared]
+        comparison["scores"] = paired_scores(scores, attempts)
+    return comparison
+
+
+def attempt_scores(record: dict[str, Any], attempts: int) -> list[float]:
+    """The environment's score of a task's attempts 1..`attempts`; a task solved earlier stopped there (LaMer's
+    rule), so its solving attempt's score stands for the attempts it did not need."""
+    played = [attempt["score"] for attempt in record["attempts"]]
+    return [played[min(k, len(played)) - 1] for k in range(1, attempts + 1)]
+
+
+def paired_scores(pairs: list[tuple[list[float], list[float]]], attempts: int) -> list[dict[str, Any]]:
+    """Per attempt k, the mean score of A and B over paired tasks, the tasks where each scored higher, and the exact
+    paired sign-flip p of the differences: whether A's k-th attempts beat B's, where success is too rare to say."""
+    rows = []
+    for k in range(attempts):
+        differences = [x[k] - y[k] for x, y in pairs]
+        rows.append(
+            {
+                "k": k + 1,
+                "a": float(np.mean([x[k] for x, _ in pairs])),
+                "b": float(np.mean([y[k] for _, y in pairs])),
+                "a_higher": sum(d > 0 for d in differences),
+                "b_higher": sum(d < 0 for d in differences),
+                "p_value": paired_sign_flip_p(differences),
+            }
+        )
+    return rows
 
 
 def paired_success(pairs: list[tuple[int | None, int | None]], attempts: int) -> dict[str, Any]:
