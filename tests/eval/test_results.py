@@ -29,12 +29,14 @@ def test_every_result_folder_says_its_command_commit_date_and_records():
         assert all(word in text for word in ("ttlearn ", "Commit: ", "Date: ", "Records: ")), folder
 
 
-RECORDED = sorted({p.parent for name in ("tasks", "units") for p in (ROOT / "results").glob(f"*/{name}.jsonl.gz")})
+RECORDED = sorted(
+    {p.parent for name in ("tasks", "units") for at in ("*", "*/*") for p in (ROOT / "results").glob(f"{at}/{name}.jsonl.gz")}
+)
 VARIES = {"kind", "run_dir", "config", "unit", "done", "total", "wall_s_per_task", "wall_s"}
 """Summary keys that say where and how fast a run was played, or that older summaries did not have."""
 
 
-@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: p.name)
+@pytest.mark.parametrize("folder", RECORDED, ids=lambda p: str(p.relative_to(ROOT / "results")))
 def test_a_result_with_records_recomputes_its_summary(folder: Path, tmp_path: Path) -> None:
     from ttlearn.eval.summary import summarize
     from ttlearn.runs import Run
@@ -83,6 +85,24 @@ def test_row_cells_by_hand(tmp_path):
         _trial_result(tmp_path, name, {"tasks": 2 * n, "control": {"tasks": n, "rows": [row], "epoch": 2}})
     pooled = row_cells({"kind": "pooled", "results": ["x", "y"]}, tmp_path)
     assert pooled == ["30", "0.500 (0.33–0.67)", "0.433 (0.27–0.61)", "4 / 2", "0.69"] and mcnemar_exact(4, 2) == 0.6875
+    # scores: two runs of 2 attempts on 3 tasks; attempt 2 scores 1.0, 2.0, 0.0 vs 0.0, 0.0, 0.0 (the packed run's)
+    # → means +1.00 vs +0.00, 2 / 0 higher, sign-flip p = 2 of the 4 sign patterns reach |3.0| = 0.5
+    for name, second in (("m", [1.0, 2.0, 0.0]), ("n", [0.0, 0.0, 0.0])):
+        _trial_result(tmp_path, name, {"tasks": 3, "success_at_k": [0.0, 0.0], "success_at_k_ci95": [[0, 1]] * 2})
+        records = [
+            {"epoch": 1, "seed": seed, "first_success": None, "attempts": [{"score": -1.0}, {"score": x}]}
+            for seed, x in enumerate(second)
+        ]
+        lines = "".join(json.dumps(r) + "\n" for r in records).encode()
+        if name == "m":
+            (tmp_path / name / "units.jsonl").write_bytes(lines)
+        else:
+            (tmp_path / name / "units.jsonl.gz").write_bytes(gzip.compress(lines))
+    scores = row_cells({"kind": "scores", "result": "m", "against": "n"}, tmp_path)
+    assert scores == ["3", "score +1.00 (attempt 2)", "score +0.00", "2 / 0 higher", "0.5"]
+    assert row_cells({"kind": "scores", "result": "m", "against": "n", "attempt": 1}, tmp_path)[3:] == ["0 / 0 higher", "1.0"]
+    with pytest.raises(FileNotFoundError, match="without task records"):
+        row_cells({"kind": "scores", "result": "a", "against": "n"}, tmp_path)
     with pytest.raises(ValueError, match="unknown row kind"):
         row_cells({"kind": "guess", "result": "a"}, tmp_path)
 

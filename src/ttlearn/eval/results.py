@@ -11,16 +11,22 @@
                  come from the row (`discordant`, with its `source`) where the task records were never committed
     arena        an arena report: the Elo of `method` vs `against`, and the sequences each did better on with the exact
                  paired sign-flip p (reports from before the paired section: whether their ranks differ)
+    scores       two trial runs on the same instances whose success is too rare to compare: the mean score of
+                 attempt `attempt` (default the last) of `result` vs `against`, the tasks where each scored higher,
+                 the exact paired sign-flip p (from the task records, `units.jsonl` or `units.jsonl.gz`)
 
 `ttlearn results` prints the table; `ttlearn results --write README.md` replaces it between the markers.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 from pathlib import Path
 from typing import Any
 
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
+from ttlearn.eval.summary import compare_trials
 from ttlearn.runs import REPORT_JSON, RunDir, read_config
 from ttlearn.untrusted import read_json
 
@@ -51,6 +57,15 @@ def _summary(root: Path, name: str) -> dict[str, Any]:
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: results/table.json names a result that is not there")
     return read_json(path)
+
+
+def _unit_records(folder: Path) -> list[dict[str, Any]]:
+    """A run's task records as committed: `units.jsonl`, or compressed as `units.jsonl.gz`."""
+    plain, packed = folder / "units.jsonl", folder / "units.jsonl.gz"
+    if not plain.exists() and not packed.exists():
+        raise FileNotFoundError(f"{plain} is missing: results/table.json names a result without task records")
+    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def player_cell(spec: dict[str, Any], root: Path) -> str:
@@ -107,7 +122,15 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
         cells = [rate_cell(s["success_at_k"][k - 1], *s["success_at_k_ci95"][k - 1]) for s in (summary, other)]
         only_a, only_b = spec["discordant"]
         return [str(n), *cells, f"{only_a} / {only_b}", p_cell(mcnemar_exact(only_a, only_b))]
-    raise ValueError(f"unknown row kind {kind!r} in results/{TABLE}; use control, pooled, memory_gain, runs or arena")
+    if kind == "scores":
+        attempts = len(summary["success_at_k"])
+        comparison = compare_trials(_unit_records(root / spec["result"]), _unit_records(root / spec["against"]), attempts)
+        row = comparison["scores"][spec.get("attempt", attempts) - 1]
+        cells = [f"score {row['a']:+.2f} (attempt {row['k']})", f"score {row['b']:+.2f}"]
+        return [str(comparison["tasks"]), *cells, f"{row['a_higher']} / {row['b_higher']} higher", p_cell(row["p_value"])]
+    raise ValueError(
+        f"unknown row kind {kind!r} in results/{TABLE}; use control, pooled, memory_gain, runs, scores or arena"
+    )
 
 
 def render(root: Path) -> str:
