@@ -20,6 +20,10 @@ The oracle memory per family (`FAMILIES`; docs/ceiling.md says what each saw):
   upper bound: a memory reaches it only where instances repeat (exactly, or in structure).
 - **code**: HumanEval has no near-repeat, so the "oracle" is the same task's canonical solution — a copy ceiling
   (does the model use a shown solution at all), not a ceiling any memory of other tasks can reach.
+- **code-near**: the nearest thing HumanEval has to a repeat — pairs of train-split problems that share their core
+  (`NEAR`, picked by hand from the problem texts: the same recurrence, the same helper such as a prime test or a
+  palindrome check, the same digit sum): the oracle is the canonical solution of the *other* problem of the pair,
+  what a memory of earlier tasks could hold; distractor: an unrelated problem's solution.
 
 Records are JSON lines, one per episode, in OUT/MODEL-FAMILY.jsonl; a rerun skips those already there.
 
@@ -71,6 +75,8 @@ class Family:
     """A game's moves each note asks for ("oracle": the counter-moves, "distractor": the wrong note's): the table also
     compares the share of decisions that play them with the control's (whether the player follows a note at all,
     without the opponent's dice in the way)."""
+    instances: tuple[int, ...] | None = None
+    """The instances to play, when only some have a note (else 0, 1, 2, …)."""
     no_oracle: str | None = None
     """Where the oracle memory comes from the control's own records (SQL's verified answers), why a model can have
     none: the table then says so instead of leaving the model out."""
@@ -111,6 +117,36 @@ def code_notes(env: Env, instances: list[int], control: dict[int, dict]) -> Note
     return {i: (solutions[i], solutions[instances[(k + 1) % len(instances)]]) for k, i in enumerate(instances)}
 
 
+NEAR: dict[int, int] = {
+    28: 23, 23: 28,  # fib ← fib4 and back: the same recurrence
+    20: 40,  # prime_fib ← prime_length: a prime test
+    37: 10,  # is_multiply_prime ← factorize: prime factors
+    40: 50, 50: 40,  # prime_length ← count_up_to and back: a prime test
+    25: 55, 55: 25,  # is_palindrome ← even_odd_palindrome and back
+    15: 19, 19: 15,  # sort_third ← sort_even and back: sort a slice, put it back
+    56: 75, 75: 56,  # count_nums ← order_by_points and back: the signed digit sum
+    22: 34,  # triangle_area(a, h) ← triangle_area(a, b, c)
+    30: 0,  # correct_bracketing ← separate_paren_groups: a depth counter
+}
+"""Train-split index (`task_ids("train")`) → the index of a problem sharing its core, whose solution a memory of
+earlier tasks could show."""
+
+
+def near_code_notes(env: Env, instances: list[int], control: dict[int, dict]) -> Notes:
+    def solution(i: int, what: str) -> str:
+        env.reset(i)
+        return f"A verified solution of {what}:\n```python\n{env.oracle_action()}```"
+
+    def unrelated(k: int) -> int:
+        """The source of a later pair that is neither this problem nor its partner."""
+        i = order[k]
+        later = order[k + 1 :] + order[:k]
+        return next(NEAR[j] for j in later if {j, NEAR[j]}.isdisjoint({i, NEAR[i]}))
+
+    order = sorted(instances)
+    return {i: (solution(NEAR[i], "a similar task"), solution(unrelated(k), "a similar task")) for k, i in enumerate(order)}
+
+
 def repeat_notes(env: Env, instances: list[int], control: dict[int, dict]) -> Notes:
     """SQL: the verified answer of a repeat, and of the solved non-repeat sharing the most words."""
     keys, tasks = {}, {}
@@ -136,6 +172,7 @@ FAMILIES: dict[str, Family] = {
         no_oracle="the model verified no answer (solved no repeat), so a memory of its own answers has none to show",
     ),
     "code": Family("code", {"split": "train"}, code_notes),
+    "code-near": Family("code", {"split": "train"}, near_code_notes, instances=tuple(NEAR)),
     "rps": Family(
         "rps",
         {"opponent": "biased", "rounds": 6},
@@ -197,7 +234,10 @@ def measure(args: argparse.Namespace) -> None:
     options = {**family.options, **changed}
     env = make_env(family.env, **options)
     count = env.instance_count()
-    instances = list(range(args.first, args.first + (args.n if count is None else min(args.n, count))))
+    if family.instances is not None:
+        instances = list(family.instances[args.first : args.first + args.n])
+    else:
+        instances = list(range(args.first, args.first + (args.n if count is None else min(args.n, count))))
     label = args.family + "".join(f"-{k}={v}" for k, v in sorted(changed.items()))
     out = Path(args.out) / f"{args.llm}-{label}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
