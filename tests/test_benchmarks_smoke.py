@@ -148,3 +148,29 @@ def test_benchmark_runs_at_its_tiniest_settings(
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert word in done.stdout, done.stdout[-2000:]
+
+
+def test_code_near_shows_a_partner_solution_and_an_unrelated_distractor() -> None:
+    """The near-repeat ceiling's notes: the oracle is the partner problem's canonical solution, never the problem's
+    own; the distractor belongs to neither of the pair."""
+    spec = importlib.util.spec_from_file_location("memory_ceiling", ROOT / "benchmarks" / "memory_ceiling.py")
+    ceiling = importlib.util.module_from_spec(spec)
+    sys.modules["memory_ceiling"] = ceiling  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(ceiling)
+    finally:
+        del sys.modules["memory_ceiling"]
+    from ttlearn.envs import make_env
+
+    env = make_env("code", split="train")
+
+    def solution(i: int) -> str:
+        env.reset(i)
+        return env.oracle_action()
+
+    instances = list(ceiling.NEAR)
+    notes = ceiling.near_code_notes(env, instances, {})
+    assert sorted(notes) == sorted(instances)
+    for i, (oracle, distractor) in notes.items():
+        assert solution(ceiling.NEAR[i]) in oracle and solution(i) not in oracle
+        assert solution(i) not in distractor and solution(ceiling.NEAR[i]) not in distractor
