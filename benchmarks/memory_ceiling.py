@@ -133,9 +133,9 @@ earlier tasks could show."""
 
 
 def near_code_notes(env: Env, instances: list[int], control: dict[int, dict]) -> Notes:
-    def solution(i: int, what: str) -> str:
+    def solution(i: int) -> str:
         env.reset(i)
-        return f"A verified solution of {what}:\n```python\n{env.oracle_action()}```"
+        return f"A verified solution of a similar task:\n```python\n{env.oracle_action()}```"
 
     def unrelated(k: int) -> int:
         """The source of a later pair that is neither this problem nor its partner."""
@@ -144,7 +144,7 @@ def near_code_notes(env: Env, instances: list[int], control: dict[int, dict]) ->
         return next(NEAR[j] for j in later if {j, NEAR[j]}.isdisjoint({i, NEAR[i]}))
 
     order = sorted(instances)
-    return {i: (solution(NEAR[i], "a similar task"), solution(unrelated(k), "a similar task")) for k, i in enumerate(order)}
+    return {i: (solution(NEAR[i]), solution(unrelated(k))) for k, i in enumerate(order)}
 
 
 def repeat_notes(env: Env, instances: list[int], control: dict[int, dict]) -> Notes:
