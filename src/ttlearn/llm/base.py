@@ -34,7 +34,7 @@ LLMS: Registry[Callable[[str], "LLM"]] = Registry(
             for name in ("gemma270m", "qwen-coder", "qwen-coder-1.5b", "smollm2")
         },
         "gguf": "ttlearn.llm.llamacpp:_gguf",
-        "hf": "ttlearn.llm.hf:_hf",
+        "hf": "ttlearn.llm.hf:from_spec",
         "openai": "ttlearn.llm.openai:_openai",
     },
 )

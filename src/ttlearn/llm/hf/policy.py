@@ -1,9 +1,4 @@
-"""The trainable back end: a Hugging Face causal LM in torch, optionally with LoRA adapters (peft).
-
-Specs: `hf` or `hf:smollm2` (an embedded model by name, e.g. `hf:qwen-coder`: its GGUF converted once to
-safetensors under `$TTLEARN_CACHE/hf`),
-`hf:/path/to/checkpoint` (a local HF model directory), `hf:/path/to/model.gguf`, and `hf:/path/to/adapter_dir` (an
-adapter saved by `HFPolicy.save_adapter`, which records its base model).
+"""The trainable policy of the hf back end: sampling with exact log-probs, rescoring them with gradients.
 
 Trainers (MemoPilot, LaMer) need two things a serving back end does not give: the exact log-probability of every
 sampled token under the weights and temperature that sampled it, and the same numbers again, with gradients, later.
@@ -14,163 +9,37 @@ At temperature 0 tokens are greedy and their log-probs are taken at T = 1.
 
 Placement is a parameter: `from_source(..., device=, dtype=)` puts the weights on a device (float32 on the CPU,
 bfloat16 on a GPU that supports it) and every tensor the policy creates (ids, masks, positions, the KV cache copies,
-the sampling generator) is made on `policy.device`; only Python numbers leave it.
-
-torch, transformers and peft are imported inside the functions: `ttlearn list` imports every back end, and the core
-install has no torch.
+the sampling generator) is made on `policy.device`; only Python numbers leave it. Where the weights come from is
+`checkpoints`; the adapter's files are `adapters`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import inspect
-import json
-import os
-import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ttlearn.llm.base import (
-    LLM,
-    LLMError,
-    Message,
-    cache_root,
-    choice_completion,
-    plain_answer,
-    plain_prompt,
-    split_prefill,
-)
+from ttlearn.llm.base import LLM, Message, choice_completion, plain_answer, plain_prompt, split_prefill
 from ttlearn.llm.cores import default_threads
-from ttlearn.llm.models import EMBEDDED, model_path
+from ttlearn.llm.hf.adapters import (
+    LoraOptions,
+    adapter_options,
+    load_adapter_weights,
+    read_adapter_meta,
+    save_adapter,
+    with_lora,
+)
+from ttlearn.llm.hf.checkpoints import load_causal_lm
+from ttlearn.llm.models import EMBEDDED
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
     import torch
-
-ADAPTER_META = "ttlearn_adapter.json"
-PROBE_FILE = "probe.safetensors"
-PROBE_TEXT = "<|im_start|>user\nWhich move beats rock?<|im_end|>\n<|im_start|>assistant\n"
-CONVERSION_VERSION = 1  # bump when the cached layout changes so stale caches are rebuilt
-
-
-# ---- loading ----------------------------------------------------------------------------------------------------
-def clear_quantizer_marks(model: Any) -> None:
-    """Forget that the weights came from a GGUF file. transformers keeps a GGUF "quantizer" on the model even though
-    the tensors are already dequantized to float; peft, Trainer and save_pretrained refuse quantized models."""
-    model.hf_quantizer = None
-    with contextlib.suppress(AttributeError):  # a read-only property (transformers 5) derived from hf_quantizer
-        model.is_quantized = False
-    if getattr(model.config, "quantization_config", None) is not None:
-        del model.config.quantization_config
-
-
-def probe_logits(model: Any, tokenizer: Any) -> torch.Tensor:
-    """Logits [T, V] of a short fixed chat prompt: the fingerprint that proves a converted cache equals its GGUF."""
-    import torch
-
-    ids = torch.tensor([tokenizer.encode(PROBE_TEXT, add_special_tokens=False)])
-    with torch.no_grad():
-        return model(input_ids=ids).logits[0].float()
-
-
-def converted_gguf(gguf: Path) -> Path:
-    """A safetensors + tokenizer copy of a GGUF model: a ~20 s dequantization once, ~0.1 s loads afterwards.
-
-    The cache key covers the file's path, size and mtime. Concurrent first loads wait on a file lock, and a
-    conversion becomes visible only by an atomic rename, so a half-written cache is never read."""
-    import fcntl
-
-    stat = gguf.stat()
-    key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{CONVERSION_VERSION}".encode())
-    target = cache_root() / "hf" / f"{gguf.stem}-{key.hexdigest()[:12]}"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not target.exists():
-            _convert_gguf(gguf, target)
-    return target
-
-
-def _convert_gguf(gguf: Path, target: Path) -> None:
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    clear_quantizer_marks(model)
-    model.float()
-    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{target.name}.partial-"))
-    model.save_pretrained(scratch)
-    tokenizer.save_pretrained(scratch)
-    expected = probe_logits(model, tokenizer)
-    save_file({"logits": expected.contiguous()}, str(scratch / PROBE_FILE))
-    reloaded = AutoModelForCausalLM.from_pretrained(scratch).float()
-    if not torch.allclose(probe_logits(reloaded, tokenizer), expected, atol=1e-4):
-        raise LLMError(f"converting {gguf} changed its logits; the partial copy is left in {scratch}")
-    os.replace(scratch, target)
-
-
-def model_dir(source: str) -> Path:
-    """The HF checkpoint directory behind a source: an embedded model's name, a `.gguf` file, or a checkpoint."""
-    if source in EMBEDDED:
-        return converted_gguf(model_path(source))
-    path = Path(source).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        return converted_gguf(path)
-    if not (path / "config.json").is_file():
-        raise ValueError(
-            f"hf model source {source!r} is neither an embedded model ({', '.join(EMBEDDED)}), a .gguf file, "
-            "nor a directory with config.json"
-        )
-    return path
-
-
-DTYPES = ("float32", "bfloat16")
-
-
-def load_causal_lm(source: str, *, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
-    """(model, tokenizer) in eval mode, the weights loaded in `dtype` and moved to `device` ("cpu", "cuda:1").
-    Thread count is left to the caller (`torch.set_num_threads`)."""
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-    except ImportError as exc:
-        raise LLMError('the hf back end needs the training extras: pip install "ttlearn[train]"') from exc
-    path = model_dir(source)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
-    clear_quantizer_marks(model)
-    return model, AutoTokenizer.from_pretrained(path)
-
-
-# ---- the policy -------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LoraOptions:
-    """LoRA settings. Dropout defaults to 0 so that a training forward pass computes the same log-probs as sampling."""
-
-    r: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
-
-    def __post_init__(self) -> None:
-        if self.r < 1 or self.alpha <= 0:
-            raise ValueError(f"LoRA needs r >= 1 and alpha > 0, got r={self.r}, alpha={self.alpha}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"LoRA dropout must be in [0, 1), got {self.dropout}")
-        if not self.target_modules:
-            raise ValueError("LoRA needs at least one target module, e.g. ('q_proj', 'v_proj')")
-        object.__setattr__(self, "target_modules", tuple(self.target_modules))
 
 
 @dataclass(frozen=True)
@@ -261,25 +130,13 @@ class HFPolicy(LLM):
     @classmethod
     def from_adapter(cls, directory: str | Path, *, device: str = "cpu", dtype: str = "float32") -> HFPolicy:
         """The base model recorded in the adapter's metadata with the adapter loaded on top."""
-        policy = cls.from_source(_read_adapter_meta(Path(directory))["base"], device=device, dtype=dtype)
+        policy = cls.from_source(read_adapter_meta(Path(directory))["base"], device=device, dtype=dtype)
         policy.load_adapter(directory)
         policy.spec = f"hf:{directory}"
         return policy
 
     def _add_lora(self, options: LoraOptions) -> None:
-        from peft import LoraConfig, get_peft_model
-
-        config = LoraConfig(
-            r=options.r,
-            lora_alpha=options.alpha,
-            lora_dropout=options.dropout,
-            target_modules=list(options.target_modules),
-            task_type="CAUSAL_LM",
-        )
-        with warnings.catch_warnings():  # peft 0.21 reads a property transformers 5 deprecates; not ours to fix
-            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-            self.model = get_peft_model(self.model, config)  # freezes every base weight
-        self.lora = options
+        self.model, self.lora = with_lora(self.model, options), options
 
     # ---- prompts ------------------------------------------------------------------------------------------------
     def render(self, messages: Sequence[Message]) -> str:
@@ -537,26 +394,17 @@ class HFPolicy(LLM):
         """The adapter weights (peft format) plus a json with the base model and the LoRA options."""
         if self.lora is None:
             raise ValueError("this policy has no LoRA adapter to save")
-        directory = Path(directory)
-        self.model.save_pretrained(directory)
-        meta = {"base": self.source, "lora": asdict(self.lora)}
-        (directory / ADAPTER_META).write_text(json.dumps(meta, indent=2))
+        save_adapter(self.model, Path(directory), base=self.source, options=self.lora)
 
     def load_adapter(self, directory: str | Path) -> None:
         """Replace the adapter weights by saved ones (adding an adapter first if this policy has none)."""
-        from peft import set_peft_model_state_dict
-        from peft.utils import load_peft_weights
-
         directory = Path(directory)
-        meta = _read_adapter_meta(directory)
-        options = LoraOptions(**{**meta["lora"], "target_modules": tuple(meta["lora"]["target_modules"])})
+        options = adapter_options(directory)
         if self.lora is None:
             self._add_lora(options)
         elif options != self.lora:
             raise ValueError(f"adapter in {directory} has options {options}, this policy has {self.lora}")
-        result = set_peft_model_state_dict(self.model, load_peft_weights(str(directory), device=str(self.device)))
-        if result.unexpected_keys:
-            raise ValueError(f"adapter in {directory} does not fit this model: {result.unexpected_keys[:3]}")
+        load_adapter_weights(self.model, directory, str(self.device))
 
     def close(self) -> None:
         self.model = None
@@ -570,17 +418,3 @@ def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
     if not ids:
         raise ValueError("the model defines no end-of-sequence token; set tokenizer.eos_token")
     return ids
-
-
-def _read_adapter_meta(directory: Path) -> dict[str, Any]:
-    meta = directory / ADAPTER_META
-    if not meta.is_file():
-        raise ValueError(f"{directory} is not a ttlearn adapter directory (no {ADAPTER_META})")
-    return json.loads(meta.read_text())
-
-
-def _hf(arg: str) -> HFPolicy:
-    path = Path(arg).expanduser()
-    if arg and (path / ADAPTER_META).is_file():
-        return HFPolicy.from_adapter(path)
-    return HFPolicy.from_source(arg or "smollm2")
