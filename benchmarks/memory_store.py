@@ -34,7 +34,8 @@ from varied_texts import minilm_vectors  # noqa: E402
 
 from ttlearn.memory.embed import make_embedder  # noqa: E402
 from ttlearn.memory.retrieval import RetrievalConfig, q_update, two_phase_retrieve  # noqa: E402
-from ttlearn.memory.store import MemoryStore, NewItem  # noqa: E402
+from ttlearn.memory.items import NewItem  # noqa: E402
+from ttlearn.memory.store import MemoryStore  # noqa: E402
 
 
 def exact_top_k(rows: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
@@ -82,7 +83,7 @@ def bench(n: int, queries: int, vectors: np.ndarray) -> dict[str, float]:
 
         with MemoryStore(path) as store:
             ns = store.namespace("bench", make_embedder("minilm"))
-            index = store._index(ns.id)
+            index = store.indexes.get(ns.id)
             row_of = {int(intent_id): row for row, intent_id in enumerate(index.ids)}
             exact, found = [], []
             store_t, exact_t, raw_t = [], [], []

@@ -38,8 +38,8 @@ import numpy as np
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.postgres import temporary_server
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, two_phase_retrieve
-from ttlearn.memory.backends import open_store
-from ttlearn.memory.store import NewItem
+from ttlearn.memory.items import NewItem
+from ttlearn.memory.store import MemoryStore
 
 ADMIN = "benchmark-admin-key-0123456789abcdefghijkl"
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -54,8 +54,8 @@ if url.startswith("http"):
 else:
     from ttlearn.memory.embed import HashEmbedder
     from ttlearn.memory.retrieval import reinforce
-    from ttlearn.memory.backends import open_store
-    ns = open_store(url).namespace("bench", HashEmbedder(32))
+    from ttlearn.memory.store import MemoryStore
+    ns = MemoryStore(url).namespace("bench", HashEmbedder(32))
     send = lambda ids, r: reinforce(ns, ids, r, ALPHA)
 answers = []
 for n in range(count):
@@ -66,14 +66,14 @@ print(json.dumps(answers))
 
 
 def _seed_items(location: str) -> None:
-    with open_store(location) as store:
+    with MemoryStore(location) as store:
         ns = store.namespace("bench", HashEmbedder(32))
         ns.add_many([NewItem(f"shared item {i}", f"item {i}", 0.0) for i in range(4)], join_threshold=2.0)
 
 
 def _lost_updates(location: str, answers: list[list]) -> int:
     """Feedbacks not explained by a sequential fold (0 when none was lost)."""
-    with open_store(location) as store:
+    with MemoryStore(location) as store:
         items = {m.id: m for m in store.inspect("bench")}
     lost = 0
     for item_id in range(1, 5):
@@ -147,7 +147,7 @@ def lost_updates(url: str, folder: Path, writers: int, feedbacks: int) -> dict[s
 
 
 def _fill(location: str, vectors: np.ndarray) -> None:
-    with open_store(location) as store:
+    with MemoryStore(location) as store:
         ns = store.namespace("latency", HashEmbedder(vectors.shape[1]))
         for lo in range(0, len(vectors), 1000):
             rows = range(lo, min(lo + 1000, len(vectors)))
@@ -163,7 +163,7 @@ def retrieval_latency(url: str, folder: Path, items: int, queries: int) -> dict[
     out: dict[str, float] = {"items": items}
     for label, location in (("sqlite", str(folder / "latency.sqlite")), ("postgres", url)):
         _fill(location, vectors)
-        with open_store(location) as store:
+        with MemoryStore(location) as store:
             ns = store.namespace("latency", HashEmbedder(256))
             two_phase_retrieve(ns, probes[0], cfg, rng)  # builds the index: not timed
             times = []
@@ -181,7 +181,7 @@ def staleness(url: str, probes: int) -> dict[str, float]:
     """From an add's commit in one process (connection) to the first retrieval in another that returns it."""
     cfg = RetrievalConfig(k1=1, k2=1, delta=0.99, epsilon=0.0)
     windows = []
-    with open_store(url) as writer_store, open_store(url) as reader_store:
+    with MemoryStore(url) as writer_store, MemoryStore(url) as reader_store:
         writer = writer_store.namespace("stale", HashEmbedder(64))
         reader = reader_store.namespace("stale", HashEmbedder(64))
         rng = np.random.default_rng(0)

@@ -31,7 +31,8 @@ import numpy as np
 
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.retrieval import RetrievalConfig, two_phase_retrieve
-from ttlearn.memory.store import MemoryStore, NewItem
+from ttlearn.memory.items import NewItem
+from ttlearn.memory.store import MemoryStore
 from ttlearn.serve.auth import KeyRing
 
 ADMIN = "benchmark-admin-key-0123456789abcdefghijkl"

@@ -188,7 +188,8 @@ def test_markup_in_a_config_or_a_memory_is_printed_literally(real_run, tmp_path)
     result = invoke("show", str(run))
     assert result.exit_code == 0 and "scripted:random[/]" in result.output, result.output
     from ttlearn.memory.embed import make_embedder
-    from ttlearn.memory.store import MemoryStore, NewItem
+    from ttlearn.memory.items import NewItem
+    from ttlearn.memory.store import MemoryStore
 
     store = tmp_path / "m.sqlite"
     with MemoryStore(store) as memory:

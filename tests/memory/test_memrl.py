@@ -20,7 +20,8 @@ from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.base import MEMORIES
 from ttlearn.memory.memrl import PRESETS, TUNING, MemRLMemory, MemRLOptions
 from ttlearn.memory.retrieval import phase_a, phase_b, q_update
-from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
+from ttlearn.memory.items import EmbedderMismatchError, NewItem
+from ttlearn.memory.store import MemoryStore
 from ttlearn.types import Episode, Step
 
 
@@ -140,7 +141,7 @@ def test_memory_writes_reflections_and_strategies_and_learns_q(tmp_path: Path) -
     task = "rock paper scissors; opponent beats my last move"
     assert mem.context(task) == ""
     mem.observe(episode(0, task, success=False))
-    (first,) = mem.ns.store.inspect("default")
+    (first,) = mem.store.inspect("default")
     assert "Reflection:\nWrong assumptions" in first.experience and "round 1 -> rock" in first.experience
     assert (first.q_value, first.episode, first.run_id) == (0.0, 0, "r1")
     assert mem.llm.calls[-1]["temperature"] == 0.0 and mem.llm.calls[-1]["seed"] == 0
@@ -148,17 +149,17 @@ def test_memory_writes_reflections_and_strategies_and_learns_q(tmp_path: Path) -
     shown = mem.context(task)
     assert shown.startswith("Task: " + task)  # one item is shown as it is, several numbered
     mem.observe(episode(1, task, success=True))
-    newest, oldest = mem.ns.store.inspect("default")
+    newest, oldest = mem.store.inspect("default")
     assert (oldest.q_value, oldest.visits, oldest.last_reward) == (pytest.approx(0.3), 1, 1.0)  # 0.7·0 + 0.3·1
     assert "Strategy:\n1. Play paper." in newest.experience and newest.intent_id == oldest.intent_id  # joined
-    (log,) = mem.ns.store.retrievals("default", episode=1)
+    (log,) = mem.store.retrievals("default", episode=1)
     assert log.chosen == [oldest.id] and log.candidates[0]["sim"] == pytest.approx(1.0)
 
 
 def test_trajectory_items_need_no_llm_call(tmp_path: Path) -> None:
     mem = memory(tmp_path, write="trajectory")
     mem.observe(episode(0, "opponent plays rock", success=True))
-    (item,) = mem.ns.store.inspect("default")
+    (item,) = mem.store.inspect("default")
     assert item.experience.startswith("Task: opponent plays rock\nOutcome: success (score 1)\nTrajectory:\n")
     assert "round 1 -> rock" in item.experience and "Strategy" not in item.experience
     assert mem.llm.calls == []
@@ -169,11 +170,11 @@ def test_trajectory_items_need_no_llm_call(tmp_path: Path) -> None:
 def test_keeping_successes_only_still_learns_q_from_failures(tmp_path: Path) -> None:
     mem = memory(tmp_path, write="trajectory", keep="successes")
     mem.observe(episode(0, "opponent plays rock", success=False))
-    assert mem.ns.store.inspect("default") == []  # a failure is not stored
+    assert mem.store.inspect("default") == []  # a failure is not stored
     mem.observe(episode(1, "opponent plays rock", success=True))
     mem.context("opponent plays rock")
     mem.observe(episode(2, "opponent plays rock", success=False))
-    (item,) = mem.ns.store.inspect("default")
+    (item,) = mem.store.inspect("default")
     assert item.episode == 1 and item.q_value == pytest.approx(-0.3)  # 0.7·0 + 0.3·(−1)
     with pytest.raises(ValueError, match="keep must be one of all, successes"):
         memory(tmp_path, keep="failures")
@@ -197,7 +198,7 @@ def test_alpha_zero_never_changes_q(tmp_path: Path) -> None:
     for i in range(4):
         mem.context("opponent plays rock")
         mem.observe(episode(i, "opponent plays rock", success=i % 2 == 0))
-    items = mem.ns.store.inspect("default")
+    items = mem.store.inspect("default")
     assert [m.q_value for m in items] == [0.5] * 4 and sum(m.visits for m in items) == 6
     with pytest.raises(ValueError, match="fixes alpha"):
         memory(tmp_path, name="memp", alpha=0.3)
@@ -213,7 +214,7 @@ def test_state_round_trips_pending_retrievals(tmp_path: Path) -> None:
     assert clone.state() == state
     assert clone.rng.random() == mem.rng.random()
     clone.observe(episode(1, "opponent plays rock", success=False))
-    assert [m.q_value for m in clone.ns.store.inspect("default")] == [0.0, pytest.approx(-0.3)]
+    assert [m.q_value for m in clone.store.inspect("default")] == [0.0, pytest.approx(-0.3)]
 
 
 def test_bad_options_are_refused(tmp_path: Path) -> None:
@@ -254,12 +255,12 @@ def test_fork_copies_the_memories_and_writes_to_it_stay_there(tmp_path: Path) ->
     snapshot = json.loads(json.dumps(origin.state()))  # as a run stores it, and `ttlearn memory fork` copies it
     fork = memory(tmp_path / "fork")
     fork.load(snapshot)
-    assert fork.ns.store.path != origin.ns.store.path
-    assert [m.experience for m in fork.ns.store.inspect("default")] == [
-        m.experience for m in origin.ns.store.inspect("default")
+    assert fork.store.path != origin.store.path
+    assert [m.experience for m in fork.store.inspect("default")] == [
+        m.experience for m in origin.store.inspect("default")
     ]
     fork.observe(episode(1, "opponent plays rock", success=True))  # rewards the pending retrieval, writes an item
-    forked, origins = fork.ns.store.inspect("default"), origin.ns.store.inspect("default")
+    forked, origins = fork.store.inspect("default"), origin.store.inspect("default")
     assert len(forked) == 2 and forked[1].q_value == pytest.approx(0.3)
     assert len(origins) == 1 and origins[0].q_value == 0.0
 
@@ -275,7 +276,7 @@ def test_loading_the_fresh_state_resets_the_memory(tmp_path: Path) -> None:
     assert len(mem.ns) == 0 and mem.context("opponent plays rock") == ""
     assert mem.state()["memories"] == fresh["memories"]
     mem.observe(episode(3, "opponent plays scissors", success=True))
-    assert [m.episode for m in mem.ns.store.inspect("default")] == [3]
+    assert [m.episode for m in mem.store.inspect("default")] == [3]
 
 
 def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Path) -> None:
@@ -386,10 +387,10 @@ def test_hle_writes_a_success_at_q_1_and_a_failure_at_q_0(tmp_path: Path) -> Non
     mem = memory(tmp_path, preset="hle", batch=1, write="trajectory")
     mem.observe(episode(0, "opponent plays rock", success=True))
     mem.observe(episode(1, "opponent plays paper", success=False))
-    assert {m.episode: m.q_value for m in mem.ns.store.inspect("default")} == {0: 1.0, 1: 0.0}
+    assert {m.episode: m.q_value for m in mem.store.inspect("default")} == {0: 1.0, 1: 0.0}
     plain = memory(tmp_path / "plain", q_init=0.25, write="trajectory")  # without q_init_failure: one Q₀ for all
     plain.observe(episode(0, "opponent plays rock", success=False))
-    assert [m.q_value for m in plain.ns.store.inspect("default")] == [0.25]
+    assert [m.q_value for m in plain.store.inspect("default")] == [0.25]
 
 
 def test_defaults_are_the_bcb_release_with_the_embedders_own_statistics(tmp_path: Path) -> None:
@@ -406,7 +407,7 @@ def test_answer_items_show_the_task_and_the_verified_answer_only(tmp_path: Path)
     done = Episode(0, 0, "How many singers?", (Step("schema…", "SELECT count(*) FROM singer", 1.0),), 1.0, True,
                    {"answer": "```sql\nSELECT count(*) FROM singer\n```", "transcript": "long transcript"})
     mem.observe(done)
-    (item,) = mem.ns.store.inspect("default")
+    (item,) = mem.store.inspect("default")
     assert item.experience == "Task: How many singers?\nVerified answer:\n```sql\nSELECT count(*) FROM singer\n```"
     assert mem.llm.calls == []
 
@@ -417,11 +418,11 @@ def test_mini_batches_retrieve_from_the_frozen_memory_and_update_together(tmp_pa
     mem.observe(episode(0, task, success=True))
     assert len(mem.ns) == 0 and mem.context(task) == ""  # task 2 still sees the memory of the batch's start
     mem.observe(episode(1, task, success=False))
-    assert [m.episode for m in mem.ns.store.inspect("default")] == [1, 0]  # both written when the batch filled
+    assert [m.episode for m in mem.store.inspect("default")] == [1, 0]  # both written when the batch filled
     assert mem.context(task)
     state = json.loads(json.dumps(mem.state()))
     mem.observe(episode(2, task, success=False))  # pending: its Q update waits for the batch
-    assert {m.q_value for m in mem.ns.store.inspect("default")} == {0.0}
+    assert {m.q_value for m in mem.store.inspect("default")} == {0.0}
     clone = memory(tmp_path / "clone", write="trajectory", batch=2)
     clone.load(state)
     clone.observe(episode(2, task, success=False))
@@ -521,7 +522,7 @@ def test_a_memrl_run_on_postgresql_matches_sqlite_and_snapshots_point_at_it(post
         for index, task in enumerate(tasks):
             shown.append(mem.context(task))
             mem.observe(episode(index, task, success=index % 3 != 0))
-        items = [(m.id, m.intent, m.experience, m.q_value, m.visits) for m in mem.ns.store.inspect("default")]
+        items = [(m.id, m.intent, m.experience, m.q_value, m.visits) for m in mem.store.inspect("default")]
         runs.append((shown, items, mem))
     (lite_shown, lite_items, _), (pg_shown, pg_items, shared) = runs
     assert pg_shown == lite_shown and any(pg_shown)
@@ -551,11 +552,11 @@ def test_provenance_names_the_unit_and_the_attempt(tmp_path: Path) -> None:
             mem.observe(attempt(unit, index, task, success))
     mem.context("opponent plays scissors")
     mem.observe(attempt(None, 1, "opponent plays scissors", True))
-    items = mem.ns.store.inspect("default")[::-1]
+    items = mem.store.inspect("default")[::-1]
     assert [(m.unit, m.episode) for m in items] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
-    logged = mem.ns.store.retrievals("default", run_id="r1")
+    logged = mem.store.retrievals("default", run_id="r1")
     assert [(r.unit, r.episode) for r in logged] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
-    assert [r.query for r in mem.ns.store.retrievals("default", unit=2, episode=1)] == ["opponent plays paper"]
+    assert [r.query for r in mem.store.retrievals("default", unit=2, episode=1)] == ["opponent plays paper"]
     exported = mem.state()["memories"]["items"]
     assert [(m["unit"], m["episode"]) for m in exported] == [(1, 1), (1, 2), (2, 1), (2, 2), (None, 1)]
 
@@ -588,7 +589,7 @@ def test_a_state_saved_before_units_loads_and_plays_on_the_same(tmp_path: Path) 
         clone.load(saved)
         shown = clone.context("opponent plays rock")
         clone.observe(attempt(None, 4, "opponent plays rock", True))
-        items = clone.ns.store.inspect("default")[::-1]
+        items = clone.store.inspect("default")[::-1]
         resumed.append((shown, [(m.experience, m.q_value, m.visits, m.unit, m.episode) for m in items]))
     assert resumed[0] == resumed[1]
     assert [row[3:] for row in resumed[1][1]] == [(None, 1), (None, 2), (None, 3), (None, 4)]

@@ -17,8 +17,8 @@ pytest.importorskip("psycopg")
 
 from ttlearn.memory.embed import HashEmbedder  # noqa: E402
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, q_update, reinforce, two_phase_retrieve  # noqa: E402
-from ttlearn.memory.backends import open_store  # noqa: E402
-from ttlearn.memory.store import MemoryStore, NewItem  # noqa: E402
+from ttlearn.memory.items import NewItem  # noqa: E402
+from ttlearn.memory.store import MemoryStore  # noqa: E402
 
 SRC = str(Path(__file__).parents[2] / "src")
 INTENTS = ["rock paper scissors against a cycler", "count the singers per country", "list every concert in 2014"]
@@ -43,7 +43,7 @@ def _workload(store: MemoryStore) -> tuple[list, list]:
 
 
 def test_a_sequential_run_gives_the_same_items_and_q_as_sqlite(postgres_url: str, tmp_path: Path) -> None:
-    with MemoryStore(tmp_path / "mem.sqlite") as sqlite, open_store(postgres_url) as postgres:
+    with MemoryStore(tmp_path / "mem.sqlite") as sqlite, MemoryStore(postgres_url) as postgres:
         on_sqlite, on_postgres = _workload(sqlite), _workload(postgres)
     assert on_postgres[0] == on_sqlite[0]  # every retrieval chose the same items
     assert len(on_postgres[1]) == 30 and any(m[5] for m in on_postgres[1])
@@ -53,7 +53,7 @@ def test_a_sequential_run_gives_the_same_items_and_q_as_sqlite(postgres_url: str
 
 
 def test_the_q_update_is_one_statement_with_the_rule_exactly(postgres_url: str) -> None:
-    with open_store(postgres_url) as store:
+    with MemoryStore(postgres_url) as store:
         ns = store.namespace("q", HashEmbedder(16))
         first = ns.add(NewItem("a", "x", 0.5)).item_id
         assert reinforce(ns, [first], 1.0, 0.3) == {first: q_update(0.5, 1.0, 0.3)}  # 0.65, to the bit
@@ -68,10 +68,10 @@ _WRITER = """
 import json, sys
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.retrieval import reinforce
-from ttlearn.memory.backends import open_store
-from ttlearn.memory.store import NewItem
+from ttlearn.memory.items import NewItem
+from ttlearn.memory.store import MemoryStore
 url, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ns = open_store(url).namespace("shared", HashEmbedder(32))
+ns = MemoryStore(url).namespace("shared", HashEmbedder(32))
 answers = []
 for n in range(count):
     ids = [1 + (worker + n) % 4, 1 + (worker + n + 1) % 4]
@@ -84,7 +84,7 @@ print(json.dumps(answers))
 
 
 def test_concurrent_writer_processes_lose_no_update_and_duplicate_no_key(postgres_url: str) -> None:
-    with open_store(postgres_url) as store:
+    with MemoryStore(postgres_url) as store:
         ns = store.namespace("shared", HashEmbedder(32))
         for i in range(4):
             ns.add(NewItem(f"seed item {i}", f"seed {i}", 0.0), join_threshold=2.0)
@@ -95,7 +95,7 @@ def test_concurrent_writer_processes_lose_no_update_and_duplicate_no_key(postgre
     ]
     answers = [json.loads(w.communicate(timeout=240)[0]) for w in writers]
     assert all(w.returncode == 0 for w in writers)
-    with open_store(postgres_url) as store:
+    with MemoryStore(postgres_url) as store:
         items = {m.id: m for m in store.inspect("shared")}
         for item_id in range(1, 5):
             updates = [(r, 0.3, q[str(item_id)]) for a in answers for r, q in a if str(item_id) in q]
@@ -110,7 +110,7 @@ def test_concurrent_writer_processes_lose_no_update_and_duplicate_no_key(postgre
 
 def test_a_process_index_follows_other_processes_writes(postgres_url: str) -> None:
     cfg = RetrievalConfig(k1=5, k2=5, delta=0.5, epsilon=0.0)
-    with open_store(postgres_url) as reader, open_store(postgres_url) as writer:
+    with MemoryStore(postgres_url) as reader, MemoryStore(postgres_url) as writer:
         mine = reader.namespace("n", HashEmbedder(32))
         assert two_phase_retrieve(mine, "sing a song", cfg, np.random.default_rng(0))[0] == []
         theirs = writer.namespace("n", HashEmbedder(32))
@@ -137,7 +137,7 @@ def test_the_schema_migrates_from_an_older_version_and_refuses_a_newer(postgres_
         with pg.transaction():
             postgres.migrate(pg, "test", target=1)
         assert not pg.execute("SELECT to_regclass('service_keys')").fetchone()[0]
-    with open_store(postgres_url) as store:
+    with MemoryStore(postgres_url) as store:
         assert store.integrity_check() == "ok"
         store.namespace("kept", HashEmbedder(8)).add(NewItem("a", "b", 0.0, "r", 2, unit=5))
         assert [(m.unit, m.episode) for m in store.inspect("kept")] == [(5, 2)]  # version 3's column
@@ -145,12 +145,12 @@ def test_the_schema_migrates_from_an_older_version_and_refuses_a_newer(postgres_
         assert pg.execute("SELECT to_regclass('service_keys')").fetchone()[0] == "service_keys"
         pg.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(ValueError, match="schema version 99; this ttlearn reads up to 3"):
-        open_store(postgres_url)
+        MemoryStore(postgres_url)
 
 
 def test_an_unreachable_database_is_one_clear_error() -> None:
     with pytest.raises(ConnectionError, match=r"cannot reach the PostgreSQL memory store postgresql://u:\*\*\*@"):
-        open_store("postgresql://u:secret@127.0.0.1:1/none", timeout_s=2)
+        MemoryStore("postgresql://u:secret@127.0.0.1:1/none", timeout_s=2)
 
 
 def test_commit_order_reconstructs_the_fold_and_spots_a_lost_update() -> None:

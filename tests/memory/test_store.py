@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from ttlearn.memory.embed import HashEmbedder, make_embedder
-from ttlearn.memory.store import EmbedderMismatchError, MemoryStore, NewItem
+from ttlearn.memory.items import EmbedderMismatchError, NewItem
+from ttlearn.memory.store import MemoryStore
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -142,7 +143,7 @@ def test_ann_index_agrees_with_brute_force(tmp_path: Path) -> None:
     with MemoryStore(tmp_path / "ann.sqlite", ann_threshold=100) as s:
         ns = s.namespace("x", emb)
         added = ns.add_many([NewItem(f"t{i}", "e", 0.0, vector=v) for i, v in enumerate(vecs)], join_threshold=1.1)
-        assert s._index(ns.id).uses_ann
+        assert s.indexes.get(ns.id).uses_ann
         for i in (0, 150, 299):
             ids, sims = ns.nearest(vecs[i], 3)
             assert ids[0] == added[i].intent_id and sims[0] == pytest.approx(1.0, abs=1e-5)
@@ -185,7 +186,8 @@ def test_store_survives_kill_minus_9_of_a_writer(tmp_path: Path) -> None:
     MemoryStore(path).close()
     writer = textwrap.dedent(f"""
         from ttlearn.memory.embed import HashEmbedder
-        from ttlearn.memory.store import MemoryStore, NewItem
+        from ttlearn.memory.items import NewItem
+        from ttlearn.memory.store import MemoryStore
         ns = MemoryStore({str(path)!r}).namespace("crash", HashEmbedder(64))
         i = 0
         while True:
@@ -206,11 +208,11 @@ def test_store_survives_kill_minus_9_of_a_writer(tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGKILL
     with MemoryStore(path) as s:
         assert s.integrity_check() == "ok"
-        assert s._conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        assert s.dialect.conn.execute("PRAGMA foreign_key_check").fetchall() == []
         items = s.inspect("crash")
         assert len(items) >= 200 and len(items) % 20 == 0  # whole batches only
         assert all(m.experience.startswith("x" * 5000) and m.experience.endswith("|end") for m in items)
-        orphans = s._conn.execute(
+        orphans = s.dialect.conn.execute(
             "SELECT COUNT(*) FROM intents k WHERE NOT EXISTS (SELECT 1 FROM items i WHERE i.intent_id = k.id)"
         )
         assert orphans.fetchone()[0] == 0

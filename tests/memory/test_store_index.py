@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.store import MemoryStore, NewItem
+from ttlearn.memory.items import NewItem
+from ttlearn.memory.store import MemoryStore
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 DIM = 32
@@ -44,7 +45,7 @@ def nearest_id(path: Path, vector: np.ndarray) -> int:
 
 def index_file(path: Path) -> Path:
     with MemoryStore(path, ann_threshold=THRESHOLD) as store:
-        return store.index_path(store.namespace("ns", EMBEDDER).id)
+        return store.indexes.path(store.namespace("ns", EMBEDDER).id)
 
 
 def test_a_saved_index_is_loaded_as_is(tmp_path: Path) -> None:
@@ -55,7 +56,7 @@ def test_a_saved_index_is_loaded_as_is(tmp_path: Path) -> None:
     before = saved.stat()
     with MemoryStore(path, ann_threshold=THRESHOLD) as store:
         ns = store.namespace("ns", EMBEDDER)
-        index = store._index(ns.id)
+        index = store.indexes.get(ns.id)
         assert index.uses_ann and len(index) == 300
         for row in (0, 150, 299):
             assert ns.nearest(vectors[row], 1)[0][0] == ids[row]
@@ -78,7 +79,8 @@ def test_rows_written_by_a_process_killed_before_saving_are_found(tmp_path: Path
     writer = textwrap.dedent(f"""
         import os, numpy as np
         from ttlearn.memory.embed import HashEmbedder
-        from ttlearn.memory.store import MemoryStore, NewItem
+        from ttlearn.memory.items import NewItem
+        from ttlearn.memory.store import MemoryStore
         ns = MemoryStore({str(path)!r}, ann_threshold={THRESHOLD}).namespace("ns", HashEmbedder({DIM}))
         late = np.load({str(tmp_path / "late.npy")!r})
         items = [NewItem(f"late {{i}}", "e", 0.0, vector=v) for i, v in enumerate(late)]

@@ -16,7 +16,8 @@ import pytest
 pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from ttlearn.memory.store import MemoryStore, export_size  # noqa: E402
+from ttlearn.memory.snapshot import export_size  # noqa: E402
+from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.serve.app import create_app, within_budget  # noqa: E402
 from ttlearn.serve.auth import AdminKey, read_admin_key  # noqa: E402
 from ttlearn.serve.bodies import MAX_ERRORS, error_detail  # noqa: E402

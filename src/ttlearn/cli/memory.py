@@ -55,7 +55,6 @@ def _memrl_store(run_dir: Path, trust_store: list[str]) -> tuple[Any, str, str]:
     """The MemRL store of a run, its namespace and the run id the session gave it. A run directory may name any
     file as its store: a SQLite file is opened read-only; a database only when named again with --trust-store (a
     config must not choose where ttlearn connects, with whatever credentials this process holds)."""
-    from ttlearn.memory.backends import open_store
     from ttlearn.memory.store import MemoryStore, is_database_url
 
     run = RunDir(run_dir)
@@ -67,7 +66,7 @@ def _memrl_store(run_dir: Path, trust_store: list[str]) -> tuple[Any, str, str]:
                 f"{run_dir} keeps its memories in a database, and a run directory does not choose where ttlearn "
                 "connects; if that database is yours, name it again: --trust-store URL"
             )
-        store = open_store(location)
+        store = MemoryStore(location)
     elif not Path(location).exists():
         raise FileNotFoundError(f"{run_dir} has no MemRL store ({location}); was it run with --memory memrl/memp/rag?")
     else:
@@ -167,14 +166,13 @@ def memory_export(
 ) -> None:
     """Write every namespace of a store (items, Q, visits, provenance, vectors, retrieval logs) to one JSON file,
     to move it between SQLite and PostgreSQL with `ttlearn memory import`."""
-    from ttlearn.memory.backends import open_store
-    from ttlearn.memory.store import is_database_url
+    from ttlearn.memory.store import MemoryStore, is_database_url
 
     if not is_database_url(store) and not Path(store).exists():
         raise FileNotFoundError(f"no store at {store}")
     if out.exists():
         raise FileExistsError(f"{out} already exists; export into a new file")
-    with open_store(store) as source:
+    with MemoryStore(store) as source:
         dump = source.export_all()
     partial = out.with_name(f".{out.name}.partial")
     partial.write_text(json.dumps(dump))
@@ -189,10 +187,10 @@ def memory_import(
     dump: Path = typer.Argument(..., help="A file written by `ttlearn memory export`."),
 ) -> None:
     """Add the namespaces of an export to a store that does not hold them yet (ids are kept where free)."""
-    from ttlearn.memory.backends import open_store
+    from ttlearn.memory.store import MemoryStore
 
     data = json.loads(dump.read_text())
-    with open_store(store) as target:
+    with MemoryStore(store) as target:
         count = target.import_all(data)
     console.print(f"imported {count} namespaces from {dump} → {store}")
 

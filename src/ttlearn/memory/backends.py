@@ -18,7 +18,8 @@ import numpy as np
 
 from ttlearn.memory.embed import make_embedder
 from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
-from ttlearn.memory.store import Candidate, MemoryStore, Namespace, NewItem, is_database_url
+from ttlearn.memory.items import Candidate, Namespace, NewItem
+from ttlearn.memory.store import MemoryStore, is_database_url
 
 
 class MemoryBackend(Protocol):
@@ -57,16 +58,6 @@ class MemoryBackend(Protocol):
         """Restore `state()`; returns the new id of every item id whose id changed."""
 
 
-def open_store(location: str | Path, **options: Any) -> MemoryStore:
-    """The store at `location`: a SQLite file, or a PostgreSQL database given as postgresql://… (`memory.postgres`,
-    imported only then: it needs the `postgres` extra)."""
-    if is_database_url(location):
-        from ttlearn.memory.postgres import PostgresStore
-
-        return PostgresStore(str(location), **options)
-    return MemoryStore(location, **options)
-
-
 def store_memories(store: str | None, namespace: str, embedder: str) -> LocalMemories:
     """The memories in `store`: a SQLite file (None: one in the run directory), or a postgresql:// database."""
     if store is not None and is_database_url(store):
@@ -83,6 +74,7 @@ class LocalMemories(MemoryBackend):
         self.embedder = embedder
         self.log_ids: list[int] = []
         """Retrievals logged during the unfinished episode; they learn its index when it ends."""
+        self._store: MemoryStore | None = None
         self._ns: Namespace | None = None
 
     def bind_run(self, store: Path) -> None:
@@ -90,11 +82,17 @@ class LocalMemories(MemoryBackend):
             self.path = str(store)
 
     @property
-    def ns(self) -> Namespace:
-        if self._ns is None:
+    def store(self) -> MemoryStore:
+        if self._store is None:
             if self.path is None:
                 self.path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
-            self._ns = open_store(self.path).namespace(self.namespace, make_embedder(self.embedder))
+            self._store = MemoryStore(self.path)
+        return self._store
+
+    @property
+    def ns(self) -> Namespace:
+        if self._ns is None:
+            self._ns = self.store.namespace(self.namespace, make_embedder(self.embedder))
         return self._ns
 
     def retrieve(
@@ -121,7 +119,7 @@ class LocalMemories(MemoryBackend):
         self.log_ids = []
 
     def state(self) -> dict[str, Any]:
-        return {"memories": self.ns.store.export_namespace(self.namespace), "log_ids": list(self.log_ids)}
+        return {"memories": self.store.export_namespace(self.ns.name), "log_ids": list(self.log_ids)}
 
     def load(self, state: dict[str, Any]) -> dict[int, int]:
         """Replace this namespace's memories by the state's; returns the new id of each of the state's item ids."""
@@ -131,7 +129,7 @@ class LocalMemories(MemoryBackend):
                 f"this MemRL state holds no memories, only a pointer to {source!r} (a memory service, or a store file "
                 "as older snapshots had); a local memory cannot load it: give it the same url= or start afresh"
             )
-        new_ids = self.ns.store.import_namespace(self.namespace, state["memories"])
+        new_ids = self.store.import_namespace(self.ns.name, state["memories"])
         self.log_ids = list(state["log_ids"])
         return new_ids
 

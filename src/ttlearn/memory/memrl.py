@@ -64,7 +64,8 @@ from ttlearn.memory.backends import LocalMemories, MemoryBackend, store_memories
 from ttlearn.memory.base import Memory
 from ttlearn.memory.embed import SIMILARITY_STATS
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
-from ttlearn.memory.store import Namespace, NewItem
+from ttlearn.memory.items import Namespace, NewItem
+from ttlearn.memory.store import MemoryStore
 from ttlearn.types import Episode, MemoryText
 
 WRITE_MODES = ("notes", "trajectory", "answer")
@@ -337,9 +338,17 @@ class MemRLMemory(Memory):
     @property
     def ns(self) -> Namespace:
         """The namespace of the local store; a memory on a service has none."""
+        return self._local().ns
+
+    @property
+    def store(self) -> MemoryStore:
+        """The local store; a memory on a service has none."""
+        return self._local().store
+
+    def _local(self) -> LocalMemories:
         if not isinstance(self.memories, LocalMemories):
             raise AttributeError(f"memory {self.name!r} lives in a memory service: it has no local namespace")
-        return self.memories.ns
+        return self.memories
 
     def context(self, query: str) -> str:
         chosen = self.memories.retrieve(query, self.cfg, self.rng, self.run_id)

@@ -22,7 +22,7 @@ import numpy as np
 from ttlearn.memory.backends import MemoryBackend
 from ttlearn.memory.base import MEMORY_KEY_ENV
 from ttlearn.memory.retrieval import RetrievalConfig
-from ttlearn.memory.store import Candidate, NewItem
+from ttlearn.memory.items import Candidate, NewItem
 
 try:
     import httpx2 as httpx

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ttlearn.memory.store import AffineUpdate, Candidate, Namespace
+from ttlearn.memory.items import AffineUpdate, Candidate, Namespace
 
 Z_CLIP = 3.0
 DEFAULT_ALPHA = 0.3

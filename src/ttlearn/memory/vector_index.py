@@ -1,7 +1,7 @@
 """The vector index of one namespace: unit vectors by row and their intent ids, searched exactly (numpy dot
 products) below a size threshold and through a usearch HNSW graph above it (built single-threaded, so it is
 deterministic; its hits are re-scored exactly). It can be saved to and loaded from one `.npz` file; the store decides
-whether a saved file still describes its rows (see `ttlearn.memory.store`)."""
+whether a saved file still describes its rows (see `ttlearn.memory.index_cache`)."""
 
 from __future__ import annotations
 

@@ -34,18 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ttlearn import __version__
 from ttlearn.memory.embed import Embedder, make_embedder
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
-from ttlearn.memory.store import (
-    DEFAULT_JOIN_THRESHOLD,
-    MAX_MAGNITUDE,
-    EmbedderMismatchError,
-    MemoryItem,
-    Namespace,
-    NamespaceSnapshot,
-    NewItem,
-    export_size,
-    json_text_bytes,
-)
-from ttlearn.memory.backends import open_store
+from ttlearn.memory.items import DEFAULT_JOIN_THRESHOLD, EmbedderMismatchError, MemoryItem, Namespace, NewItem
+from ttlearn.memory.snapshot import MAX_MAGNITUDE, NamespaceSnapshot, export_size, json_text_bytes
+from ttlearn.memory.store import MemoryStore
 from ttlearn.serve import (
     DEFAULT_AUTH_BURST,
     DEFAULT_AUTH_RATE,
@@ -220,7 +211,7 @@ class MemoryService:
     def __init__(
         self, store_path: str | Path, admin_key: str, *, rate: float, burst: float, quota: int, auth: RateLimiter
     ) -> None:
-        self.store = open_store(store_path)
+        self.store = MemoryStore(store_path)
         self.quota = quota
         self.keys = KeyRing(store_path)
         self.admin = AdminKey(admin_key)

@@ -1,0 +1,56 @@
+"""What a memory store's database does its own way, behind one small object: `MemoryStore` runs the same SQL on a
+SQLite file (`memory.sqlite.SqliteDialect`) and on PostgreSQL (`memory.postgres.PostgresDialect`), and asks its
+dialect only for what differs: how a write transaction runs and retries, how intent writers are serialised, how a
+restore's explicit ids move the id sequence, how a row is locked for reading, how a JSON export's text bytes are
+counted, whether another connection wrote since, and where a vector index may be saved."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Dialect(Protocol):
+    location: str
+    """Where the store is, fit to print (a database URL without its password)."""
+    conn: Any
+    """Runs the store's SQL as sqlite3 does: `?` placeholders, `lastrowid` after an INSERT, and `BEGIN` … `COMMIT`
+    around several reads that must see one snapshot."""
+    row_lock: str
+    """What a SELECT adds to lock the rows it reads until the transaction ends."""
+    unit_column: str
+    """SQL for the items' and retrievals' `unit`: `NULL` where an old file is read as it is."""
+
+    def write(self, body: Callable[[Any], T]) -> T:
+        """Run `body(conn)` in one write transaction, retried while it loses a race; commit, or roll back and raise."""
+        ...
+
+    def lock_intents(self, conn: Any, ns_id: int) -> None:
+        """Serialise the writers of namespace `ns_id`'s intent keys until the transaction ends."""
+        ...
+
+    def ids_kept(self, conn: Any, table: str) -> None:
+        """Rows of `table` were inserted with explicit ids: make sure the next id the table issues is above them."""
+        ...
+
+    def json_bytes(self, column: str) -> str:
+        """SQL: the bytes of a text column as a JSON export writes it (escapes counted)."""
+        ...
+
+    def data_version(self) -> int | None:
+        """A number that changes when another connection commits; None when there is no such number (then a vector
+        index catches up before every use)."""
+        ...
+
+    def index_dir(self) -> Path | None:
+        """Where the store's HNSW indexes are saved; None: nowhere, each process builds its own."""
+        ...
+
+    def integrity_check(self) -> str:
+        """Says "ok", or what is wrong."""
+        ...
+
+    def close(self) -> None: ...

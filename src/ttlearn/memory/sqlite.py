@@ -1,0 +1,212 @@
+"""The SQLite dialect of the memory store: the file's schema and its version, and the transactions that let several
+processes read and write one file.
+
+Layout (schema version 2):
+- `namespaces`: name, the embedder that wrote its vectors (name + dim) and a `generation` bumped by `reembed`.
+- `intents`: intent keys, the text and its unit-norm float32 embedding; items whose intent is ≥ 0.90 similar join one.
+- `items`: experience text, q_value, visits, last_reward and provenance (run id, the run's unit — task or game —,
+  `episode`: the attempt, created time).
+- `retrievals`: every retrieval with its candidates (similarity, Q, score), the chosen ids, run, unit and attempt.
+- `intent_rewrites`: per namespace, how often an intent row was updated or deleted (by trigger, in the writer's own
+  transaction), so a saved vector index knows when rows it holds changed (`memory.index_cache`).
+
+Concurrency: WAL journal, a busy timeout, and every write is one short `BEGIN IMMEDIATE` transaction retried on
+SQLITE_BUSY, so several processes can read and write one file; a killed writer leaves either its whole transaction
+or nothing. `PRAGMA data_version` tells a reader that another connection committed.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from ttlearn.untrusted import UntrustedFileError
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 2
+"""2 added `unit` (the run's task or game, 1-based) beside `episode` (the attempt) to items and retrievals: a
+writable open migrates a version-1 file; a read-only one reads it as it is, with no units."""
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS namespaces (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE,
+    embedder TEXT NOT NULL,
+    dim INTEGER NOT NULL CHECK (dim > 0),
+    generation INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS intents (
+    id INTEGER PRIMARY KEY,
+    namespace_id INTEGER NOT NULL REFERENCES namespaces(id) ON DELETE CASCADE,
+    text TEXT NOT NULL,
+    embedding BLOB NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS intents_by_namespace ON intents(namespace_id, id);
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY,
+    namespace_id INTEGER NOT NULL REFERENCES namespaces(id) ON DELETE CASCADE,
+    intent_id INTEGER NOT NULL REFERENCES intents(id) ON DELETE CASCADE,
+    experience TEXT NOT NULL,
+    q_value REAL NOT NULL,
+    visits INTEGER NOT NULL DEFAULT 0,
+    last_reward REAL,
+    run_id TEXT,
+    episode INTEGER,
+    created REAL NOT NULL,
+    unit INTEGER
+);
+CREATE INDEX IF NOT EXISTS items_by_intent ON items(intent_id);
+CREATE INDEX IF NOT EXISTS items_by_namespace ON items(namespace_id, id);
+CREATE TABLE IF NOT EXISTS retrievals (
+    id INTEGER PRIMARY KEY,
+    namespace_id INTEGER NOT NULL REFERENCES namespaces(id) ON DELETE CASCADE,
+    run_id TEXT,
+    episode INTEGER,
+    query TEXT NOT NULL,
+    candidates TEXT NOT NULL,
+    chosen TEXT NOT NULL,
+    explored INTEGER NOT NULL,
+    created REAL NOT NULL,
+    unit INTEGER
+);
+CREATE INDEX IF NOT EXISTS retrievals_by_episode ON retrievals(namespace_id, run_id, episode);
+"""
+_REWRITE_COUNTERS = (
+    "CREATE TABLE IF NOT EXISTS intent_rewrites (namespace_id INTEGER PRIMARY KEY, count INTEGER NOT NULL)",
+    """CREATE TRIGGER IF NOT EXISTS intent_rewritten AFTER UPDATE OF id, namespace_id, embedding ON intents BEGIN
+        INSERT INTO intent_rewrites VALUES (OLD.namespace_id, 1) ON CONFLICT DO UPDATE SET count = count + 1;
+        INSERT INTO intent_rewrites VALUES (NEW.namespace_id, 1) ON CONFLICT DO UPDATE SET count = count + 1;
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS intent_deleted AFTER DELETE ON intents BEGIN
+        INSERT INTO intent_rewrites VALUES (OLD.namespace_id, 1) ON CONFLICT DO UPDATE SET count = count + 1;
+    END""",
+)
+
+UNTRUSTED_READ_S = 20.0
+"""The longest a read-only command reads a store it was handed: a crafted file's views can recurse forever."""
+
+
+def _open_untrusted(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A read-only connection to a store named by a run directory (`memory inspect`, `explain`): a regular file,
+    opened with `mode=ro` and `query_only` (nothing written, not even a journal-mode switch), functions in its
+    schema not trusted, and every statement aborted after UNTRUSTED_READ_S."""
+    if path.is_symlink() or not path.is_file():
+        raise UntrustedFileError(f"{path} is not a regular file (a link, FIFO or device); refused")
+    conn = sqlite3.connect(
+        f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False
+    )
+    conn.execute("PRAGMA query_only = ON")
+    conn.execute("PRAGMA trusted_schema = OFF")
+    deadline = time.monotonic() + UNTRUSTED_READ_S
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    return conn
+
+
+class SqliteDialect:
+    """One SQLite store file (`memory.dialect.Dialect`): created and migrated when opened for writing, read as it is
+    (any version this code knows) when `read_only`."""
+
+    row_lock = ""
+    """None: the write transaction already holds the file's one write lock."""
+    unit_column = "unit"
+
+    def __init__(self, path: str | Path, *, timeout_s: float, read_only: bool) -> None:
+        self.location = str(path)
+        self.timeout_s = timeout_s
+        if read_only:
+            self.conn = _open_untrusted(Path(path), timeout_s)
+            self._check_version(self.conn)
+            return
+        Path(self.location).parent.mkdir(parents=True, exist_ok=True)
+        self.conn = sqlite3.connect(self.location, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        self.conn.execute("PRAGMA foreign_keys = ON")
+        self._retry(lambda: self.conn.execute("PRAGMA journal_mode = WAL"))
+        self.conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable across process crashes
+        self.write(self._create_schema)
+
+    def _retry(self, action: Callable[[], T]) -> T:
+        """Run `action`, retrying with jittered backoff while SQLite says the database is busy or locked."""
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.001
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                busy = "locked" in str(exc) or "busy" in str(exc)
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 0.05)
+
+    def write(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run `body` inside one BEGIN IMMEDIATE transaction (retried while busy); commit, or roll back and raise."""
+
+        def attempt() -> T:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = body(self.conn)
+                self.conn.execute("COMMIT")
+                return result
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+
+        return self._retry(attempt)
+
+    def _create_schema(self, conn: sqlite3.Connection) -> None:
+        for statement in _SCHEMA.split(";"):  # not executescript: it would commit our transaction
+            if statement.strip():
+                conn.execute(statement)
+        for statement in _REWRITE_COUNTERS:
+            conn.execute(statement)
+        if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() is None:
+            conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        if self._check_version(conn) == 1:
+            for table in ("items", "retrievals"):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN unit INTEGER")
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            self.unit_column = "unit"
+
+    def _check_version(self, conn: sqlite3.Connection) -> int:
+        """The file's schema version, 1 or 2 (else a ValueError); remembers whether it has units."""
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"{self.location} is not a ttlearn memory store ({exc})") from None
+        if row is None or str(row[0]) not in ("1", str(SCHEMA_VERSION)):
+            found = "no memory-store schema version" if row is None else f"memory-store schema version {row[0]}"
+            raise ValueError(f"{self.location} has {found}; this ttlearn reads versions 1 and {SCHEMA_VERSION}")
+        version = int(row[0])
+        self.unit_column = "unit" if version == SCHEMA_VERSION else "NULL"
+        return version
+
+    def lock_intents(self, conn: sqlite3.Connection, ns_id: int) -> None:
+        """Nothing to take: BEGIN IMMEDIATE already holds the file's one write lock."""
+
+    def ids_kept(self, conn: sqlite3.Connection, table: str) -> None:
+        """Nothing to move: SQLite's next id follows the largest anyway."""
+
+    def json_bytes(self, column: str) -> str:
+        return f"(length(CAST(json_quote({column}) AS BLOB)) - 2)"
+
+    def data_version(self) -> int:
+        return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def index_dir(self) -> Path:
+        """Beside the file: `<store>.index/`."""
+        return Path(f"{self.location}.index")
+
+    def integrity_check(self) -> str:
+        return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])
+
+    def close(self) -> None:
+        self.conn.close()
