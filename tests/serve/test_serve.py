@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.serve.app import create_app, within_budget  # noqa: E402
 from ttlearn.serve.auth import AdminKey, read_admin_key  # noqa: E402
 from ttlearn.serve.bodies import MAX_ERRORS, error_detail  # noqa: E402
-from ttlearn.serve.limits import RateLimiter, take_token  # noqa: E402
+from ttlearn.serve.limits import LogRateLimit, RateLimiter, take_token  # noqa: E402
 
 ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
 
@@ -475,3 +476,22 @@ def test_imported_vectors_must_be_finite_unit_vectors(service: Service) -> None:
         assert response.status_code == 422 and "unit vectors" in response.text, response.text
     assert service.export("b")["items"] == []
     assert service.call("POST", "/v1/namespaces/b/import", service.keys["b"], json=exported).status_code == 200
+
+
+def test_the_error_log_passes_five_of_a_kind_per_window_and_counts_the_rest() -> None:
+    now = [0.0]
+    limit = LogRateLimit(burst=5, window_s=10.0, clock=lambda: now[0])
+
+    def record(message: str) -> logging.LogRecord:
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, None, None)
+
+    passed = [limit.filter(record("socket.accept() out of system resource\nsocket: fd=11")) for _ in range(2048)]
+    assert passed.count(True) == 5 and passed[:5] == [True] * 5  # 2,043 dropped in the first window
+    assert limit.filter(record("another kind"))  # kinds are counted apart
+    now[0] = 10.0
+    first = record("socket.accept() out of system resource\nsocket: fd=11")
+    assert limit.filter(first) and "(2043 more like it in the last 10 s were not logged)" in first.getMessage()
+    again = record("socket.accept() out of system resource\nsocket: fd=11")
+    assert limit.filter(again) and "more like it" not in again.getMessage()
+    with pytest.raises(ValueError, match="burst"):
+        LogRateLimit(burst=0)

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -158,9 +159,12 @@ def slow_connection(port: int, source: str) -> socket.socket:
 
 
 def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed `sock` (what it had sent is read and dropped first)."""
     sock.setblocking(False)
     try:
-        return sock.recv(1) == b""
+        while sock.recv(65536):
+            pass
+        return True
     except BlockingIOError:
         return False
     except OSError:
@@ -396,3 +400,75 @@ def test_two_replicas_on_one_postgresql_database_answer_alike_and_lose_no_feedba
     finally:
         assert [r.stop() for r in replicas] == [0, 0]
 
+
+
+HEALTH = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+def pipelining_reader(port: int, source: str, requests: int) -> socket.socket | None:
+    """A connection from loopback address `source` that pipelines `requests` health checks and never reads an answer
+    (a small receive buffer, so its answers pile up on the server's side at once); None if it was not accepted."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.bind((source, 0))
+    sock.settimeout(5)
+    try:
+        sock.connect(("127.0.0.1", port))
+    except OSError:
+        sock.close()
+        return None
+    sock.setblocking(False)
+    data = HEALTH * requests
+    try:
+        while data:
+            data = data[sock.send(data) :]
+    except OSError:
+        pass  # the server stopped reading (or dropped us): the rest is never sent
+    return sock
+
+
+def test_slow_readers_that_pipeline_cannot_starve_other_clients(tmp_path: Path) -> None:
+    """20 loopback addresses × 16 connections that pipeline 2,000 health checks each and never read an answer, against
+    a server with 128 descriptors: before the write guard every stuck answer held its connection for ever (neither
+    the read timeout nor --max-waiting saw it), asyncio retried the failed accepts in a tight loop and 5 of 5 health
+    checks timed out while the log grew by 60 MB of EMFILE tracebacks. Now the server never runs out of descriptors
+    (the oldest connection makes room), a stuck answer counts as waiting, a connection reads ahead at most 16
+    requests, an answer not taken within the write timeout is dropped, and the error log is rate-limited."""
+    server = Server(
+        tmp_path / "readers.sqlite", "--read-timeout", "3", "--write-timeout", "2", "--connections-per-client", "16",
+        "--max-waiting", "48", open_files=128,
+    )
+    socks: list[socket.socket | None] = []
+
+    def attack() -> None:
+        for address in range(10, 30):
+            socks.extend(pipelining_reader(server.port, f"127.0.0.{address}", 2000) for _ in range(16))
+
+    attacker = threading.Thread(target=attack)
+    try:
+        attacker.start()
+        time.sleep(1.0)  # the attack is under way
+        codes, latencies = [], []
+        for _ in range(5):
+            start = time.monotonic()
+            try:
+                codes.append(httpx2.get(f"{server.url}/v1/health", timeout=10).status_code)
+            except httpx2.HTTPError as exc:
+                codes.append(type(exc).__name__)
+            latencies.append(time.monotonic() - start)
+        attacker.join(timeout=120)
+        assert codes == [200] * 5, (codes, latencies)
+        assert sorted(latencies)[2] < 3.0, latencies
+        opened = [sock for sock in socks if sock is not None]
+        deadline = time.monotonic() + 10.0  # the write timeout, the read timeout and a margin
+        while not all(map(closed_by_server, opened)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(map(closed_by_server, opened)), f"{sum(map(closed_by_server, opened))} of {len(opened)} closed"
+    finally:
+        attacker.join(timeout=120)
+        for sock in socks:
+            if sock is not None:
+                sock.close()
+        assert server.stop() == 0
+    log = server.log.read_text()
+    assert log.count("Too many open files") <= 5 and "Exception in ASGI application" not in log, log[-3000:]

@@ -13,10 +13,12 @@ from ttlearn.serve import (
     DEFAULT_BURST,
     DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_PIPELINED,
     DEFAULT_MAX_WAITING,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
     DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_WRITE_TIMEOUT_S,
 )
 
 
@@ -43,12 +45,20 @@ def serve(
     read_timeout: float = typer.Option(
         DEFAULT_READ_TIMEOUT_S, min=0.1, help="Seconds a request may take to arrive (head and body); then closed."
     ),
+    write_timeout: float = typer.Option(
+        DEFAULT_WRITE_TIMEOUT_S, min=0.1, help="Seconds a client may leave an answer unread (it cannot be sent); then "
+        "the connection is dropped."
+    ),
+    max_pipelined: int = typer.Option(
+        DEFAULT_MAX_PIPELINED, min=0, help="Requests a connection may send ahead, before reading the answers to "
+        "earlier ones; then it is closed (0 = no cap)."
+    ),
     connections_per_client: int = typer.Option(
         DEFAULT_CONNECTIONS_PER_CLIENT, min=0, help="Connections one client address may hold at once (0 = no cap)."
     ),
     max_waiting: int = typer.Option(
-        DEFAULT_MAX_WAITING, min=0, help="Connections waiting for a request, all clients together; past it the "
-        "longest-waiting one is closed (0 = no cap)."
+        DEFAULT_MAX_WAITING, min=0, help="Connections waiting for a request or for their client to read an answer, "
+        "all clients together; past it the longest-waiting one is dropped (0 = no cap)."
     ),
     trusted_proxy: Optional[str] = typer.Option(
         None, help="Address(es) of your reverse proxy, comma-separated: only then is X-Forwarded-For believed."
@@ -66,5 +76,11 @@ def serve(
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
     admin_key = read_admin_key(admin_key_file)
     limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota, auth_rate=auth_rate, auth_burst=auth_burst)
-    guards = dict(read_timeout_s=read_timeout, per_client=connections_per_client, max_waiting=max_waiting)
+    guards = dict(
+        read_timeout_s=read_timeout,
+        write_timeout_s=write_timeout,
+        max_pipelined=max_pipelined,
+        per_client=connections_per_client,
+        max_waiting=max_waiting,
+    )
     run_server(store, host=host, port=port, admin_key=admin_key, trusted_proxy=trusted_proxy, **guards, **limits)

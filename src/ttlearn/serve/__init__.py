@@ -17,7 +17,12 @@ DEFAULT_AUTH_BURST = 10.0
 """Failed authentications an address may make at once before the rate applies."""
 DEFAULT_READ_TIMEOUT_S = 10.0
 """Seconds a request may take to arrive whole (head and body); a slower connection is closed."""
+DEFAULT_WRITE_TIMEOUT_S = 30.0
+"""Seconds a client may leave part of an answer unread (the service cannot send it); then the connection is dropped."""
+DEFAULT_MAX_PIPELINED = 16
+"""Requests in a row a connection may send before reading the answers to the earlier ones; then it is closed."""
 DEFAULT_CONNECTIONS_PER_CLIENT = 32
 """Connections one client address may hold at once; more are closed as soon as they are accepted."""
 DEFAULT_MAX_WAITING = 256
-"""Connections the whole server keeps waiting for a request (over every address); past it the oldest is closed."""
+"""Connections the whole server keeps waiting for a request or for their client to read an answer (over every
+address); past it the oldest is dropped."""

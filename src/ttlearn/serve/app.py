@@ -15,6 +15,7 @@ authentication, rate limit, body limit and schema checks, so a refused request w
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import threading
@@ -43,15 +44,17 @@ from ttlearn.serve import (
     DEFAULT_BURST,
     DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
+    DEFAULT_MAX_PIPELINED,
     DEFAULT_MAX_WAITING,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
     DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_WRITE_TIMEOUT_S,
 )
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
-from ttlearn.serve.connections import guarded_h11
-from ttlearn.serve.limits import BodyLimit, RateLimiter
+from ttlearn.serve.connections import ACCEPT_BATCH, guarded_h11
+from ttlearn.serve.limits import BodyLimit, LogRateLimit, RateLimiter
 
 _RETRIEVAL = RetrievalConfig()
 Finite = Annotated[float, Field(allow_inf_nan=False)]
@@ -532,13 +535,16 @@ def serve(
     port: int,
     admin_key: str,
     read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S,
+    max_pipelined: int = DEFAULT_MAX_PIPELINED,
     per_client: int = DEFAULT_CONNECTIONS_PER_CLIENT,
     max_waiting: int = DEFAULT_MAX_WAITING,
     trusted_proxy: str | None = None,
     **limits: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
-    Connections are guarded by `guarded_h11(read_timeout_s, per_client, max_waiting)`; `limits` go to `create_app`.
+    Connections are guarded by `guarded_h11` (the timeouts, the read-ahead and the two connection caps); `limits` go
+    to `create_app`. The error log (uvicorn's and asyncio's) is rate-limited (`LogRateLimit`).
     Proxy headers (X-Forwarded-For) are ignored unless `trusted_proxy` names the proxy's address(es): uvicorn would
     otherwise believe them from loopback, and one header per request would dodge the per-address limits.
 
@@ -548,9 +554,15 @@ def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
     app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_rate, auth_burst
-    http = guarded_h11(read_timeout_s, per_client, max_waiting)
+    http = guarded_h11(read_timeout_s, per_client, max_waiting, write_timeout_s, max_pipelined)
     proxy = {"proxy_headers": trusted_proxy is not None, "forwarded_allow_ips": trusted_proxy or ""}
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=http, timeout_graceful_shutdown=30, **proxy)).run()
+    config = uvicorn.Config(
+        app, host=host, port=port, http=http, backlog=ACCEPT_BATCH, timeout_graceful_shutdown=30, **proxy
+    )
+    quiet = LogRateLimit()  # after uvicorn.Config, which configures the loggers
+    for name in ("asyncio", "uvicorn.error"):
+        logging.getLogger(name).addFilter(quiet)
+    uvicorn.Server(config).run()
 
 
 def _exit_cleanly(signum: int, frame: object) -> None:

@@ -1,23 +1,41 @@
-"""What one client may hold of the memory service's connections: how many at once, and for how long per request.
+"""What one client may hold of the memory service's connections: how many at once, for how long per request, and for
+how long an answer it does not read.
 
-uvicorn's HTTP/1.1 protocol (h11) waits for a request head without a deadline: a client that opens connections
-and sends a few bytes now and then (slow loris) keeps each one, and enough of them exhaust the process's file
-descriptors so that nobody else is answered. `guarded_h11` adds two rules to uvicorn's own protocol class:
+uvicorn's HTTP/1.1 protocol (h11) waits for a request head without a deadline, and for a client to take its answer
+without one either: a client that opens connections and sends a few bytes now and then (slow loris), or that
+pipelines requests and never reads the answers (its answers pile up unsent, and `transport.close()` waits for them
+for ever), keeps each connection, and enough of them exhaust the process's file descriptors so that nobody else is
+answered. `guarded_h11` adds these rules to uvicorn's own protocol class:
 
 - a request must arrive whole (head and body) within `read_timeout_s` of the connection opening or of the previous
   answer on it, else the connection is closed; the time the service takes to answer is not counted;
+- an answer the client does not take (bytes left unsent because it does not read) must be taken within
+  `write_timeout_s`, else the connection is dropped with what it holds;
+- a connection reads ahead at most `max_pipelined` requests whose answers were not yet asked for by the client
+  (requests already waiting when the previous answer was done); past it the connection is closed after the answers
+  it has;
+- the server holds at most `max_open` connections (by default what its descriptor limit leaves free, less a reserve
+  and one batch of accepts: `descriptor_budget`); a new connection past it drops the longest-waiting one, or when
+  none waits the oldest one. Running out of descriptors must not happen: asyncio then retries the failed accept in a
+  tight loop, logging each failure, and answers nobody. It accepts up to its listen backlog in one go before any
+  connection is seen here, so the server listens with a short backlog (`ACCEPT_BATCH`; past it the kernel makes new
+  clients retry their connection);
 - one client address holds at most `per_client` connections; the next ones are closed as soon as they are accepted;
-- the whole server keeps at most `max_waiting` connections waiting for a request (half-open ones, over every
-  address: an attacker with many addresses is not held by the per-address cap); a new connection past it closes the
-  one that has waited longest, so a newcomer is always read and the descriptors in use stay bounded.
+- the whole server keeps at most `max_waiting` connections waiting — for a request, or for the client to take an
+  answer (over every address: an attacker with many addresses is not held by the per-address cap); a new connection
+  past it drops the one that has waited longest, so a newcomer is always read and the descriptors in use stay
+  bounded.
 
-Behind a reverse proxy every client shares the proxy's address: raise `per_client` there, and let the proxy bound
-its own clients.
+A connection closed with unsent bytes is aborted (closing it would wait for a client that does not read). Behind a
+reverse proxy every client shares the proxy's address: raise `per_client` there, and let the proxy bound its own
+clients.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 from collections import Counter
 from typing import Any
 
@@ -28,19 +46,49 @@ _WAITING = (h11.IDLE, h11.SEND_BODY)
 """The client's h11 states while the service still waits for (part of) its request."""
 
 
+DESCRIPTOR_RESERVE = 32
+"""Descriptors kept free for everything but connections: the store's files, a module imported late, the log."""
+ACCEPT_BATCH = 16
+"""The listen backlog: also how many connections asyncio accepts at once before the protocol sees any of them."""
+
+
+def descriptor_budget(reserve: int = DESCRIPTOR_RESERVE + ACCEPT_BATCH) -> int:
+    """The connections this process can hold: its descriptor limit, less those open now and `reserve`."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if limit == resource.RLIM_INFINITY:
+        return 0
+    in_use = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else 16
+    return max(1, limit - in_use - reserve)
+
+
 class _GuardedH11(H11Protocol):
     read_timeout_s: float
+    write_timeout_s: float
+    max_pipelined: int
+    max_open: int
     per_client: int
     max_waiting: int
     open_by_address: Counter[str]
+    opened: dict[_GuardedH11, None]
+    """The open connections, oldest first."""
     waiting: dict[_GuardedH11, None]
-    """The connections waiting for a request, oldest first (a dict keeps insertion order)."""
+    """The connections waiting for a request or for their client to read, oldest first (a dict keeps insertion
+    order)."""
 
     _address: str | None = None
     _deadline: asyncio.TimerHandle | None = None
+    _stuck = False
+    """Whether the client leaves part of an answer unsent (the transport paused writing): then the deadline is the
+    write timeout's."""
+    _read_ahead = 0
+    """Answers in a row finished while the client's next request was already waiting (pipelined)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        transport.set_write_buffer_limits(high=0)  # a byte left unsent pauses writing: that is a stuck answer
+        if self.max_open > 0 and len(self.opened) >= self.max_open:
+            next(iter(self.waiting or self.opened))._drop()
+        self.opened[self] = None
         address = self.client[0] if self.client else None
         if address is not None and self.per_client > 0:
             if self.open_by_address[address] >= self.per_client:
@@ -49,13 +97,12 @@ class _GuardedH11(H11Protocol):
             self.open_by_address[address] += 1
             self._address = address
         if self.max_waiting > 0 and len(self.waiting) >= self.max_waiting:
-            oldest = next(iter(self.waiting))
-            oldest._disarm()
-            oldest.transport.close()
-        self._arm()
+            next(iter(self.waiting))._drop()
+        self._arm(self.read_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self.opened.pop(self, None)
         if self._address is not None:
             self.open_by_address[self._address] -= 1
             if not self.open_by_address[self._address]:
@@ -65,17 +112,33 @@ class _GuardedH11(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self.conn.their_state not in _WAITING:
+        if not self._stuck and self.conn.their_state not in _WAITING:
             self._disarm()  # the request is in: the time to answer it is not the client's
 
     def on_response_complete(self) -> None:
+        pipelined = bool(self.conn.trailing_data[0])
+        self._read_ahead = self._read_ahead + 1 if pipelined else 0
+        if self.max_pipelined > 0 and self._read_ahead > self.max_pipelined:
+            self.transport.close()  # what was answered is still sent; uvicorn then reads no further request
         super().on_response_complete()
-        if not self.transport.is_closing() and self.conn.their_state in _WAITING:
-            self._arm()  # the next request on this connection gets its own deadline
+        if not self._stuck and not self.transport.is_closing() and self.conn.their_state in _WAITING:
+            self._arm(self.read_timeout_s)  # the next request on this connection gets its own deadline
 
-    def _arm(self) -> None:
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._stuck = True
+        self._arm(self.write_timeout_s)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._stuck = False
         self._disarm()
-        self._deadline = self.loop.call_later(self.read_timeout_s, self._expire)
+        if not self.transport.is_closing() and self.conn.their_state in _WAITING and self.conn.our_state is h11.IDLE:
+            self._arm(self.read_timeout_s)
+
+    def _arm(self, seconds: float) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expire)
         self.waiting[self] = None
 
     def _disarm(self) -> None:
@@ -87,25 +150,49 @@ class _GuardedH11(H11Protocol):
     def _expire(self) -> None:
         self._deadline = None
         self.waiting.pop(self, None)
-        if self.conn.their_state in _WAITING and not self.transport.is_closing():
+        if self._stuck or self.conn.their_state in _WAITING:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Close the connection now: aborted when an answer is left unsent (a close would wait for the client) or
+        an answer is being made (the client is dropped for a newcomer)."""
+        self._disarm()
+        self.opened.pop(self, None)
+        if self.transport.get_write_buffer_size() > 0 or self.conn.their_state not in _WAITING:
+            self.transport.abort()
+        elif not self.transport.is_closing():
             self.transport.close()
 
 
-def guarded_h11(read_timeout_s: float, per_client: int, max_waiting: int = 0) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with the three rules above, as a class to pass as `uvicorn.Config(http=...)` (one per
-    server: it counts that server's connections); `per_client` 0 lifts the per-address cap, `max_waiting` 0 the
-    server-wide one."""
-    if read_timeout_s <= 0:
-        raise ValueError(f"the read timeout must be positive, got {read_timeout_s}")
-    if per_client < 0:
-        raise ValueError(f"connections per client must be 0 (no cap) or more, got {per_client}")
-    if max_waiting < 0:
-        raise ValueError(f"waiting connections must be 0 (no cap) or more, got {max_waiting}")
+def guarded_h11(
+    read_timeout_s: float,
+    per_client: int,
+    max_waiting: int = 0,
+    write_timeout_s: float = 30.0,
+    max_pipelined: int = 16,
+    max_open: int | None = None,
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with the rules above, as a class to pass as `uvicorn.Config(http=...)` (one per server:
+    it counts that server's connections); `per_client` 0 lifts the per-address cap, `max_waiting` 0 the server-wide
+    one, `max_pipelined` 0 the read-ahead one, `max_open` 0 the cap on open connections (None: `descriptor_budget`,
+    measured now)."""
+    for name, seconds in (("read", read_timeout_s), ("write", write_timeout_s)):
+        if seconds <= 0:
+            raise ValueError(f"the {name} timeout must be positive, got {seconds}")
+    max_open = descriptor_budget() if max_open is None else max_open
+    for what, count in (("connections per client", per_client), ("waiting connections", max_waiting),
+                        ("pipelined requests", max_pipelined), ("open connections", max_open)):  # fmt: skip
+        if count < 0:
+            raise ValueError(f"{what} must be 0 (no cap) or more, got {count}")
     attributes: dict[str, Any] = {
         "read_timeout_s": read_timeout_s,
+        "write_timeout_s": write_timeout_s,
+        "max_pipelined": max_pipelined,
+        "max_open": max_open,
         "per_client": per_client,
         "max_waiting": max_waiting,
         "open_by_address": Counter(),
+        "opened": {},
         "waiting": {},
     }
     return type("GuardedH11Protocol", (_GuardedH11,), attributes)

@@ -1,9 +1,10 @@
 """What one caller may cost the memory service: requests per second per key, failed authentications per second per
-address, and bytes per request body."""
+address, bytes per request body, and lines in the service's own error log."""
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -123,3 +124,38 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+class LogRateLimit(logging.Filter):
+    """A logging filter: at most `burst` records of one kind (logger, level and first line of the message) per
+    `window_s`; the rest are dropped and counted, and the first one let through after them says how many. A server
+    out of descriptors logs each failed accept with its traceback, thousands a second: an attacker who can cause an
+    error must not be able to fill the disk with it."""
+
+    def __init__(self, burst: int = 5, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        if burst < 1 or window_s <= 0:
+            raise ValueError(f"a log rate limit needs a burst of at least 1 and a positive window, got {burst}, {window_s}")
+        self.burst, self.window_s, self._clock = burst, window_s, clock
+        self._kinds: dict[tuple[str, int, str], list[float]] = {}  # kind → [window start, let through, dropped]
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = (record.name, record.levelno, str(record.msg).split("\n", 1)[0][:200])
+        with self._lock:
+            now = self._clock()
+            window = self._kinds.get(kind)
+            if window is None or now - window[0] >= self.window_s:
+                dropped = int(window[2]) if window else 0
+                if len(self._kinds) > 10_000:  # message kinds an attacker can vary: forget the old windows
+                    self._kinds = {k: w for k, w in self._kinds.items() if now - w[0] < self.window_s}
+                self._kinds[kind] = [now, 1.0, 0.0]
+            elif window[1] < self.burst:
+                window[1] += 1
+                dropped = 0
+            else:
+                window[2] += 1
+                return False
+        if dropped:
+            record.msg = f"{record.msg}\n({dropped} more like it in the last {self.window_s:g} s were not logged)"
+        return True
