@@ -47,6 +47,21 @@ def _open(path: Path, flags: int) -> int:
     return fd
 
 
+def regular_directory(path: Path) -> None:
+    """Refuse `path` unless it is a directory (not a link to one) holding regular files only (a trainer's
+    checkpoint, read by libraries that open its files by name)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise UntrustedFileError(f"{path} is a symbolic link; a run directory holds only regular files")
+    if not path.is_dir():
+        raise UntrustedFileError(f"{path} is not a directory; refused")
+    for entry in os.scandir(path):
+        if entry.is_symlink():
+            raise UntrustedFileError(f"{entry.path} is a symbolic link; a run directory holds only regular files")
+        if not entry.is_file(follow_symlinks=False):
+            raise UntrustedFileError(f"{entry.path} is not a regular file (a FIFO, device or directory); refused")
+
+
 @contextmanager
 def open_regular(path: Path, mode: str = "rb") -> Iterator[IO[Any]]:
     """`path` opened as a binary file: "rb" to read, "ab" to append (created when missing), "r+b" to cut."""

@@ -9,7 +9,8 @@ A run directory OUT holds
     episodes.jsonl  every episode the step played (a trainer adds them to `self.played`), written by the run
                     writer (`RunDir.record_played`) before the step's metrics and cut on resume alike
     step_0004/      a checkpoint: the LoRA adapter (peft) + trainer_state.pt (step, optimiser, torch / python / numpy
-                    RNG states), written to a scratch directory and renamed, so it is complete or absent
+                    RNG states: tensors, numbers and lists only, read with `torch.load(weights_only=True)`), written
+                    to a scratch directory and renamed, so it is complete or absent
     final/          the adapter after the last step; play it with `hf:OUT/final`
 
 A new trainer is one module in this package: a `TrainConfig` subclass (every field with a `description`, which a
@@ -24,6 +25,10 @@ Data parallel (`accelerate launch`, `torchrun`): one process per GPU, each on `c
 directory, every rank reads the checkpoint, and the ranks meet at barriers around writes. In one process the helpers
 are no-ops. torch is imported inside functions, so the registry lists trainers on an install without the `train`
 extra.
+
+A trainer's directory may come from anyone, like a run directory (docs/run-directory.md): resuming reads only
+regular files inside it (`ttlearn.untrusted`; a checkpoint is a real directory of regular files) and unpickles
+nothing but tensors and plain values, so a crafted checkpoint cannot run code.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ttlearn.registry import Registry
 from ttlearn.runs import RunDir, append_durable, read_durable
 from ttlearn.types import Episode
+from ttlearn.untrusted import UntrustedFileError, open_regular, read_json, regular_directory, write_atomic
 
 if TYPE_CHECKING:
     from ttlearn.llm.hf import HFPolicy
@@ -183,6 +189,30 @@ def read_metrics(out: Path) -> list[dict[str, Any]]:
     return read_durable(path, repair=False) if path.exists() else []
 
 
+def load_trainer_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's trainer state, unpickling only tensors and plain values (`weights_only=True`; numpy's array
+    reconstruction too, which checkpoints written before held), onto the CPU: the RNG states must live there, and
+    the optimiser moves its state to the parameters. A file that holds anything else is refused in one line."""
+    import pickle
+    import re
+
+    import torch
+
+    arrays = [np.empty(0).__reduce__()[0], np.ndarray, np.dtype, type(np.dtype(np.uint32))]
+    try:
+        with open_regular(path) as fh, torch.serialization.safe_globals(arrays):
+            state = torch.load(fh, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as exc:
+        named = re.search(r"GLOBAL (\S+)|got <class '([^']+)'>", str(exc))
+        reason = f"it names {named[1] or named[2]}" if named else type(exc).__name__
+        raise UntrustedFileError(
+            f"{path} holds more than tensors and plain values ({reason}); refused: a checkpoint runs no code"
+        ) from None
+    if not isinstance(state, dict) or not isinstance(state.get("step"), int):
+        raise UntrustedFileError(f"{path} is not a trainer state (no step); refused")
+    return state
+
+
 # ---- the trainer -------------------------------------------------------------------------------------------------
 class Trainer(ABC):
     """The loop of a trainer: claim or reopen the run directory, load the policy and the optimiser, resume from the
@@ -254,12 +284,13 @@ class Trainer(ABC):
 
         def fill(directory: Path) -> None:
             self.policy.save_adapter(directory)
+            kind, keys, position, has_gauss, gauss = np.random.get_state()
             state = {
                 "step": self.step,
                 "optimizer": self.optimizer.state_dict(),
                 "torch_rng": torch.get_rng_state(),
                 "python_rng": random.getstate(),
-                "numpy_rng": np.random.get_state(),
+                "numpy_rng": (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss),
             }
             torch.save(state, directory / RunDir.TRAINER_STATE)
 
@@ -271,13 +302,14 @@ class Trainer(ABC):
 
         step, checkpoint = 0, last_checkpoint(self.out)
         if checkpoint is not None:
+            regular_directory(checkpoint)
             self.policy.load_adapter(checkpoint)
-            # onto the CPU: the RNG states must live there, and the optimiser moves its state to the parameters
-            state = torch.load(checkpoint / RunDir.TRAINER_STATE, map_location="cpu", weights_only=False)
+            state = load_trainer_state(checkpoint / RunDir.TRAINER_STATE)
             self.optimizer.load_state_dict(state["optimizer"])
             torch.set_rng_state(state["torch_rng"])
             random.setstate(state["python_rng"])
-            np.random.set_state(state["numpy_rng"])
+            kind, keys, position, has_gauss, gauss = state["numpy_rng"]
+            np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), position, has_gauss, gauss))
             step = int(state["step"])
         for log in (RunDir(self.out) / RunDir.METRICS, RunDir(self.out).played):
             if log.exists():  # the block ends at the last line of a checkpointed step; later lines are cut
@@ -290,8 +322,8 @@ class Trainer(ABC):
         """Write config.json, or check that the one already there describes the same experiment."""
         saved_file = RunDir(self.out) / RunDir.TRAINER_CONFIG
         current = json.loads(self.config.model_dump_json())
-        if saved_file.is_file():
-            changed = changed_fields(json.loads(saved_file.read_text()), current, self.config.resumable)
+        if saved_file.is_symlink() or saved_file.exists():
+            changed = changed_fields(read_json(saved_file), current, self.config.resumable)
             if changed:
                 raise ValueError(
                     f"{self.out} holds a run with different settings ({', '.join(changed)}); "
@@ -302,9 +334,7 @@ class Trainer(ABC):
 
         def write() -> None:
             self.out.mkdir(parents=True, exist_ok=True)
-            tmp = saved_file.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(current, indent=2))
-            os.replace(tmp, saved_file)
+            write_atomic(saved_file, json.dumps(current, indent=2))
 
         self._on_rank0(write)
 
