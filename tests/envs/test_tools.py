@@ -8,18 +8,9 @@ import pytest
 
 from ttlearn.data.bfcl import PREPARE_COMMAND
 from ttlearn.envs import make_env
-from ttlearn.envs.tools import (
-    CATEGORIES,
-    END_TURN,
-    INVALID_PENALTY,
-    TURN_CALL_LIMIT,
-    Call,
-    MalformedCall,
-    Tools,
-    in_split,
-    read_call,
-    signature,
-)
+from ttlearn.envs._bfcl_tasks import CATEGORIES, in_split, signature
+from ttlearn.envs._tool_calls import Call, MalformedCall, read_call
+from ttlearn.envs.tools import END_TURN, INVALID_PENALTY, TURN_CALL_LIMIT, Tools
 
 # -- the parse rule (no data needed) ---------------------------------------------------------------------------
 
