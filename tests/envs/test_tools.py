@@ -229,6 +229,30 @@ def test_data_prepare_is_idempotent():
     assert result.exit_code == 0 and "tools: ready in" in result.output
 
 
+@pytest.mark.parametrize(
+    "reply, call",
+    [
+        ("ſudo(x=1)", Call("sudo", (), (("x", 1),))),  # ſ (long s) is s to Python: it once read as `udo(x=1)`
+        ("ｄｅｌｅｔｅ_file(name='a')", Call("delete_file", (), (("name", "a"),))),  # once `_file(name='a')`
+        ("functions.ｌｓ(a=True)", Call("ls", (), (("a", True),))),
+        ("ℌelp()", Call("Help")),
+    ],
+)
+def test_python_call_names_are_normalised_as_json_ones_are(reply, call):
+    """A non-ASCII start of a name made the Python syntax drop it (`ſudo(x=1)` called `udo`), while the JSON form
+    normalises the whole name (NFKC) or refuses it: both syntaxes now read the same name."""
+    assert read_call(reply) == call
+    name = reply.partition("(")[0].rsplit(".", 1)[-1]
+    assert read_call(f'{{"name": "{name}", "arguments": {{}}}}').name == call.name
+
+
+@pytest.mark.parametrize("reply", ["éx(a=1)", "caféls()", "xé(a=1)", "e\u0301x(a=1)"])
+def test_python_call_names_that_stay_non_ascii_are_refused_whole(reply):
+    """`éx(…)` once called `x`; a name whose NFKC form is not ASCII is refused, as in JSON, never cut."""
+    with pytest.raises(MalformedCall, match="ASCII"):
+        read_call(reply)
+
+
 HOSTILE_REPLIES = {
     "keyword argument name": '{"name": "mv", "arguments": {"from": "a", "to": "b"}}',
     "class argument name": '{"name": "ls", "arguments": {"class": 1}}',

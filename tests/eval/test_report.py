@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from ttlearn.cli import app
 from ttlearn.eval.report import build_report, write_report
-from ttlearn.eval.report.plots import curves_chart, method_styles, plot_range
+from ttlearn.eval.report.plots import curves_chart, elo_chart, method_styles, plot_range, success_chart
 from ttlearn.runs import Run, RunConfig
 from ttlearn.types import Episode, Step
 
@@ -268,3 +268,18 @@ def test_curves_plot_draws_one_line_per_method_per_opponent_with_deterministic_b
             line = re.search(r'<path d="M ([^"]+)"', group).group(1)
             assert line.count("\nL ") == 3  # four games, one vertex each
             assert f"stroke: {styles[method][0]}" in group
+
+
+def test_names_with_dollars_are_drawn_as_plain_text():
+    """A method named `$\\frac{$` made `ttlearn report` fail (matplotlib read it as mathtext); every label is text."""
+    names = ["$\\frac{$", "$x^2$", "plain"]
+    styles = method_styles(names)
+    series = {"t": [1, 2], "mean": [0.0, 1.0], "low": [None, None], "high": [None, None]}
+    svgs = [
+        curves_chart({"$opp$": {name: series for name in names}}, styles),
+        success_chart({name: [0.5, 1.0] for name in names}, styles),
+        elo_chart([{"method": name, "elo": 1000.0 + i, "ci_low": None, "ci_high": None} for i, name in enumerate(names)],
+                  styles, 1000.0),
+    ]  # fmt: skip
+    for svg in svgs:
+        assert "$\\frac{$" in svg and "$x^2$" in svg

@@ -7,7 +7,6 @@ import ast
 import json
 import keyword
 import math
-import re
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
@@ -29,8 +28,6 @@ class Call:
         return f"{self.name}({', '.join(parts)})"
 
 
-# a name starts only where no name character precedes it: each scan then starts once per word (linear time)
-_PY_CALL = re.compile(r"(?<![A-Za-z0-9_.])[A-Za-z_][A-Za-z0-9_.]*\(")
 _JSON_TYPES = (str, bool, type(None))
 MAX_INT_BITS = 13_000
 """Integers up to ~3,900 digits: Python refuses to print one past 4,300, so no canonical text could hold it."""
@@ -68,6 +65,28 @@ def _name(text: str, what: str) -> str:
     if not name.isascii() or not name.isidentifier() or keyword.iskeyword(name):
         raise MalformedCall(f"{what} must be an ASCII Python identifier and not a keyword, got {text[:60]!r}")
     return name
+
+
+def _name_character(char: str) -> bool:
+    """Whether `char` may be part of a dotted name as Python reads one: a dot, or any identifier character (Unicode
+    too: `ſ` and `ｄ` are letters to Python, which NFKC-normalises them to `s` and `d`)."""
+    return char == "." or ("a" + char).isidentifier()
+
+
+def _python_call_start(text: str) -> tuple[int, int] | None:
+    """(start of the name, index of its '(') of the first Python-syntax call in `text`: the whole run of name
+    characters right before a '(' that starts like an identifier. Never a part of a name: `ſudo(` is the name `ſudo`,
+    which `_name` normalises to `sudo` or refuses, never `udo`. Linear: each character is walked back over at most
+    once (the run before one '(' ends at the previous one)."""
+    paren = text.find("(")
+    while paren >= 0:
+        start = paren
+        while start > 0 and _name_character(text[start - 1]):
+            start -= 1
+        if start < paren and text[start].isidentifier():
+            return start, paren
+        paren = text.find("(", paren + 1)
+    return None
 
 
 def _closing_paren(text: str, start: int) -> int:
@@ -145,12 +164,13 @@ def read_call(reply: str) -> Call | None:
     ("parameters" is accepted for "arguments"). A reply with neither, such as `done` or plain prose, makes no call.
     A reply that starts a call but cannot be read raises MalformedCall with the reason (never another exception).
     A call reads back from its canonical `text()` as the very same call: names are identifiers, values are plain
-    finite JSON values, so what `parse_action` accepted, `step` runs.
+    finite JSON values, so what `parse_action` accepted, `step` runs. Names are read alike in both syntaxes: NFKC
+    (`ſudo` is `sudo`, `ｌｓ` is `ls`), then refused unless ASCII.
     """
-    python = _PY_CALL.search(reply)
+    python = _python_call_start(reply)
     brace = reply.find("{")
     if python is None and brace < 0:
         return None
-    if python is not None and (brace < 0 or python.start() < brace):
-        return _python_call(reply, python.start(), python.end() - 1)
+    if python is not None and (brace < 0 or python[0] < brace):
+        return _python_call(reply, *python)
     return _json_call(reply, brace)

@@ -3,7 +3,8 @@
 Same report, same bytes: each chart starts from matplotlib's default style (a user's matplotlibrc changes nothing),
 the ids inside an SVG (clip paths, markers) are hashes salted with the chart's kind (`svg.hashsalt`), so they are
 fixed and differ between the charts of one page, the metadata (creation date, creator) is left out, and text stays
-text (`svg.fonttype: none`) instead of glyph outlines. Each root carries `data-chart=KIND`, and each line is a group
+text (`svg.fonttype: none`) instead of glyph outlines. Labels are plain text (`text.parse_math: False`): a method
+named `$\frac{$` is drawn as those characters, never read as mathtext (which failed the whole report). Each root carries `data-chart=KIND`, and each line is a group
 with an id (`curve-<opponent>-<method>`, `success-<method>`), so a reader or a test can find them.
 """
 
@@ -31,6 +32,7 @@ WIDTH_IN = 10.0
 """Figure width in inches: 720 pt, i.e. 960 CSS pixels, the width of the page's text column."""
 _RC = {
     "svg.fonttype": "none",
+    "text.parse_math": False,
     "font.size": 10,
     "axes.spines.top": False,
     "axes.spines.right": False,
