@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from varied_texts import minilm_vectors  # noqa: E402
 
 from ttlearn.memory.embed import make_embedder  # noqa: E402
-from ttlearn.memory.retrieval import RetrievalConfig, q_update, two_phase_retrieve  # noqa: E402
 from ttlearn.memory.items import NewItem  # noqa: E402
+from ttlearn.memory.retrieval import RetrievalConfig, q_update, two_phase_retrieve  # noqa: E402
 from ttlearn.memory.store import MemoryStore  # noqa: E402
 
 

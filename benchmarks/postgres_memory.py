@@ -36,9 +36,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 from ttlearn.memory.embed import HashEmbedder
+from ttlearn.memory.items import NewItem
 from ttlearn.memory.postgres import temporary_server
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, two_phase_retrieve
-from ttlearn.memory.items import NewItem
 from ttlearn.memory.store import MemoryStore
 
 ADMIN = "benchmark-admin-key-0123456789abcdefghijkl"
@@ -219,7 +219,7 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=50)
     args = parser.parse_args()
     with ExitStack() as stack:
-        url = args.url or stack.enter_context(temporary_server({"synchronous_commit": "off"}))
+        url = args.url or stack.enter_context(temporary_server({"synchronous_commit": "off"})).url
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ttlearn-pg-bench-")))
         results = {
             "lost_updates": lost_updates(url, folder, args.writers, args.feedbacks),

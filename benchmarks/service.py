@@ -30,8 +30,8 @@ import httpx2
 import numpy as np
 
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.retrieval import RetrievalConfig, two_phase_retrieve
 from ttlearn.memory.items import NewItem
+from ttlearn.memory.retrieval import RetrievalConfig, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore
 from ttlearn.serve.auth import KeyRing
 

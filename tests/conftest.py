@@ -71,10 +71,10 @@ def postgres_server():
     missing = server_missing()
     if missing:
         pytest.skip(missing)
-    with temporary_server({"fsync": "off", "max_connections": "200"}) as url:
-        with psycopg.connect(url, autocommit=True) as admin:
+    with temporary_server({"fsync": "off", "max_connections": "200"}) as server:
+        with psycopg.connect(server.url, autocommit=True) as admin:
             admin.execute("SELECT 1")
-        yield url
+        yield server.url
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +16,11 @@ from fakes import FakeLLM
 from ttlearn.eval.metrics import run_protocol
 from ttlearn.memory import make_memory
 from ttlearn.memory.backends import LocalMemories, MemoryBackend
-from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.base import MEMORIES
+from ttlearn.memory.embed import HashEmbedder
+from ttlearn.memory.items import EmbedderMismatchError, NewItem
 from ttlearn.memory.memrl import PRESETS, TUNING, MemRLMemory, MemRLOptions
 from ttlearn.memory.retrieval import phase_a, phase_b, q_update
-from ttlearn.memory.items import EmbedderMismatchError, NewItem
 from ttlearn.memory.store import MemoryStore
 from ttlearn.types import Episode, Step
 
@@ -294,7 +294,8 @@ def test_a_state_of_another_embedder_is_refused_and_changes_nothing(tmp_path: Pa
 
 
 def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
-    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.rollout.run import play as play_units
+    from ttlearn.rollout.run import prepare
     from ttlearn.runs import RunConfig
 
     config = RunConfig(
@@ -318,7 +319,8 @@ def test_trials_start_every_task_from_the_fresh_memory(tmp_path: Path) -> None:
 
 
 def test_a_run_from_a_fork_writes_to_its_own_store(tmp_path: Path) -> None:
-    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.rollout.run import play as play_units
+    from ttlearn.rollout.run import prepare
     from ttlearn.runs import Run, RunConfig, RunDir
 
     def play(out: Path, games: int, memory_from: str | None = None) -> Run:
@@ -447,7 +449,8 @@ def test_learning_memories_carry_from_task_to_task_by_default() -> None:
 
 
 def test_trials_carry_memrl_from_task_to_task_by_default(tmp_path: Path) -> None:
-    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.rollout.run import play as play_units
+    from ttlearn.rollout.run import prepare
     from ttlearn.runs import RunConfig, read_config
 
     config = RunConfig(

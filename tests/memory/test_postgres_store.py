@@ -8,6 +8,8 @@ import json
 import os
 import subprocess
 import sys
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -16,12 +18,41 @@ import pytest
 pytest.importorskip("psycopg")
 
 from ttlearn.memory.embed import HashEmbedder  # noqa: E402
+from ttlearn.memory.items import MemoryItem, NewItem  # noqa: E402
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, q_update, reinforce, two_phase_retrieve  # noqa: E402
-from ttlearn.memory.items import NewItem  # noqa: E402
 from ttlearn.memory.store import MemoryStore  # noqa: E402
 
 SRC = str(Path(__file__).parents[2] / "src")
 INTENTS = ["rock paper scissors against a cycler", "count the singers per country", "list every concert in 2014"]
+
+
+def _seed(url: str, namespace: str = "shared") -> None:
+    """Items 1–4 of `namespace`, each under its own key: what the writer processes update."""
+    with MemoryStore(url) as store:
+        ns = store.namespace(namespace, HashEmbedder(32))
+        for i in range(4):
+            ns.add(NewItem(f"seed item {i}", f"seed {i}", 0.0), join_threshold=2.0)
+
+
+def _start_writers(url: str, count: int, feedbacks: int) -> list[subprocess.Popen]:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return [
+        subprocess.Popen([sys.executable, "-c", _WRITER, url, str(w), str(feedbacks)], stdout=subprocess.PIPE, env=env)
+        for w in range(count)
+    ]
+
+
+def _check_every_update_once(store: MemoryStore, answers: list[list]) -> dict[int, MemoryItem]:
+    """Each seeded item's visits equal the feedbacks its writers were answered, and some commit order explains
+    every answer and the final Q (a lost or repeated update leaves none)."""
+    items = {m.id: m for m in store.inspect("shared")}
+    for item_id in range(1, 5):
+        updates = [(r, 0.3, q[str(item_id)]) for a in answers for r, q in a if str(item_id) in q]
+        assert items[item_id].visits == len(updates)
+        order = commit_order(0.0, updates)
+        assert order is not None, f"item {item_id}: no order explains the answers (a lost or repeated update)"
+        assert items[item_id].q_value == updates[order[-1]][2]
+    return items
 
 
 def _workload(store: MemoryStore) -> tuple[list, list]:
@@ -84,25 +115,13 @@ print(json.dumps(answers))
 
 
 def test_concurrent_writer_processes_lose_no_update_and_duplicate_no_key(postgres_url: str) -> None:
-    with MemoryStore(postgres_url) as store:
-        ns = store.namespace("shared", HashEmbedder(32))
-        for i in range(4):
-            ns.add(NewItem(f"seed item {i}", f"seed {i}", 0.0), join_threshold=2.0)
-    env = {**os.environ, "PYTHONPATH": SRC}
-    writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, postgres_url, str(w), "60"], stdout=subprocess.PIPE, env=env)
-        for w in range(4)
-    ]
+    _seed(postgres_url)
+    writers = _start_writers(postgres_url, 4, 60)
     answers = [json.loads(w.communicate(timeout=240)[0]) for w in writers]
     assert all(w.returncode == 0 for w in writers)
     with MemoryStore(postgres_url) as store:
-        items = {m.id: m for m in store.inspect("shared")}
-        for item_id in range(1, 5):
-            updates = [(r, 0.3, q[str(item_id)]) for a in answers for r, q in a if str(item_id) in q]
-            assert items[item_id].visits == len(updates) == 120  # 4 writers × 60 feedbacks × 2 of the 4 items
-            order = commit_order(0.0, updates)
-            assert order is not None, f"item {item_id}: no order explains the answers (a lost update)"
-            assert items[item_id].q_value == updates[order[-1]][2]
+        items = _check_every_update_once(store, answers)
+        assert [items[i].visits for i in range(1, 5)] == [120] * 4  # 4 writers × 60 feedbacks × 2 of the 4 items
         # 4 writers × 6 adds of 3 distinct intent texts: linearizable joins leave exactly 3 new keys
         assert store.stats("shared")["intents"] == 4 + 3
         assert len(items) == 4 + 24
@@ -143,8 +162,9 @@ def test_the_schema_migrates_from_an_older_version_and_refuses_a_newer(postgres_
         assert [(m.unit, m.episode) for m in store.inspect("kept")] == [(5, 2)]  # version 3's column
     with psycopg.connect(postgres_url, autocommit=True) as pg:
         assert pg.execute("SELECT to_regclass('service_keys')").fetchone()[0] == "service_keys"
+        assert pg.execute("SELECT to_regclass('vector_index_parts')").fetchone()[0] == "vector_index_parts"
         pg.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(ValueError, match="schema version 99; this ttlearn reads up to 3"):
+    with pytest.raises(ValueError, match="schema version 99; this ttlearn reads up to 4"):
         MemoryStore(postgres_url)
 
 
@@ -192,3 +212,155 @@ def test_a_real_run_store_goes_sqlite_to_postgresql_and_back_losslessly(postgres
     assert a == b == c
     again = runner.invoke(app, ["memory", "import", postgres_url, str(tmp_path / "a.json")])
     assert again.exit_code != 0 and "already has namespaces ['default']" in again.output
+
+
+# ---- the server restarts under the writers ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_server():
+    """A PostgreSQL of this test's own, which it may restart (the session's server serves the other tests)."""
+    from ttlearn.memory.postgres import server_missing, temporary_server
+
+    missing = server_missing()
+    if missing:
+        pytest.skip(missing)
+    with temporary_server({"fsync": "off"}) as server:
+        yield server
+
+
+def _visits_once_connected(url: str, writers: int) -> int:
+    """The visits so far, or 0 while fewer than `writers` other sessions are connected."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as pg:
+        (others,) = pg.execute(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        ).fetchone()
+        return int(pg.execute("SELECT COALESCE(SUM(visits), 0) FROM items").fetchone()[0]) if others >= writers else 0
+
+
+def test_writers_reconnect_through_restarts_losing_nothing_and_applying_nothing_twice(own_server) -> None:
+    """A fast restart (sessions ended, open transactions rolled back) and a crash-like one (`immediate`) while 3
+    writer processes send feedback and add items: every writer finishes, and every update is applied exactly once."""
+    url = own_server.url
+    _seed(url)
+    writers = _start_writers(url, 3, 150)
+    for mode, after in (("fast", 60), ("immediate", 240)):
+        deadline = time.monotonic() + 120
+        while _visits_once_connected(url, len(writers)) < after and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert sum(w.poll() is None for w in writers) >= 2  # mid-run
+        own_server.restart(mode)
+    answers = [json.loads(w.communicate(timeout=240)[0]) for w in writers]
+    assert all(w.returncode == 0 for w in writers)
+    with MemoryStore(url) as store:
+        items = _check_every_update_once(store, answers)
+        assert sum(items[i].visits for i in range(1, 5)) == 3 * 150 * 2
+        assert store.stats("shared")["intents"] == 4 + 3  # no add was applied twice (nor a key made twice)
+        assert len(items) == 4 + 3 * 15
+
+
+def test_a_transaction_cut_before_its_commit_is_run_again(postgres_url: str) -> None:
+    import psycopg
+
+    _seed(postgres_url)
+    with MemoryStore(postgres_url) as store, psycopg.connect(postgres_url, autocommit=True) as killer:
+        ns = store.namespace("shared", HashEmbedder(32))
+        pid = store.dialect.conn.pg.info.backend_pid
+        calls = []
+
+        def update(q: np.ndarray) -> np.ndarray:
+            calls.append(len(calls))
+            if len(calls) == 1:  # the first attempt loses its connection after its work, before COMMIT
+                killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            return q + 1.0
+
+        assert ns.update_q([1], 1.0, update) == {1: 1.0}
+        assert len(calls) == 2
+        (item,) = [m for m in store.inspect("shared") if m.id == 1]
+        assert (item.q_value, item.visits) == (1.0, 1)
+
+
+def test_a_commit_whose_answer_was_lost_is_not_run_again(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The connection breaks after the server committed but before the client heard (no server can be made to do
+    that on cue, so the break is made here): the transaction's id says it committed, and it is not applied twice."""
+    import psycopg
+
+    _seed(postgres_url)
+    with MemoryStore(postgres_url) as store:
+        ns = store.namespace("shared", HashEmbedder(32))
+        pg = store.dialect.conn.pg
+        real = pg.transaction
+
+        @contextmanager
+        def committed_then_cut():
+            with real():
+                yield
+            pg.pgconn.finish()  # the socket is gone: psycopg now calls the connection broken
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        monkeypatch.setattr(pg, "transaction", committed_then_cut)
+        assert reinforce(ns, [1], 1.0, 0.5) == {1: 0.5}
+        assert store.dialect.conn.pg is not pg  # reconnected
+        (item,) = [m for m in store.inspect("shared") if m.id == 1]
+        assert (item.q_value, item.visits) == (0.5, 1)
+
+
+# ---- saved indexes ---------------------------------------------------------------------------------------------------
+
+
+def _unit_rows(seed: int, n: int, dim: int = 32) -> np.ndarray:
+    rows = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def test_a_new_process_loads_the_saved_index_instead_of_building_it(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    from ttlearn.memory.vector_index import VectorIndex
+
+    vectors = _unit_rows(0, 300)
+    with MemoryStore(postgres_url, ann_threshold=100) as store:
+        ns = store.namespace("big", HashEmbedder(32))
+        ids = [a.intent_id for a in ns.add_many([NewItem(f"k{i}", "e", 0.0, vector=v) for i, v in enumerate(vectors)])]
+        ns.nearest(vectors[0], 1)  # builds the graph and saves it
+    late = _unit_rows(1, 5)
+    with psycopg.connect(postgres_url, autocommit=True) as pg:  # rows the saved index lacks: a writer that died
+        for i, vector in enumerate(late):
+            ids.append(pg.execute(
+                "INSERT INTO intents (namespace_id, text, embedding, created) VALUES (%s, %s, %s, 0) RETURNING id",
+                (ns.id, f"late {i}", vector.tobytes()),
+            ).fetchone()[0])  # fmt: skip
+    loaded, real_load = [], VectorIndex.load.__func__
+
+    def load(cls, *args):
+        index = real_load(cls, *args)
+        loaded.append(None if index is None else len(index))
+        return index
+
+    monkeypatch.setattr(VectorIndex, "load", classmethod(load))
+    with MemoryStore(postgres_url, ann_threshold=100) as store:
+        ns = store.namespace("big", HashEmbedder(32))
+        for row, vector in ((7, vectors[7]), (302, late[2])):
+            assert ns.nearest(vector, 1)[0][0] == ids[row]
+        index = store.indexes.get(ns.id)
+        assert index.uses_ann and len(index) == 305
+    assert loaded == [300]  # loaded once, as saved; the 5 rows added since were appended
+
+
+def test_a_saved_index_whose_rows_were_rewritten_is_not_served(postgres_url: str) -> None:
+    import psycopg
+
+    vectors = _unit_rows(0, 300)
+    with MemoryStore(postgres_url, ann_threshold=100) as store:
+        ns = store.namespace("big", HashEmbedder(32))
+        ids = [a.intent_id for a in ns.add_many([NewItem(f"k{i}", "e", 0.0, vector=v) for i, v in enumerate(vectors)])]
+    moved = _unit_rows(2, 1)[0]
+    with psycopg.connect(postgres_url, autocommit=True) as pg:
+        assert pg.execute("SELECT rows FROM vector_indexes").fetchone()[0] == 300
+        pg.execute("UPDATE intents SET embedding = %s WHERE id = %s", (moved.tobytes(), ids[5]))
+    with MemoryStore(postgres_url, ann_threshold=100) as store:
+        assert store.namespace("big", HashEmbedder(32)).nearest(moved, 1)[0][0] == ids[5]

@@ -45,7 +45,7 @@ def nearest_id(path: Path, vector: np.ndarray) -> int:
 
 def index_file(path: Path) -> Path:
     with MemoryStore(path, ann_threshold=THRESHOLD) as store:
-        return store.indexes.path(store.namespace("ns", EMBEDDER).id)
+        return store.dialect.index_path(store.namespace("ns", EMBEDDER).id)
 
 
 def test_a_saved_index_is_loaded_as_is(tmp_path: Path) -> None:

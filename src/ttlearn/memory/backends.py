@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from ttlearn.memory.embed import make_embedder
-from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.items import Candidate, Namespace, NewItem
+from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore, is_database_url
 
 

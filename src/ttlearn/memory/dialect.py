@@ -2,13 +2,14 @@
 SQLite file (`memory.sqlite.SqliteDialect`) and on PostgreSQL (`memory.postgres.PostgresDialect`), and asks its
 dialect only for what differs: how a write transaction runs and retries, how intent writers are serialised, how a
 restore's explicit ids move the id sequence, how a row is locked for reading, how a JSON export's text bytes are
-counted, whether another connection wrote since, and where a vector index may be saved."""
+counted, whether another connection wrote since, and where vector indexes are saved."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, BinaryIO, Protocol, TypeVar
+
+from ttlearn.memory.vector_index import VectorIndex
 
 T = TypeVar("T")
 
@@ -45,8 +46,14 @@ class Dialect(Protocol):
         index catches up before every use)."""
         ...
 
-    def index_dir(self) -> Path | None:
-        """Where the store's HNSW indexes are saved; None: nowhere, each process builds its own."""
+    def read_index(self, ns_id: int, generation: int, rewrites: int) -> BinaryIO | None:
+        """Namespace `ns_id`'s saved vector index (`VectorIndex.write`'s bytes) if one is saved, as a binary file;
+        a dialect may skip one it knows was saved under other counters than `generation` and `rewrites`."""
+        ...
+
+    def save_index(self, ns_id: int, index: VectorIndex) -> None:
+        """Save namespace `ns_id`'s vector index so that a reader sees the whole new one or the old one; a failure
+        is a warning, never an error (the store works without it)."""
         ...
 
     def integrity_check(self) -> str:

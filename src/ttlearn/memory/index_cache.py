@@ -8,19 +8,19 @@ transaction — forces a full rebuild. Where the dialect has a `data_version`, a
 the catch-up query. Brute-force numpy dot products below `ann_threshold` intents; above it a usearch HNSW graph
 (`memory.vector_index`).
 
-Where the dialect names an `index_dir`, HNSW indexes are saved there (`namespace-<id>.npz`, written to a temporary
-file and renamed, so a reader sees a whole file or the previous one) after a build and every 10 % growth, and on
-`save_grown` (the store's close). A saved index is used only if it still describes a prefix of the namespace's
-intents: same generation and rewrite count, as many rows up to its last id as it holds, and that last row's
-embedding unchanged; rows added since (say, by a process killed before it saved) are then appended as usual, so a
-stale file is never served.
+HNSW indexes are saved through the dialect — a SQLite store beside its file (`<store>.index/namespace-<id>.npz`,
+written to a temporary file and renamed, so a reader sees a whole file or the previous one), PostgreSQL in the
+database, so that a new replica loads rather than builds — after a build, after every 10 % of growth, and on
+`save_grown` (the store's close); never from inside a write transaction, which may still roll back. A saved index is
+used only if it still describes a prefix of the namespace's intents: same generation and rewrite count, as many rows
+up to its last id as it holds, and that last row's embedding unchanged; rows added since (say, by a process killed
+before it saved) are then appended as usual, so a stale index is never served.
 """
 
 from __future__ import annotations
 
 import warnings
 import zipfile
-from pathlib import Path
 
 import numpy as np
 
@@ -60,11 +60,6 @@ class IndexCache:
             if index.uses_ann and len(index) > index.saved_size:
                 self._save(ns_id, index)
 
-    def path(self, ns_id: int) -> Path | None:
-        """Where namespace `ns_id`'s HNSW index is saved (None: this store saves none)."""
-        home = self.dialect.index_dir()
-        return None if home is None else home / f"namespace-{ns_id}.npz"
-
     def _catch_up(self, ns_id: int, index: VectorIndex | None) -> VectorIndex:
         """`index` with the rows committed since, or the saved or a rebuilt index when it is missing or outdated."""
         conn = self.dialect.conn
@@ -88,9 +83,6 @@ class IndexCache:
 
     def _saved(self, ns_id: int, generation: int, rewrites: int) -> VectorIndex | None:
         """The saved index if it describes a prefix of the namespace's current intents (see the module docstring)."""
-        path = self.path(ns_id)
-        if path is None:
-            return None
         conn = self.dialect.conn
 
         def fits(saved_generation: int, saved_rewrites: int, ids: np.ndarray) -> bool:
@@ -102,11 +94,14 @@ class IndexCache:
             return count == len(ids)
 
         try:
-            index = VectorIndex.load(path, self.ann_threshold, fits)
-        except FileNotFoundError:
-            return None
+            saved = self.dialect.read_index(ns_id, generation, rewrites)
+            if saved is None:
+                return None
+            with saved:
+                index = VectorIndex.load(saved, self.ann_threshold, fits)
         except (OSError, ValueError, KeyError, EOFError, RuntimeError, zipfile.BadZipFile) as exc:
-            warnings.warn(f"ignoring the damaged vector index {path} ({exc}); rebuilding it", stacklevel=3)
+            where = f"namespace {ns_id} of {self.dialect.location}"
+            warnings.warn(f"ignoring the damaged vector index of {where} ({exc}); rebuilding it", stacklevel=3)
             return None
         if index is None:
             return None
@@ -114,10 +109,6 @@ class IndexCache:
         return index if last is not None and last[0] == index.vectors[-1].tobytes() else None
 
     def _save(self, ns_id: int, index: VectorIndex) -> None:
-        path = self.path(ns_id)
-        if path is None:
-            return
-        try:
-            index.save(path)
-        except OSError as exc:  # the store works without it; the next open rebuilds
-            warnings.warn(f"could not save the vector index beside {self.dialect.location} ({exc})", stacklevel=3)
+        """Save it; a failed save is tried again after the next 10 % of growth, not at every search."""
+        self.dialect.save_index(ns_id, index)
+        index.saved_size = len(index)

@@ -63,8 +63,8 @@ from ttlearn.llm.base import LLM
 from ttlearn.memory.backends import LocalMemories, MemoryBackend, store_memories
 from ttlearn.memory.base import Memory
 from ttlearn.memory.embed import SIMILARITY_STATS
-from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
 from ttlearn.memory.items import Namespace, NewItem
+from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
 from ttlearn.memory.store import MemoryStore
 from ttlearn.types import Episode, MemoryText
 

@@ -18,7 +18,13 @@ implementation; `PostgresDialect` holds what differs (`memory.dialect`), and why
   the namespace's generation, and rewritten rows bump `intent_rewrites`, which force a rebuild). Phase B reads the
   candidates' Q from the table in the same retrieval. A retrieval therefore sees every intent and Q committed
   before it began: the staleness window is the time a retrieval itself takes (benchmarks/postgres_memory.py).
-  The index is not saved: a process builds it from the table when it first searches a namespace.
+- Saved indexes: an HNSW index is saved in the database (`vector_indexes`, its bytes in `vector_index_parts`), keyed
+  by the namespace's generation, rewrite count and last intent id, after a build and every 10 % of growth; a process
+  that opens the namespace later loads it and appends the rows added since, so a new replica opens in seconds where
+  a build takes minutes. Replicas that built one at once save it once.
+- Restarts: a connection found broken is replaced, waiting up to `timeout_s` for the server; a write transaction is
+  run again unless its receipt (`write_receipts`, written in the same transaction) says it committed before the
+  connection was lost, so a server restart mid-run loses nothing and applies nothing twice.
 
 `temporary_server` starts a throwaway PostgreSQL (initdb in a temporary folder, a loopback port) for tests,
 benchmarks and trying it out.
@@ -26,27 +32,34 @@ benchmarks and trying it out.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit, urlunsplit
+
+from ttlearn.memory.vector_index import VectorIndex
 
 try:
     import psycopg
     from psycopg import errors as pg_errors
+    from psycopg.pq import TransactionStatus
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"a PostgreSQL memory store needs psycopg 3 ({exc}): pip install 'ttlearn[postgres]'") from exc
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATIONS = (
     # 1: the memory tables (sqlite.py's layout, in PostgreSQL's types)
     """
@@ -121,9 +134,36 @@ MIGRATIONS = (
     ALTER TABLE items ADD COLUMN unit BIGINT;
     ALTER TABLE retrievals ADD COLUMN unit BIGINT;
     """,
+    # 4: saved vector indexes (`VectorIndex.write`'s bytes in parts, stored uncompressed), so a new replica loads
+    # one; and write receipts, so a client that lost its connection at COMMIT can tell whether it committed
+    """
+    CREATE TABLE vector_indexes (
+        namespace_id BIGINT PRIMARY KEY REFERENCES namespaces(id) ON DELETE CASCADE,
+        generation BIGINT NOT NULL,
+        rewrites BIGINT NOT NULL,
+        last_intent_id BIGINT NOT NULL,
+        rows BIGINT NOT NULL,
+        saved DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE vector_index_parts (
+        namespace_id BIGINT NOT NULL REFERENCES vector_indexes(namespace_id) ON DELETE CASCADE,
+        part INTEGER NOT NULL,
+        data BYTEA NOT NULL,
+        PRIMARY KEY (namespace_id, part)
+    );
+    ALTER TABLE vector_index_parts ALTER COLUMN data SET STORAGE EXTERNAL;
+    CREATE TABLE write_receipts (token UUID PRIMARY KEY, created DOUBLE PRECISION NOT NULL);
+    """,
 )
-_MIGRATION_LOCK = 0x7471_6C65  # advisory lock keys: ('ttle'), and (this class, namespace id) for intent writers
-_INTENT_LOCK_CLASS = 0x6D65_6D72
+_MIGRATION_LOCK = 0x7471_6C65  # advisory lock keys: ('ttle'), and (a class, namespace id) for intent writers and
+_INTENT_LOCK_CLASS = 0x6D65_6D72  # for index savers
+_INDEX_LOCK_CLASS = 0x7665_6378
+INDEX_PART_BYTES = 64 << 20
+"""A saved index is stored in parts of this size: one bytea holds at most 1 GB."""
+RECEIPT_KEEP_S = 3600.0
+"""How long a write receipt is kept: far longer than a client waits to reconnect (`timeout_s`)."""
+RECEIPT_SWEEP = 1000
+"""Every this many write transactions, a process deletes the receipts older than RECEIPT_KEEP_S."""
 _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_errors.UniqueViolation)
 """Transactions that failed only because another one ran beside them: the retry sees that one's rows. A unique
 violation is two processes creating the same namespace, or keeping the same snapshot id, at once."""
@@ -148,26 +188,63 @@ class _Inserted:
 
 class _Connection:
     """A psycopg connection that runs the SQLite store's statements: `?` placeholders, `lastrowid` after an INSERT
-    (from `RETURNING id`), and `BEGIN` for a consistent multi-statement read (REPEATABLE READ, one snapshot)."""
+    (from `RETURNING id`), and `BEGIN` for a consistent multi-statement read (REPEATABLE READ, one snapshot).
+
+    It outlives the server's restarts: a statement that finds the connection broken while no transaction was open
+    (a read, or the `BEGIN` of one) reconnects, waiting up to `timeout_s` for the server, and runs again; inside a
+    transaction the error goes up to whoever runs the transaction (`PostgresDialect.write` retries it whole)."""
 
     _BEGIN = {"BEGIN": "BEGIN ISOLATION LEVEL REPEATABLE READ", "BEGIN IMMEDIATE": "BEGIN"}
 
-    def __init__(self, pg: psycopg.Connection) -> None:
+    def __init__(self, url: str, pg: psycopg.Connection, timeout_s: float) -> None:
+        self.url = url
         self.pg = pg
+        self.timeout_s = timeout_s
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+    def execute(self, sql: str, params: Sequence[Any] = (), *, binary: bool = False) -> Any:
         sql = self._BEGIN.get(sql, sql).replace("?", "%s")
+        idle = self.pg.info.transaction_status == TransactionStatus.IDLE
+        try:
+            return self._execute(sql, params, binary)
+        except psycopg.OperationalError:
+            if not (idle and self.pg.broken and sql.lstrip().upper().startswith(("SELECT", "BEGIN"))):
+                raise
+            self.reconnect()
+            return self._execute(sql, params, binary)
+
+    def _execute(self, sql: str, params: Sequence[Any], binary: bool) -> Any:
         if sql.lstrip().upper().startswith("INSERT") and "RETURNING" not in sql.upper():
             return _Inserted(self.pg.execute(sql + " RETURNING id", params).fetchone()[0])
-        return self.pg.execute(sql, params)
+        return self.pg.execute(sql, params, binary=binary)
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         rows = list(rows)
         if rows:
             self.pg.cursor().executemany(sql.replace("?", "%s"), rows)
 
+    def reconnect(self) -> None:
+        """A new connection in place of a broken one, tried until `timeout_s` passes (a restart takes seconds)."""
+        self.pg.close()
+        deadline = time.monotonic() + self.timeout_s
+        delay = 0.05
+        while True:
+            try:
+                self.pg = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self.timeout_s)))
+                return
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise ConnectionError(
+                        f"lost the PostgreSQL memory store {redact(self.url)}: {_first_line(exc)}"
+                    ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
     def close(self) -> None:
         self.pg.close()
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def connect(url: str, timeout_s: float = 60.0) -> _Connection:
@@ -175,12 +252,11 @@ def connect(url: str, timeout_s: float = 60.0) -> _Connection:
     try:
         pg = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)))
     except psycopg.OperationalError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConnectionError(f"cannot reach the PostgreSQL memory store {redact(url)}: {first}") from None
+        raise ConnectionError(f"cannot reach the PostgreSQL memory store {redact(url)}: {_first_line(exc)}") from None
     with pg.transaction():
         pg.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         migrate(pg, redact(url))
-    return _Connection(pg)
+    return _Connection(url, pg, timeout_s)
 
 
 def migrate(pg: psycopg.Connection, where: str, target: int = SCHEMA_VERSION) -> None:
@@ -211,20 +287,53 @@ class PostgresDialect:
         self.location = redact(url)
         self.timeout_s = timeout_s
         self.conn = connect(url, timeout_s)
+        self._writes = 0
 
     def write(self, body: Callable[[Any], T]) -> T:
-        """Run `body` in one transaction; retried while it loses a race (`_RETRYABLE`) until the timeout."""
+        """Run `body` in one transaction; retried while it loses a race (`_RETRYABLE`) or the connection breaks,
+        until the timeout. A connection lost at COMMIT leaves the outcome unknown: each transaction writes a receipt
+        (a random token) first, and after the reconnection the receipt says whether it committed; if it did, it is
+        not run again. (A transaction id would not do: one never logged before a crash is handed out again.)"""
         deadline = time.monotonic() + self.timeout_s
         delay = 0.001
         while True:
+            conn, receipt, xid, result, ran = self.conn, uuid.uuid4(), None, None, False
             try:
-                with self.conn.pg.transaction():
-                    return body(self.conn)
+                with conn.pg.transaction():
+                    (xid,) = conn.pg.execute(
+                        "INSERT INTO write_receipts VALUES (%s, %s) RETURNING pg_current_xact_id()",
+                        (receipt, time.time()),
+                    ).fetchone()
+                    self._writes += 1
+                    if self._writes % RECEIPT_SWEEP == 0:
+                        conn.pg.execute("DELETE FROM write_receipts WHERE created < %s", (time.time() - RECEIPT_KEEP_S,))
+                    result, ran = body(conn), True
+                return result  # type: ignore[return-value]
             except _RETRYABLE:
                 if time.monotonic() > deadline:
                     raise
+            except psycopg.OperationalError:
+                if not conn.pg.broken or time.monotonic() > deadline:
+                    raise
+                conn.reconnect()
+                if ran and self._committed(xid, receipt, deadline):
+                    return result  # type: ignore[return-value]
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
+
+    def _committed(self, xid: Any, receipt: uuid.UUID, deadline: float) -> bool:
+        """Whether the transaction that wrote `receipt` committed. Its id `xid` first says whether the server is
+        still finishing it (a connection lost without a restart): then wait. An id "in the future" was never logged
+        before a crash-like restart; one "in progress" after a crash is another transaction's."""
+        while time.monotonic() < deadline:
+            try:
+                (status,) = self.conn.execute("SELECT pg_xact_status(?)", (xid,)).fetchone()
+            except pg_errors.InvalidParameterValue:
+                break
+            if status != "in progress":
+                break
+            time.sleep(0.01)
+        return self.conn.execute("SELECT 1 FROM write_receipts WHERE token = ?", (receipt,)).fetchone() is not None
 
     def lock_intents(self, conn: Any, ns_id: int) -> None:
         """A transaction-scoped advisory lock per namespace: its intent writers commit one after another."""
@@ -244,8 +353,48 @@ class PostgresDialect:
     def data_version(self) -> None:
         """None: PostgreSQL has no cheap "someone committed" counter, so an index catches up before every search."""
 
-    def index_dir(self) -> None:
-        """None: a database's index lives only in each process's memory."""
+
+    def read_index(self, ns_id: int, generation: int, rewrites: int) -> BinaryIO | None:
+        """The parts saved under these counters, read in one statement (one snapshot); None when there are none."""
+        rows = self.conn.execute(
+            "SELECT p.data FROM vector_index_parts p JOIN vector_indexes i USING (namespace_id) "
+            "WHERE namespace_id = ? AND i.generation = ? AND i.rewrites = ? ORDER BY p.part",
+            (ns_id, generation, rewrites),
+            binary=True,
+        ).fetchall()
+        return io.BytesIO(b"".join(row[0] for row in rows)) if rows else None
+
+    def save_index(self, ns_id: int, index: VectorIndex) -> None:
+        """Replace the saved index in one transaction, unless another process already saved one at least as large
+        under the same counters (replicas that built the same index at once save it once)."""
+        buffer = io.BytesIO()
+        index.write(buffer)
+        blob = buffer.getbuffer()
+
+        def save(conn: _Connection) -> None:
+            conn.execute("SELECT pg_advisory_xact_lock(?, ?)", (_INDEX_LOCK_CLASS, ns_id))
+            row = conn.execute(
+                "SELECT generation, rewrites, rows FROM vector_indexes WHERE namespace_id = ?", (ns_id,)
+            ).fetchone()
+            if row is not None and (row[0], row[1]) == (index.generation, index.rewrites) and row[2] >= len(index):
+                return
+            conn.pg.execute("DELETE FROM vector_indexes WHERE namespace_id = %s", (ns_id,))
+            conn.pg.execute(
+                "INSERT INTO vector_indexes VALUES (%s, %s, %s, %s, %s, %s)",
+                (ns_id, index.generation, index.rewrites, index.max_id, len(index), time.time()),
+            )
+            for part, start in enumerate(range(0, len(blob), INDEX_PART_BYTES)):
+                conn.pg.execute(
+                    "INSERT INTO vector_index_parts VALUES (%s, %s, %s)",
+                    (ns_id, part, bytes(blob[start : start + INDEX_PART_BYTES])),
+                )
+
+        try:
+            self.write(save)
+        except (psycopg.Error, ConnectionError) as exc:  # the next process builds it
+            warnings.warn(f"could not save the vector index in {self.location} ({_first_line(exc)})", stacklevel=4)
+        finally:
+            blob.release()
 
     def integrity_check(self) -> str:
         """PostgreSQL checks its own pages; what is left to check is that the schema is this code's version."""
@@ -279,11 +428,29 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+@dataclass(frozen=True)
+class LocalServer:
+    """A PostgreSQL server this process started (`temporary_server`): its URL, and a restart, for tests of what
+    clients do when the database goes away and comes back."""
+
+    url: str
+    data: Path
+    bin_dir: Path
+    run: Callable[..., None]
+    """Runs one of the server's programs (as the postgres user when this process is root)."""
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop the server (`fast`: every session is ended, open transactions roll back; `immediate`: as a crash)
+        and start it again with the same options; returns once it accepts connections."""
+        log = str(self.data.parent / "server.log")
+        self.run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", log, "-m", mode, "-w", "restart")
+
+
 @contextmanager
-def temporary_server(settings: dict[str, str] | None = None, bin_dir: Path = BIN_DIR) -> Iterator[str]:
-    """A fresh PostgreSQL listening on a free loopback port, deleted on exit; yields its URL. `settings` are server
-    options (e.g. {"fsync": "off"} for tests). As root, its folder (under /tmp, which the postgres user can reach)
-    belongs to that user, and the programs run as it."""
+def temporary_server(settings: dict[str, str] | None = None, bin_dir: Path = BIN_DIR) -> Iterator[LocalServer]:
+    """A fresh PostgreSQL listening on a free loopback port, deleted on exit. `settings` are server options (e.g.
+    {"fsync": "off"} for tests). As root, its folder (under /tmp, which the postgres user can reach) belongs to that
+    user, and the programs run as it."""
     missing = server_missing(bin_dir)
     if missing:
         raise FileNotFoundError(missing)
@@ -308,7 +475,7 @@ def temporary_server(settings: dict[str, str] | None = None, bin_dir: Path = BIN
             "-o", " ".join([f"-p {port}", f"-k {root}", *options]),
         )  # fmt: skip
         try:
-            yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+            yield LocalServer(f"postgresql://postgres@127.0.0.1:{port}/postgres", data, bin_dir, run)
         finally:
             run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
     finally:

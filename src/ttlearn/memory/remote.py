@@ -21,8 +21,8 @@ import numpy as np
 
 from ttlearn.memory.backends import MemoryBackend
 from ttlearn.memory.base import MEMORY_KEY_ENV
-from ttlearn.memory.retrieval import RetrievalConfig
 from ttlearn.memory.items import Candidate, NewItem
+from ttlearn.memory.retrieval import RetrievalConfig
 
 try:
     import httpx2 as httpx

@@ -20,10 +20,12 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
+from ttlearn.memory.vector_index import VectorIndex
 from ttlearn.untrusted import UntrustedFileError
 
 T = TypeVar("T")
@@ -201,9 +203,23 @@ class SqliteDialect:
     def data_version(self) -> int:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])
 
-    def index_dir(self) -> Path:
-        """Beside the file: `<store>.index/`."""
-        return Path(f"{self.location}.index")
+    def index_path(self, ns_id: int) -> Path:
+        """Where namespace `ns_id`'s vector index is saved: beside the file, `<store>.index/namespace-<id>.npz`."""
+        return Path(f"{self.location}.index") / f"namespace-{ns_id}.npz"
+
+    def read_index(self, ns_id: int, generation: int, rewrites: int) -> BinaryIO | None:
+        """The saved file (the counters are checked inside it, with the rows)."""
+        try:
+            return open(self.index_path(ns_id), "rb")
+        except FileNotFoundError:
+            return None
+
+    def save_index(self, ns_id: int, index: VectorIndex) -> None:
+        """Written to a temporary file and renamed, so a reader sees a whole file or the previous one."""
+        try:
+            index.save(self.index_path(ns_id))
+        except OSError as exc:  # the next open rebuilds
+            warnings.warn(f"could not save the vector index beside {self.location} ({exc})", stacklevel=4)
 
     def integrity_check(self) -> str:
         return str(self.conn.execute("PRAGMA integrity_check").fetchone()[0])

@@ -1,6 +1,6 @@
 """The vector index of one namespace: unit vectors by row and their intent ids, searched exactly (numpy dot
 products) below a size threshold and through a usearch HNSW graph above it (built single-threaded, so it is
-deterministic; its hits are re-scored exactly). It can be saved to and loaded from one `.npz` file; the store decides
+deterministic; its hits are re-scored exactly). It can be written to and loaded from one `.npz` file; the store decides
 whether a saved file still describes its rows (see `ttlearn.memory.index_cache`)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -18,7 +18,7 @@ class VectorIndex:
     """Unit vectors by row, their intent ids, and (above `ann_threshold` rows) an HNSW graph over the rows.
 
     `generation` and `rewrites` are the namespace's counters the rows were read under; `saved_size` is how many rows
-    the file on disk holds (0: none), so the store knows when saving again is worth it.
+    it held when it was last saved or loaded (0: never), so the store knows when saving again is worth it.
     """
 
     def __init__(self, dim: int, generation: int, rewrites: int, ann_threshold: int) -> None:
@@ -102,31 +102,36 @@ class VectorIndex:
             )
         return self._ids[rows], np.einsum("ij,ij->i", self._vectors[rows], vectors)
 
+    def write(self, file: BinaryIO) -> None:
+        """Write rows, ids, graph and counters to `file` (an `.npz`)."""
+        np.savez(
+            file,
+            counters=np.array([self.generation, self.rewrites], dtype=np.int64),
+            ids=self.ids,
+            vectors=self.vectors,
+            graph=np.frombuffer(self._ann.save(), dtype=np.uint8),
+        )
+
     def save(self, path: Path) -> None:
-        """Write rows, ids, graph and counters to `path` atomically (a temporary file renamed over it)."""
+        """`write` to `path` atomically (a temporary file renamed over it)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
         try:
             with open(temporary, "wb") as file:
-                np.savez(
-                    file,
-                    counters=np.array([self.generation, self.rewrites], dtype=np.int64),
-                    ids=self.ids,
-                    vectors=self.vectors,
-                    graph=np.frombuffer(self._ann.save(), dtype=np.uint8),
-                )
+                self.write(file)
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(temporary, path)
         finally:
             temporary.unlink(missing_ok=True)
-        self.saved_size = self._size
 
     @classmethod
-    def load(cls, path: Path, ann_threshold: int, fits: Callable[[int, int, np.ndarray], bool]) -> VectorIndex | None:
-        """The index saved at `path` if `fits(generation, rewrites, ids)` says it still describes the store (the graph
-        and rows are read only then), else None. Raises OSError/ValueError for a missing or damaged file."""
-        with np.load(path, allow_pickle=False) as saved:
+    def load(
+        cls, file: BinaryIO, ann_threshold: int, fits: Callable[[int, int, np.ndarray], bool]
+    ) -> VectorIndex | None:
+        """The index `write` wrote to `file` if `fits(generation, rewrites, ids)` says it still describes the store
+        (the graph and rows are read only then), else None. Raises OSError/ValueError for a damaged file."""
+        with np.load(file, allow_pickle=False) as saved:
             generation, rewrites = (int(c) for c in saved["counters"])
             ids = saved["ids"]
             if not fits(generation, rewrites, ids):
@@ -138,7 +143,7 @@ class VectorIndex:
         index._ann = _new_ann(index.dim)
         index._ann.load(graph)
         if len(index._ann) != len(ids):
-            raise ValueError(f"{path}: the graph holds {len(index._ann)} rows, the ids {len(ids)}")
+            raise ValueError(f"the graph holds {len(index._ann)} rows, the ids {len(ids)}")
         index.saved_size = len(ids)
         return index
 

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn import __version__
 from ttlearn.memory.embed import Embedder, make_embedder
-from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.items import DEFAULT_JOIN_THRESHOLD, EmbedderMismatchError, MemoryItem, Namespace, NewItem
+from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.snapshot import MAX_MAGNITUDE, NamespaceSnapshot, export_size, json_text_bytes
 from ttlearn.memory.store import MemoryStore
 from ttlearn.serve import (
