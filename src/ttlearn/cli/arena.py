@@ -47,7 +47,9 @@ def arena(
         None, "--note-at", help="LLM player: where the memory is shown (as `ttlearn run --note-at`; default system)."
     ),
     out: Optional[Path] = typer.Option(None, help="Arena folder (default runs/arena-ENV, or runs/arena-CONFIG)."),
-    workers: Optional[int] = typer.Option(None, min=1, help="Parallel worker processes (default min(2, CPUs))."),
+    workers: Optional[int] = typer.Option(
+        None, min=1, help="Parallel worker processes (default min(2, CPUs)); with --ray on a local Ray, tasks at once."
+    ),
     concurrency: int = typer.Option(
         1, min=1, help="Runs in flight in this process sharing one back end (e.g. a server's parallel slots)."
     ),

@@ -129,12 +129,23 @@ class Namespace:
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         return self.embedder.embed(list(texts))
 
-    def add(self, item: NewItem, *, join_threshold: float = DEFAULT_JOIN_THRESHOLD) -> Added:
-        return self.add_many([item], join_threshold=join_threshold)[0]
+    def add(
+        self, item: NewItem, *, join_threshold: float = DEFAULT_JOIN_THRESHOLD, admit: Callable[[], None] | None = None
+    ) -> Added:
+        return self.add_many([item], join_threshold=join_threshold, admit=admit)[0]
 
-    def add_many(self, items: Sequence[NewItem], *, join_threshold: float = DEFAULT_JOIN_THRESHOLD) -> list[Added]:
+    def add_many(
+        self,
+        items: Sequence[NewItem],
+        *,
+        join_threshold: float = DEFAULT_JOIN_THRESHOLD,
+        admit: Callable[[], None] | None = None,
+    ) -> list[Added]:
         """Write items in one transaction; each joins the most similar intent key if its similarity ≥ threshold,
-        else creates a new key (so a batch of near-duplicates shares one key)."""
+        else creates a new key (so a batch of near-duplicates shares one key). `admit` runs inside the transaction
+        once the namespace's writers are serialised, before anything is written, reading through the store's
+        connection: what it reads no other writer changes until the commit, so a limit it checks holds across
+        processes (a storage quota); raising refuses the write."""
         missing = [i for i, item in enumerate(items) if item.vector is None]
         computed = dict(zip(missing, self.embed([items[i].intent for i in missing]))) if missing else {}
         vectors = [
@@ -145,8 +156,13 @@ class Namespace:
         matrix = np.stack(vectors) if vectors else np.zeros((0, self.embedder.dim), dtype=np.float32)
         self.indexes.get(self.id)  # load or build it before taking the write lock; inside, it only catches up
 
+        placing = False
+
         def write(conn: Any) -> list[Added]:
+            nonlocal placing
             self.dialect.lock_intents(conn, self.id)
+            if admit is not None:
+                admit()
             now = time.time()
 
             def new_intent(item: NewItem, vector: np.ndarray) -> int:
@@ -170,12 +186,14 @@ class Namespace:
                 )
 
             index = self.indexes.get(self.id, writing=True)
+            placing = True
             return place_items(index, items, matrix, join_threshold, new_intent, new_item)
 
         try:
             return self.dialect.write(write)
         except BaseException:
-            self.indexes.forget(self.id)  # it may hold keys of the rolled-back transaction
+            if placing:
+                self.indexes.forget(self.id)  # it may hold keys of the rolled-back transaction
             raise
 
     def nearest(self, query: str | np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

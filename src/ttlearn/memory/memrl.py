@@ -331,8 +331,10 @@ class MemRLMemory(Memory):
         """Finished tasks of the current mini-batch whose updates wait for the batch to fill."""
 
     def bind_run(self, store: Path, run_id: str) -> None:
-        """Called by the builder before the first episode: provenance, and the run's own store file."""
-        self.run_id = run_id
+        """Called by the builder before the first episode: provenance (the run directory's name, unless `run_id=`
+        names the run: arena runs of several contestants share names like `seed0`, which a shared memory would mix
+        up), and the run's own store file."""
+        self.run_id = self.run_id or run_id
         self.memories.bind_run(Path(store))
 
     @property

@@ -198,7 +198,8 @@ class SqliteDialect:
         """Nothing to move: SQLite's next id follows the largest anyway."""
 
     def json_bytes(self, column: str) -> str:
-        return f"(length(CAST(json_quote({column}) AS BLOB)) - 2)"
+        """NULL for NULL, as `snapshot.json_text_bytes` counts None as nothing (json_quote would say `null`)."""
+        return f"(length(CAST(json_quote({column}) AS BLOB)) - 2 + 0 * length({column}))"
 
     def data_version(self) -> int:
         return int(self.conn.execute("PRAGMA data_version").fetchone()[0])

@@ -315,7 +315,7 @@ def execute(
     sharing one back end per spec, yielding (item, outcome) as each finishes. Stops at the first failing run (after
     the runs in flight end) with `RunFailed`: every later run would most likely fail the same way."""
     if ray:
-        yield from _execute_ray(items, ray_address)
+        yield from _execute_ray(items, ray_address, workers)
         return
     if concurrency > 1:
         yield from _execute_threads(items, concurrency)
@@ -363,15 +363,21 @@ def _outcome(item: PlanItem, result: Callable[[], dict[str, Any]]) -> dict[str, 
         raise RunFailed(f"run {item.name} failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _execute_ray(items: list[PlanItem], address: str | None) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
+def _execute_ray(
+    items: list[PlanItem], address: str | None, workers: int | None = None
+) -> Iterator[tuple[PlanItem, dict[str, Any]]]:
     """The same plan as Ray tasks, one CPU each. `address` goes to ray.init: None means $RAY_ADDRESS if set, else
-    a new local Ray. On a cluster, every node needs ttlearn installed and OUT on a shared file system."""
+    a new local Ray, which runs `workers` tasks at once (default: one per CPU). On a cluster, every node needs
+    ttlearn installed and OUT on a shared file system; runs of a memory in PostgreSQL (`store=postgresql://…`) then
+    share it from every node."""
     try:
         import ray
     except ImportError:
         raise ValueError("--ray needs Ray, which is not installed: pip install 'ray[default]'") from None
+    local = address == "local" or (address is None and not os.environ.get("RAY_ADDRESS"))
     ray.init(
         address=address,
+        num_cpus=workers if local else None,
         runtime_env={"env_vars": SINGLE_THREAD_ENV},
         include_dashboard=False,
         log_to_driver=False,

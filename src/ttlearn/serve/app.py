@@ -293,9 +293,9 @@ class MemoryService:
         item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector, body.unit)
         text = json_text_bytes(body.experience) + json_text_bytes(body.run_id)
         growth = export_size(text, 1, json_text_bytes(body.intent), 1, len(vector))
-        with self._store_lock:
-            self._within_quota(name, self.store.usage(name) + growth)
-            added = ns.add(item, join_threshold=body.join_threshold)
+        admit = (lambda: self._within_quota(name, self.store.usage(name) + growth)) if self.quota else None
+        with self._store_lock:  # the quota is checked under the namespace's write lock: it holds across replicas
+            added = ns.add(item, join_threshold=body.join_threshold, admit=admit)
         return MemoryAdded(id=added.item_id, intent_id=added.intent_id, joined=added.joined)
 
     def retrieve(self, name: str, body: RetrieveIn) -> Retrieved:
