@@ -43,6 +43,15 @@ def call(client: TestClient, path: str, key: str, body: dict) -> tuple[int, dict
     return response.status_code, response.json()
 
 
+def create(client: TestClient, name: str) -> str:
+    """A new namespace (hash embedder); its key, which every replica of the store accepts."""
+    return call(client, "/v1/namespaces", ADMIN, {"name": name, "embedder": "hash"})[1]["key"]
+
+
+def add(client: TestClient, key: str, name: str, intent: str, experience: str) -> tuple[int, dict]:
+    return call(client, f"/v1/namespaces/{name}/memories", key, {"intent": intent, "experience": experience})
+
+
 @contextmanager
 def namespace_write_lock(store: str, name: str) -> Iterator[None]:
     """Hold namespace `name`'s write lock from outside, as a replica's transaction would."""
@@ -77,15 +86,12 @@ def test_a_quota_holds_across_replicas(store: str) -> None:
     quota is checked under the namespace's write lock, so exactly one is written (checked before it, both were)."""
     quota = 3 * ITEM_BYTES + 300
     with replicas(store, 2, quota=quota) as (a, b):
-        key = a.post("/v1/namespaces", json={"name": "q", "embedder": "hash"}, headers={"Authorization": f"Bearer {ADMIN}"}).json()["key"]  # fmt: skip
+        key = create(a, "q")
         for i in range(2):
-            assert call(a, "/v1/namespaces/q/memories", key, {"intent": f"{i}", "experience": "x" * 500})[0] == 201
+            assert add(a, key, "q", f"{i}", "x" * 500)[0] == 201
         with ThreadPoolExecutor(2) as pool:
             with namespace_write_lock(store, "q"):
-                racing = [
-                    pool.submit(call, replica, "/v1/namespaces/q/memories", key, {"intent": f"{n}", "experience": "y" * 500})
-                    for n, replica in ((2, a), (3, b))
-                ]  # fmt: skip
+                racing = [pool.submit(add, replica, key, "q", f"{n}", "y" * 500) for n, replica in ((2, a), (3, b))]
                 time.sleep(1.5)  # both requests reach the lock
             statuses = sorted(future.result()[0] for future in racing)
     assert statuses == [201, 507]
@@ -112,15 +118,16 @@ def test_replicas_ride_out_database_restarts_losing_no_feedback(own_server) -> N
     feedback is applied exactly once."""
     per_client, alpha = 60, 0.3
     with replicas(own_server.url, 2) as (a, b):
-        key = a.post("/v1/namespaces", json={"name": "r", "embedder": "hash"}, headers={"Authorization": f"Bearer {ADMIN}"}).json()["key"]  # fmt: skip
-        ids = [call(a, "/v1/namespaces/r/memories", key, {"intent": f"s{i}", "experience": f"e{i}"})[1]["id"] for i in range(2)]  # fmt: skip
+        key = create(a, "r")
+        ids = [add(a, key, "r", f"s{i}", f"e{i}")[1]["id"] for i in range(2)]
         answers: list[tuple[int, float, dict]] = []
         sent = threading.Semaphore(0)
 
         def client(replica: TestClient, worker: int) -> None:
             for n in range(per_client):
                 reward = (1.0, -1.0, 0.5)[(worker + n) % 3]
-                status, body = call(replica, "/v1/namespaces/r/feedback", key, {"ids": ids, "reward": reward, "alpha": alpha})  # fmt: skip
+                body = {"ids": ids, "reward": reward, "alpha": alpha}
+                status, body = call(replica, "/v1/namespaces/r/feedback", key, body)
                 answers.append((status, reward, {item["id"]: item["q"] for item in body.get("items", [])}))
                 sent.release()
 

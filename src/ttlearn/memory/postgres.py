@@ -306,7 +306,9 @@ class PostgresDialect:
                     ).fetchone()
                     self._writes += 1
                     if self._writes % RECEIPT_SWEEP == 0:
-                        conn.pg.execute("DELETE FROM write_receipts WHERE created < %s", (time.time() - RECEIPT_KEEP_S,))
+                        conn.pg.execute(
+                            "DELETE FROM write_receipts WHERE created < %s", (time.time() - RECEIPT_KEEP_S,)
+                        )
                     result, ran = body(conn), True
                 return result  # type: ignore[return-value]
             except _RETRYABLE:
@@ -352,7 +354,6 @@ class PostgresDialect:
 
     def data_version(self) -> None:
         """None: PostgreSQL has no cheap "someone committed" counter, so an index catches up before every search."""
-
 
     def read_index(self, ns_id: int, generation: int, rewrites: int) -> BinaryIO | None:
         """The parts saved under these counters, read in one statement (one snapshot); None when there are none."""
