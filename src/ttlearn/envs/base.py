@@ -35,6 +35,7 @@ ENVS: Registry[type["Env"]] = Registry(
     "ttlearn.envs",
     {
         "code": "ttlearn.envs.code:CodeEnv",
+        "db_bench": "ttlearn.envs.db_bench:DBBench",
         "holdem": "ttlearn.envs.holdem:HoldemEnv",
         "household": "ttlearn.envs.household:Household",
         "minesweeper": "ttlearn.envs.minesweeper:Minesweeper",
@@ -202,6 +203,13 @@ class Env(ABC):
         likeness alone. A simulator with hundreds of moves pins navigation and observation ("open door to kitchen",
         "look around") and puts moves that end the task, or that are rarely useful, last."""
         return 1
+
+    def conversation(self, memory: str) -> list[dict[str, str]] | None:
+        """The whole prompt as the benchmark's own harness sends it, the memory's text placed where that harness puts
+        it, or None (the default): the player builds the prompt from `describe()`, the memory and the observation.
+        For benchmarks whose protocol is a chat (db_bench: a system prompt, an instruction turn, the question, then
+        each reply and the server's answer), so a model meets the prompts the published results were measured with."""
+        return None
 
     def invalid_step(self, reply: str) -> StepResult | None:
         """What a reply that names no action does. None (the default): the player falls back to a random legal

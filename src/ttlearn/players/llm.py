@@ -202,7 +202,7 @@ class LLMPlayer(Player):
             if suggested is not None:
                 options = [suggested, *(o for o in options if o != suggested)][: max(len(options), 1)]
         self.decisions += 1
-        messages = build_messages(
+        messages = (None if options else env.conversation(str(memory))) or build_messages(
             env.describe(),
             memory,
             obs.text,

@@ -25,7 +25,7 @@ from ttlearn.players.turn import TurnPlayer
 from ttlearn.runs import PartsConfig, RunDir
 
 SCRIPTED = "scripted:"
-DEFAULT_PLAYERS = {"code": "qwen-coder", "sql": "qwen-coder"}
+DEFAULT_PLAYERS = {"code": "qwen-coder", "db_bench": "qwen-coder", "sql": "qwen-coder"}
 """The default player per environment, chosen by measurement (docs/models.md): the coder model writes code and SQL;
 games keep `DEFAULT_LLM`, the embedded model that follows an explicit memory note."""
 

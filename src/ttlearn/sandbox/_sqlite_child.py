@@ -1,4 +1,5 @@
-"""The child of `ttlearn.sandbox.sqlite`: run one query read-only and print the reply as JSON.
+"""The child of `ttlearn.sandbox.sqlite`: run one query read-only (or, in writable mode, a task's statements on a
+copy of its database) and print the reply as JSON.
 
 Standard library only: the sandbox runs this file as its program under a bare interpreter. `execute` is also imported
 by the parent (gold answers are trusted and run in-process).
@@ -6,7 +7,9 @@ by the parent (gold answers are trusted and run in-process).
 
 from __future__ import annotations
 
+import base64
 import json
+import shutil
 import signal
 import sqlite3
 import sys
@@ -28,36 +31,55 @@ ALLOWED_ACTIONS = frozenset(
 REFUSED_FUNCTIONS = frozenset({"fts3_tokenizer", "load_extension", "readfile", "writefile", "edit"})
 """Functions no read-only question needs and some builds enable (the two-argument `fts3_tokenizer` registers a
 tokenizer from a raw pointer): the authorizer denies them by name."""
+WRITE_ACTIONS = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE})
+"""What writable mode adds: changing the rows of the database's own tables (never SQLite's `sqlite_*` tables)."""
 READ_ONLY_HINT = "only read-only queries run here (one SELECT or WITH statement)"
+WRITABLE_HINT = "only SELECT, INSERT, UPDATE and DELETE on this task's table run here"
+WORK_COPY = "work.sqlite"
 
 
 def _json_value(value: object) -> object:
     return f"x'{value.hex()}'" if isinstance(value, bytes) else value
 
 
-def execute(db: str, sql: str, timeout_ms: int) -> dict:
-    """`{"columns", "rows"}` or `{"error"}`: `sql` on the database file `db`, read-only, bounded in time, in the
-    length of any one value and in SQLite's heap."""
-    connection = sqlite3.connect(f"file:{quote(db)}?mode=ro", uri=True, isolation_level=None)
-    connection.execute("PRAGMA query_only = ON")
+def _connect(db: str, timeout_ms: int, writable: bool) -> tuple[sqlite3.Connection, list[str], float]:
+    """A connection bounded in time, in the length of any one value and in SQLite's heap, behind an authorizer that
+    allows reading and calling functions (and, `writable`, changing rows of the database's own tables); the refusals
+    it made land in the list; the deadline is the third value."""
+    mode = "rw" if writable else "ro"
+    connection = sqlite3.connect(f"file:{quote(db)}?mode={mode}", uri=True, isolation_level=None)
+    if not writable:
+        connection.execute("PRAGMA query_only = ON")
     connection.execute("PRAGMA temp_store = MEMORY")
     connection.execute(f"PRAGMA hard_heap_limit = {HEAP_BYTES}")
     connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
     connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
     refused: list[str] = []
+    hint = WRITABLE_HINT if writable else READ_ONLY_HINT
 
-    def authorize(action: int, _: object, name: object, *__: object) -> int:
+    def authorize(action: int, table: object, name: object, *__: object) -> int:
         if action == sqlite3.SQLITE_FUNCTION and str(name).lower() in REFUSED_FUNCTIONS:
             refused.append(f"refused: the function {name}() is not available here")
         elif action in ALLOWED_ACTIONS:
             return sqlite3.SQLITE_OK
+        elif writable and action in WRITE_ACTIONS and not str(table).lower().startswith("sqlite_"):
+            return sqlite3.SQLITE_OK
         else:
-            refused.append(f"refused: {READ_ONLY_HINT}")
+            refused.append(f"refused: {hint}")
         return sqlite3.SQLITE_DENY
 
     connection.set_authorizer(authorize)
     deadline = time.monotonic() + timeout_ms / 1000
     connection.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
+    return connection, refused, deadline
+
+
+def _run(
+    connection: sqlite3.Connection, refused: list[str], deadline: float, sql: str, timeout_ms: int, max_rows: int,
+    writable: bool,
+) -> dict:
+    """One statement: `{"columns", "rows"}` (both empty for a statement that returns no rows, in writable mode) or
+    `{"error"}`, with `"refused": true` when the sandbox stopped it rather than SQLite finding it wrong."""
     try:
         sql.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -65,27 +87,62 @@ def execute(db: str, sql: str, timeout_ms: int) -> dict:
     try:
         cursor = connection.execute(sql)
         if cursor.description is None:
-            return {"error": f"the statement returned no rows: {READ_ONLY_HINT}"}
-        rows = cursor.fetchmany(MAX_ROWS + 1)
+            if writable:
+                return {"columns": [], "rows": []}
+            return {"error": f"the statement returned no rows: {READ_ONLY_HINT}", "refused": True}
+        rows = cursor.fetchmany(max_rows + 1)
     except (sqlite3.Error, sqlite3.Warning) as exc:  # Warning: "You can only execute one statement at a time."
         if refused:
-            return {"error": refused[0]}
+            return {"error": refused[0], "refused": True}
         if time.monotonic() > deadline:
-            return {"error": f"timed out after {timeout_ms} ms"}
+            return {"error": f"timed out after {timeout_ms} ms", "refused": True}
+        if isinstance(exc, sqlite3.DataError) or "too big" in str(exc) or "out of memory" in str(exc):
+            return {"error": f"{type(exc).__name__}: {exc}", "refused": True}
         return {"error": f"{type(exc).__name__}: {exc}"}
-    if len(rows) > MAX_ROWS:
-        return {"error": f"the query returned more than {MAX_ROWS:,} rows"}
+    if len(rows) > max_rows:
+        return {"error": f"the query returned more than {max_rows:,} rows", "refused": True}
     return {
         "columns": [column[0] for column in cursor.description],
         "rows": [[_json_value(value) for value in row] for row in rows],
     }
 
 
+def execute(db: str, sql: str, timeout_ms: int) -> dict:
+    """`{"columns", "rows"}` or `{"error"}`: `sql` on the database file `db`, read-only, bounded in time, in the
+    length of any one value and in SQLite's heap."""
+    connection, refused, deadline = _connect(db, timeout_ms, writable=False)
+    return _run(connection, refused, deadline, sql, timeout_ms, MAX_ROWS, writable=False)
+
+
+def execute_writable(db: str, statements: list[str], timeout_ms: int, max_rows: int) -> dict:
+    """Writable mode: `statements` in order on a copy of `db` in this directory (the original is a read-only file),
+    each committed, up to the first error, as a MySQL client runs a reply's SQL; the last outcome, and the changed
+    database's bytes (base64) under "database" when a statement changed a row."""
+    shutil.copyfile(db, WORK_COPY)
+    connection, refused, deadline = _connect(WORK_COPY, timeout_ms, writable=True)
+    reply: dict = {"columns": [], "rows": []}
+    for statement in statements:
+        reply = _run(connection, refused, deadline, statement, timeout_ms, max_rows, writable=True)
+        if "error" in reply:
+            break
+    changed = connection.total_changes > 0
+    connection.close()
+    if changed:
+        with open(WORK_COPY, "rb") as copy:
+            reply["database"] = base64.b64encode(copy.read()).decode("ascii")
+    return reply
+
+
 def main() -> None:
-    """Request on stdin: the database file's name, the query, the timeout."""
+    """Request on stdin: the database file's name, the query (or, writable, the statements and the row cap), the
+    timeout."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the (zero) file-size limit fails instead of killing
     request = json.load(sys.stdin)
-    reply = json.dumps(execute(request["db"], request["sql"], request["timeout_ms"]))
+    if "statements" in request:
+        done = execute_writable(request["db"], request["statements"], request["timeout_ms"], request["max_rows"])
+    else:
+        done = execute(request["db"], request["sql"], request["timeout_ms"])
+    reply = json.dumps(done)
     if len(reply) > MAX_OUTPUT_BYTES:
         reply = json.dumps({"error": f"the result is larger than {MAX_OUTPUT_BYTES:,} bytes"})
     sys.stdout.write(reply)

@@ -9,10 +9,17 @@ authorizer that allows reading and calling functions and nothing else (no writes
 transactions; functions no query needs, such as the two-argument `fts3_tokenizer`, are refused by name) and interrupts
 the statement at a deadline through the progress handler. Every way it can end becomes a `QueryResult` saying what
 happened; nothing the query does raises in the caller.
+
+`run_statements` is the writable mode, for tasks that change a table (LifelongAgentBench's `db_bench`): the child
+copies the read-only database into its own directory, runs the statements there with an authorizer that also allows
+INSERT, UPDATE and DELETE on the database's own tables (nothing else: no CREATE, DROP, ATTACH or PRAGMA), and sends
+the changed database back as bytes for the caller to keep; the caller never opens a file the statements wrote.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -21,11 +28,14 @@ from pathlib import Path
 from ttlearn.sandbox._sqlite_child import MAX_OUTPUT_BYTES, execute
 from ttlearn.sandbox.python import Limits, run_python
 
-__all__ = ["MEMORY_BYTES", "STARTUP_SECONDS", "QueryResult", "execute", "run_query"]
+__all__ = ["MEMORY_BYTES", "STARTUP_SECONDS", "QueryResult", "execute", "run_query", "run_statements"]
 
 MEMORY_BYTES = 1 << 30
 STARTUP_SECONDS = 10.0
 """Wall-clock allowance on top of the statement timeout for starting the interpreter on a loaded machine."""
+WRITABLE_DISK_BYTES = 4 * 2**20
+"""What a writable child's directory may hold: its copy of the database, grown by the statements ("database or disk
+is full" past it)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,8 @@ class QueryResult:
     columns: tuple[str, ...] = ()
     rows: tuple[tuple, ...] = ()
     error: str | None = None
+    refused: bool = False
+    """The sandbox stopped the statement (a right it lacks, its time, its size) rather than SQLite finding it wrong."""
 
     @property
     def ok(self) -> bool:
@@ -44,27 +56,58 @@ class QueryResult:
 
 def run_query(db_path: Path, sql: str, timeout_ms: int) -> QueryResult:
     """Run `sql` read-only on `db_path` in a sandboxed child; every failure comes back as `QueryResult.error`."""
+    request = {"db": "database.sqlite", "sql": sql, "timeout_ms": timeout_ms}
+    return _result(_run_child(db_path, request, timeout_ms, disk_bytes=2**20))
+
+
+def run_statements(
+    db_path: Path, statements: list[str], timeout_ms: int, max_rows: int
+) -> tuple[QueryResult, bytes | None]:
+    """Run `statements` in order, each committed, up to the first error, on a copy of `db_path` in a sandboxed child
+    (writable mode, see the module docstring); the last outcome, and the database's new bytes when a row changed
+    (None: unchanged). `timeout_ms` bounds all of them together."""
+    request = {"db": "database.sqlite", "statements": statements, "timeout_ms": timeout_ms, "max_rows": max_rows}
+    reply = _run_child(db_path, request, timeout_ms, disk_bytes=WRITABLE_DISK_BYTES)
+    changed = None
+    if isinstance(reply, dict) and "database" in reply:
+        try:
+            changed = base64.b64decode(reply.pop("database"), validate=True)
+        except (binascii.Error, TypeError):
+            return QueryResult(error="the statements' process sent back an unreadable database", refused=True), None
+    return _result(reply), changed
+
+
+def _run_child(db_path: Path, request: dict, timeout_ms: int, disk_bytes: int) -> dict | QueryResult:
+    """The child's JSON reply, or the `QueryResult` that says how it failed to give one."""
     limits = Limits(
         wall_s=timeout_ms / 1000 + STARTUP_SECONDS,
         cpu_s=timeout_ms // 1000 + 2,
         memory_bytes=MEMORY_BYTES,
-        file_bytes=0,
+        file_bytes=0 if disk_bytes <= 2**20 else disk_bytes,
         output_bytes=MAX_OUTPUT_BYTES + 2**10,
-        disk_bytes=2**20,
+        disk_bytes=disk_bytes,
     )
-    request = json.dumps({"db": "database.sqlite", "sql": sql, "timeout_ms": timeout_ms})
-    done = run_python(_child_program(), limits, request.encode(), {"database.sqlite": str(db_path)})
+    done = run_python(_child_program(), limits, json.dumps(request).encode(), {"database.sqlite": str(db_path)})
     if done.status == "timeout":
-        return QueryResult(error=f"timed out after {timeout_ms} ms")
+        return QueryResult(error=f"timed out after {timeout_ms} ms", refused=True)
     if done.status == "killed":
-        return QueryResult(error=f"the query was killed by signal {-(done.returncode or 0)}: it used too much CPU time")
+        signal = -(done.returncode or 0)
+        return QueryResult(error=f"the query was killed by signal {signal}: it used too much CPU time", refused=True)
     try:
         reply = json.loads(done.output)
     except ValueError:
         last = done.output.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-        return QueryResult(error=f"the query crashed its process: {last[0][:300]}")
+        return QueryResult(error=f"the query crashed its process: {last[0][:300]}", refused=True)
+    if not isinstance(reply, dict):
+        return QueryResult(error="the query's process sent back no reply", refused=True)
+    return reply
+
+
+def _result(reply: dict | QueryResult) -> QueryResult:
+    if isinstance(reply, QueryResult):
+        return reply
     if "error" in reply:
-        return QueryResult(error=reply["error"])
+        return QueryResult(error=reply["error"], refused=bool(reply.get("refused")))
     return QueryResult(tuple(reply["columns"]), tuple(tuple(row) for row in reply["rows"]))
 
 

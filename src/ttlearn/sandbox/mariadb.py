@@ -1,0 +1,370 @@
+"""A MariaDB server of our own, and model-written SQL on it, one task at a time.
+
+`temporary_server()` starts a fresh `mariadbd` (Debian's `mariadb-server`) in a temporary folder: no network, a unix
+socket in that folder, its own user (`mysql`, when we are root), no options file read, stopped and deleted at the end.
+Its settings are MySQL 8's where they change what a query returns (`sql_mode` with ONLY_FULL_GROUP_BY, utf8mb4 with
+an accent- and case-insensitive collation, `group_concat_max_len` 1024) and tight where hostile SQL could hurt
+(`local_infile` off, `secure_file_priv` an empty folder, small packets and temporary tables, few connections).
+
+SQL a model wrote is hostile. `TaskDatabase` gives each task its own fresh database holding its one table and its own
+user, with rights on that database only (SELECT, INSERT, UPDATE, DELETE: no FILE, no DROP or CREATE, nothing on
+`mysql.*` or another task's database); every statement runs with the server's statement time limit for that user and a
+watchdog of ours that kills the connection past it (a session may change its own limit), and what comes back is
+refused past `max_rows` rows or `max_bytes` characters. Refusals carry their reason (`Outcome.refused`); the server's
+own errors come back as the benchmark's client writes them ("1064 (42000): You have an error …"). Closing the task
+drops its database and its user: nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SERVER_USER = "mysql"
+SERVER_PROGRAM = "mariadbd"
+INSTALL_PROGRAM = "mariadb-install-db"
+SEARCH_PATH = ("/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin")
+START_TIMEOUT_S = 30.0
+WATCHDOG_GRACE_S = 0.5
+"""How long past a statement's time limit our watchdog waits for the server's own limit before killing the session."""
+MYSQL8_SQL_MODE = (
+    "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,"
+    "NO_ENGINE_SUBSTITUTION"
+)
+"""MySQL 8's default `sql_mode`, the server the benchmark's golds were written for (MariaDB's lacks
+ONLY_FULL_GROUP_BY, so it would answer queries MySQL refuses)."""
+COLLATION = "utf8mb4_uca1400_ai_ci"
+"""The nearest MariaDB 10.11 has to MySQL 8's default `utf8mb4_0900_ai_ci`: a Unicode collation, case- and
+accent-insensitive ('alice' = 'Alice', as the benchmark's server compares)."""
+SERVER_OPTIONS = (
+    "--skip-networking",
+    "--skip-name-resolve",
+    "--local-infile=0",
+    "--performance-schema=OFF",
+    "--character-set-server=utf8mb4",
+    f"--collation-server={COLLATION}",
+    f"--sql-mode={MYSQL8_SQL_MODE}",
+    "--group-concat-max-len=1024",
+    "--max-connections=64",
+    "--max-allowed-packet=4M",
+    "--max-heap-table-size=16M",
+    "--tmp-table-size=16M",
+    "--tmp-disk-table-size=64M",
+    "--innodb-buffer-pool-size=32M",
+    "--innodb-log-file-size=8M",
+    "--innodb-flush-log-at-trx-commit=0",
+    "--innodb-doublewrite=0",
+)
+"""Every option the server runs with besides its folders (`--no-defaults`: no options file of the machine is read)."""
+TASK_RIGHTS = "SELECT, INSERT, UPDATE, DELETE"
+"""What a task's user may do, on its own database only: the benchmark's tasks read and change one table."""
+REFUSALS = {
+    1044: "access to that database is refused",
+    1045: "access is refused",
+    1142: "that command is refused on this table",
+    1143: "that column is refused",
+    1148: "LOAD DATA LOCAL is disabled",
+    1227: "that needs a privilege this task does not have",
+    1290: "the server's options forbid that statement",
+    1317: "the statement was interrupted",
+    1370: "that routine is refused",
+    1969: "the statement ran past its time limit",
+    4078: "that file operation is refused",
+}
+"""Server errors that mean the sandbox refused the statement (a right the task lacks, the time limit), not that the
+SQL was wrong: the step is an invalid one with this reason."""
+
+
+def server_missing() -> str | None:
+    """Why `temporary_server` cannot start here, or None when it can."""
+    for program in (SERVER_PROGRAM, INSTALL_PROGRAM):
+        if _program(program) is None:
+            return f"MariaDB's {program} is not installed (apt-get install mariadb-server)"
+    if os.geteuid() == 0 and shutil.which("runuser") is None:
+        return "running as root needs runuser to start MariaDB as the mysql user"
+    try:
+        import pymysql  # noqa: F401
+    except ImportError:
+        return "the MariaDB client is not installed: pip install 'ttlearn[mariadb]'"
+    return None
+
+
+def _program(name: str) -> str | None:
+    return shutil.which(name) or next((f"{d}/{name}" for d in SEARCH_PATH if os.access(f"{d}/{name}", os.X_OK)), None)
+
+
+@dataclass(frozen=True)
+class Server:
+    """A running server: where its socket is and how the administrator logs in (a random password, the socket in a
+    folder only the server's user and we can enter)."""
+
+    socket: str
+    password: str
+
+    def connect(self, user: str = "root", password: str | None = None, database: str | None = None, **options: Any):
+        import pymysql
+
+        return pymysql.connect(
+            unix_socket=self.socket,
+            user=user,
+            password=self.password if password is None else password,
+            database=database,
+            autocommit=True,
+            local_infile=False,
+            charset="utf8mb4",
+            **options,
+        )
+
+
+@contextmanager
+def temporary_server(start_timeout_s: float = START_TIMEOUT_S) -> Iterator[Server]:
+    """A fresh MariaDB on a unix socket in a temporary folder, stopped and deleted on exit. As root, its folder (under
+    /tmp, which the mysql user can reach) belongs to that user and the programs run as it."""
+    missing = server_missing()
+    if missing:
+        raise FileNotFoundError(missing)
+    as_root = os.geteuid() == 0
+    root = Path(tempfile.mkdtemp(prefix="ttlearn-mariadb-", dir="/tmp" if as_root else None))
+    prefix = ["runuser", "-u", SERVER_USER, "--"] if as_root else []
+    data, files = root / "data", root / "no-files"
+    files.mkdir()
+    if as_root:
+        for path in (root, files):
+            shutil.chown(path, SERVER_USER, SERVER_USER)
+    process: subprocess.Popen[bytes] | None = None
+    try:
+        installed = subprocess.run(
+            [*prefix, str(_program(INSTALL_PROGRAM)), "--no-defaults", f"--datadir={data}", "--skip-test-db",
+             "--auth-root-authentication-method=normal", "--innodb-log-file-size=8M",
+             "--innodb-buffer-pool-size=32M"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if installed.returncode:
+            raise RuntimeError(f"mariadb-install-db failed: {(installed.stderr or installed.stdout).strip()[-600:]}")
+        socket = str(root / "server.sock")
+        log = open(root / "server.log", "wb")  # noqa: SIM115 - the server writes to it until it stops
+        process = subprocess.Popen(
+            [*prefix, str(_program(SERVER_PROGRAM)), "--no-defaults", f"--datadir={data}", f"--socket={socket}",
+             f"--pid-file={root / 'server.pid'}", f"--tmpdir={root}", f"--secure-file-priv={files}", *SERVER_OPTIONS],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        log.close()
+        password = secrets.token_hex(16)
+        _wait_until_up(process, socket, start_timeout_s, root / "server.log")
+        import pymysql
+
+        with pymysql.connect(unix_socket=socket, user="root", password="", autocommit=True) as admin:
+            with admin.cursor() as cursor:
+                cursor.execute("ALTER USER 'root'@'localhost' IDENTIFIED BY %s", (password,))
+                cursor.execute("DROP USER IF EXISTS ''@'localhost'")
+        yield Server(socket, password)
+    finally:
+        if process is not None:
+            _stop(process)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_until_up(process: subprocess.Popen[bytes], socket: str, timeout_s: float, log: Path) -> None:
+    import pymysql
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"mariadbd stopped at start: {log.read_text(errors='replace').strip()[-600:]}")
+        if os.path.exists(socket):
+            try:
+                pymysql.connect(unix_socket=socket, user="root", password="").close()
+                return
+            except pymysql.err.OperationalError:
+                pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"mariadbd did not answer within {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a clean shutdown), then SIGKILL to the whole group if it lingers."""
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, 9)
+        process.wait()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one statement did: its rows (None for a statement that returns none), or the error text the benchmark's
+    client shows; `refused` says why the sandbox stopped it (the step is then an invalid one)."""
+
+    rows: tuple[tuple, ...] | None = None
+    error: str | None = None
+    refused: str | None = None
+
+
+def error_text(exc: Exception) -> str:
+    """A server error as MySQL's own Python client writes it: "errno (SQLSTATE): message"."""
+    args = getattr(exc, "args", ())
+    if len(args) >= 2 and isinstance(args[0], int):
+        state = getattr(exc, "sqlstate", None)
+        return f"{args[0]} ({state}): {args[1]}" if state else f"{args[0]}: {args[1]}"
+    return str(exc)
+
+
+class TaskDatabase:
+    """One task's own database on `server`, named like the benchmark names it (after its table), with its table and
+    rows, and a user of its own with `TASK_RIGHTS` on it alone. `execute` runs the model's statements as that user;
+    `table_hash` is the benchmark's MD5 of the table; `close` drops the database and the user."""
+
+    def __init__(
+        self,
+        server: Server,
+        table: str,
+        columns: Sequence[tuple[str, str]],
+        rows: Sequence[Sequence[Any]],
+        *,
+        timeout_ms: int = 2000,
+        max_rows: int = 1000,
+        max_bytes: int = 64_000,
+        database: str | None = None,
+    ) -> None:
+        self.server, self.table, self.columns = server, table, [name for name, _ in columns]
+        self.database = database or table
+        self.timeout_ms, self.max_rows, self.max_bytes = timeout_ms, max_rows, max_bytes
+        self.user, self.password = f"task_{secrets.token_hex(6)}", secrets.token_hex(16)
+        self.admin = server.connect()
+        self._connection: Any = None
+        created = False
+        try:
+            with self.admin.cursor() as cursor:
+                cursor.execute(f"CREATE DATABASE {_quoted(self.database)}")
+                created = True
+                cursor.execute(f"USE {_quoted(self.database)}")
+                declared = ", ".join(f"{_quoted(name)} {kind}" for name, kind in columns)
+                cursor.execute(f"CREATE TABLE {_quoted(table)} ({declared})")
+                if rows:
+                    names = ", ".join(_quoted(name) for name, _ in columns)
+                    marks = ", ".join(["%s"] * len(columns))
+                    # every value as a quoted string, as the benchmark inserts them (the server converts)
+                    values = [tuple(None if v is None else str(v) for v in row) for row in rows]
+                    cursor.executemany(f"INSERT INTO {_quoted(table)} ({names}) VALUES ({marks})", values)
+                limit = max(timeout_ms / 1000, 0.001)
+                cursor.execute(
+                    f"CREATE USER %s@'localhost' IDENTIFIED BY %s WITH MAX_STATEMENT_TIME {limit:.3f}",
+                    (self.user, self.password),
+                )
+                cursor.execute(f"GRANT {TASK_RIGHTS} ON {_quoted(self.database)}.* TO %s@'localhost'", (self.user,))
+        except BaseException:
+            self._drop(created)
+            raise
+
+    def _connect(self) -> Any:
+        if self._connection is None:
+            self._connection = self.server.connect(
+                self.user, self.password, self.database, read_timeout=self.timeout_ms / 1000 + 2 * WATCHDOG_GRACE_S
+            )
+        return self._connection
+
+    def execute(self, statements: Sequence[str]) -> Outcome:
+        """The statements in order, each committed, as the benchmark's container runs a reply's SQL (split on ';'):
+        the last one's outcome, or the first error (the statements before it stay done)."""
+        outcome = Outcome(rows=())
+        for statement in statements:
+            outcome = self._one(statement)
+            if outcome.error is not None:
+                break
+        return outcome
+
+    def _one(self, statement: str) -> Outcome:
+        import pymysql
+        from pymysql.cursors import SSCursor
+
+        connection = self._connect()
+        thread = connection.thread_id()
+        killed = threading.Event()
+        watchdog = threading.Timer(self.timeout_ms / 1000 + WATCHDOG_GRACE_S, self._kill, (thread, killed))
+        watchdog.start()
+        try:
+            cursor = connection.cursor(SSCursor)
+            cursor.execute(statement)
+            if cursor.description is None:
+                return Outcome(rows=None)
+            rows = cursor.fetchmany(self.max_rows + 1)
+            if len(rows) > self.max_rows:  # the rest would stream on: end the session instead of reading it
+                self._kill(thread, killed)
+                return Outcome(error=f"the result has more than {self.max_rows:,} rows", refused="too many rows")
+            cursor.close()
+            if len(repr(list(rows))) > self.max_bytes:
+                return Outcome(error=f"the result is longer than {self.max_bytes:,} characters", refused="too long")
+            return Outcome(rows=tuple(tuple(row) for row in rows))
+        except pymysql.err.MySQLError as exc:
+            if killed.is_set():
+                return Outcome(error=f"the statement ran past {self.timeout_ms} ms and was stopped", refused="time")
+            errno = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+            return Outcome(error=error_text(exc), refused=REFUSALS.get(errno) if errno is not None else None)
+        finally:
+            watchdog.cancel()
+            if killed.is_set():
+                self._connection = None  # its session was killed: the next statement opens a new one
+
+    def _kill(self, thread: int, killed: threading.Event) -> None:
+        """End the task's session `thread` from the administrator's side: a statement past its time (the session may
+        have raised its own limit), or a result past its cap that would otherwise stream on."""
+        killed.set()
+        try:
+            with self.server.connect() as admin, admin.cursor() as cursor:
+                cursor.execute(f"KILL {int(thread)}")
+        except Exception:  # noqa: BLE001 - the session may be gone already
+            pass
+
+    def table_hash(self) -> str:
+        """The benchmark's hash of the table (`md5(group_concat(rowhash order by rowhash))` over the first five hex
+        digits of each row's `md5(concat_ws(',', columns))`), as its client shows it: "None" for an empty table."""
+        names = ",".join(_quoted(name) for name in self.columns)
+        query = (
+            "SELECT md5(group_concat(rowhash ORDER BY rowhash)) AS hash FROM ("
+            f"SELECT substring(md5(concat_ws(',', {names})), 1, 5) AS rowhash FROM {_quoted(self.table)}) AS sub"
+        )
+        with self.admin.cursor() as cursor:
+            cursor.execute(f"USE {_quoted(self.database)}")
+            cursor.execute(query)
+            (value,) = cursor.fetchone()
+        return str(value)
+
+    def close(self) -> None:
+        self._drop(True)
+
+    def _drop(self, created: bool) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self._connection = None
+        try:
+            with self.admin.cursor() as cursor:
+                cursor.execute("DROP USER IF EXISTS %s@'localhost'", (self.user,))
+                if created:
+                    cursor.execute(f"DROP DATABASE IF EXISTS {_quoted(self.database)}")
+        finally:
+            self.admin.close()
+
+    def __enter__(self) -> TaskDatabase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
