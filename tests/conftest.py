@@ -87,3 +87,17 @@ def postgres_url(postgres_server, request):
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')
     return postgres_server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(scope="session")
+def mariadb_server():
+    """A real MariaDB for the whole session (`sandbox.mariadb.temporary_server`: a temporary data folder, a unix
+    socket, the mysql user when we are root, stopped and deleted at the end); skipped only where Debian's
+    mariadb-server or the client is not installed (`.ci/run` installs the server)."""
+    from ttlearn.sandbox.mariadb import server_missing, temporary_server
+
+    missing = server_missing()
+    if missing:
+        pytest.skip(missing)
+    with temporary_server() as server:
+        yield server

@@ -154,3 +154,14 @@ def test_paired_sign_flip_p_by_hand():
     assert paired_sign_flip_p([0.1, 0.2, -0.3]) == pytest.approx(1.0)  # sum 0 (in floats 5.5e-17): every flip counts
     with pytest.raises(ValueError, match="finite"):
         paired_sign_flip_p([1, float("nan")])
+
+
+def test_success_by_skill_counts_a_unit_once_for_each_of_its_skills():
+    from ttlearn.eval.summary import success_by_skill
+
+    table = success_by_skill([(["select", "limit_only"], True), (["select"], False), (["insert"], False)])
+    assert table == {
+        "insert": {"tasks": 1, "solved": 0, "success": 0.0},
+        "limit_only": {"tasks": 1, "solved": 1, "success": 1.0},
+        "select": {"tasks": 2, "solved": 1, "success": 0.5},
+    }

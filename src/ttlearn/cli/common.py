@@ -244,6 +244,13 @@ def format_run_summary(summary: dict[str, Any]) -> str:
             f"epochs: success {rates} · last epoch {p['last_epoch_success']:.3f}"
             f" · cumulative {p['cumulative_success']:.3f}"
         )
+        if p.get("validation_success"):
+            held = " ".join(f"{r:.2f}" for r in p["validation_success"])
+            lines.append(f"held-out validation after each epoch: {held} · best {p['best_validation_success']:.3f}")
+    for key, title in (("by_skill", "success by skill"), ("validation_by_skill", "held-out success by skill")):
+        if summary.get(key):
+            lines.append(f"{title} (tasks: success{' / control' * ('control' in next(iter(summary[key].values())))}):")
+            lines.append(format_skills(summary[key]))
     if summary["instances"]:
         lines.append("instances: " + json.dumps(summary["instances"]))
     if summary.get("rejudged"):
@@ -252,6 +259,17 @@ def format_run_summary(summary: dict[str, Any]) -> str:
             "memory learned from the verdicts it was played with"
         )
     return "\n".join(lines)
+
+
+def format_skills(table: dict[str, dict[str, float]]) -> str:
+    """One line per skill: its tasks, success (and the control's), most common skills first."""
+    rows = sorted(table.items(), key=lambda item: (-item[1]["tasks"], item[0]))
+    width = max(len(skill) for skill in table)
+    return "\n".join(
+        f"  {skill:<{width}}  {int(row['tasks']):>4}  {row['success']:.3f}"
+        + (f" / {row['control']:.3f}" if "control" in row else "")
+        for skill, row in rows
+    )
 
 
 def format_unit(record: dict[str, Any]) -> str:

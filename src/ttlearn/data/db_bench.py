@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 DATA_FILE = Path(__file__).with_name("db_bench.json.gz")
-DATA_SHA256 = "218a8100acc670c3bdb7f0f7d6fda0fe0edae6af0d153e7638314b675a27c927"
+DATA_SHA256 = "f7112e38f6161824704bc9cd1274df8a4d5370b22af89b6e0ecbc1f964ca3335"
 ENGINES = ("sqlite", "mariadb")
 SPLITS = ("train", "val")
 """The runner's split: `db_train.json` (the sections' tasks) and `db_val.json` (validation)."""

@@ -243,30 +243,34 @@ def open_table(task: Task, engine: str, server: Server | None, timeout_ms: int, 
         return TaskDatabase(server, task.table, task.columns, task.rows, database=name, **options)
 
 
-def gold_truth(task: Task, engine: str, server: Server | None = None) -> Truth:
-    """What `task` is judged against on `engine`: the recorded answer when the gold SQL, run there as the agent's
-    SQL runs, reproduces it (its result as the server writes it passes the benchmark's check against the recorded
-    rows, or the table's hash equals the recorded one); else the gold's own result there; else, when the gold does not
-    run there, nothing (the task is left out)."""
+def gold_truth(task: Task, engine: str, server: Server | None = None, runs: int = 1) -> Truth:
+    """What `task` is judged against on `engine`: the recorded answer when the gold SQL, run there as the agent's SQL
+    runs, reproduces it (its result as the server writes it passes the benchmark's check against the recorded rows,
+    in one of `runs` runs of a SELECT; or the table's hash equals the recorded one); else the gold's own result
+    there, when every run gave the same; else nothing, and the task is left out: the gold does not run there, or the
+    order of the rows its ORDER BY leaves tied changes from run to run (MariaDB sorts ties in no fixed order)."""
     table = open_table(task, engine, server, timeout_ms=10_000, max_rows=100_000, max_bytes=10**7)
     try:
         action = read_reply(f"Action: Operation\n```sql\n{task.gold}\n```")
         assert action is not None
-        outcome = table.execute(action.statements)
-        if outcome.error is not None:
-            return Truth("none", why=f"the gold SQL fails on {engine}: {outcome.error}")
+        outcomes = [table.execute(action.statements) for _ in range(runs if task.answer_md5 is None else 1)]
+        failed = [o.error for o in outcomes if o.error is not None]
+        if failed:
+            return Truth("none", why=f"the gold SQL fails on {engine}: {failed[0]}")
         if task.answer_md5 is not None:
             digest = table.table_hash()
             return Truth("recorded") if digest == task.answer_md5 else Truth("engine", md5=digest)
-        assert task.answer_rows is not None
-        rows = tuple(tuple(_plain(v) for v in row) for row in outcome.rows or ())
-        if answer_matches(server_answer(outcome.rows), task.answer_rows):
-            return Truth("recorded")
-        if any(not isinstance(v, (int, float, str)) for row in rows for v in row):
-            return Truth("none", why=f"the gold's result on {engine} holds a value the answer check cannot read")
-        return Truth("engine", rows=rows)
     finally:
         table.close()
+    assert task.answer_rows is not None
+    if any(answer_matches(server_answer(o.rows), task.answer_rows) for o in outcomes):
+        return Truth("recorded")
+    if len({repr(o.rows) for o in outcomes}) > 1:
+        return Truth("none", why=f"the gold's tied rows come back in another order from run to run on {engine}")
+    rows = tuple(tuple(_plain(v) for v in row) for row in outcomes[0].rows or ())
+    if any(not isinstance(v, (int, float, str)) for row in rows for v in row):
+        return Truth("none", why=f"the gold's result on {engine} holds a value the answer check cannot read")
+    return Truth("engine", rows=rows)
 
 
 def _plain(value: Any) -> Any:
@@ -317,6 +321,9 @@ class DBBench(Env):
         self.engine, self.split, self.task_id, self.max_round = engine, split, task, max_round
         self.reply_tokens, self.timeout_ms, self.max_rows, self.max_bytes = reply_tokens, timeout_ms, max_rows, max_bytes
         self.seed = seed
+        self.deterministic = engine == "sqlite"
+        """MariaDB returns rows an ORDER BY leaves tied in no fixed order, so an agent's query may see them in another
+        order from run to run (the golds whose ties did are left out there); SQLite answers the same every time."""
         tasks = load_tasks()
         if task is not None:
             pinned = [t for t in tasks if t.id == task]
@@ -329,7 +336,7 @@ class DBBench(Env):
             self.tasks = [t for t in tasks if in_split(t, split) and t.truth[engine].source != "none"]
         self.current: Task | None = None
         self.table: Any = None
-        self.turns: list[Turn] = []
+        self.history: list[Turn] = []
         self.verdict: bool | None = None
         self._server: Server | None = None
 
@@ -361,7 +368,7 @@ class DBBench(Env):
             {"role": "assistant", "content": "OK."},
             {"role": "user", "content": self.question()},
         ]
-        for turn in self.turns:
+        for turn in self.history:
             messages.append({"role": "assistant", "content": turn.reply})
             if turn.answer is not None:
                 messages.append({"role": "user", "content": turn.answer})
@@ -382,7 +389,7 @@ class DBBench(Env):
         if self.engine == "mariadb" and self._server is None:
             self._server = SHARED_SERVER.acquire()
         self.table = open_table(task, self.engine, self._server, self.timeout_ms, self.max_rows, self.max_bytes)
-        self.turns, self.verdict = [], None
+        self.history, self.verdict = [], None
         return self._observation()
 
     @property
@@ -416,12 +423,12 @@ class DBBench(Env):
         if parsed is None:
             raise ValueError("the reply holds no action the benchmark reads: pass it to invalid_step")
         if parsed.kind == "answer":
-            self.turns.append(Turn(action, None))
+            self.history.append(Turn(action, None))
             return self._finish(parsed.answer)
         outcome = self.table.execute(parsed.statements) if parsed.statements else Outcome(rows=None)
         answer = outcome.error if outcome.error is not None else server_answer(outcome.rows)
-        self.turns.append(Turn(action, answer, outcome.refused))
-        if len(self.turns) >= self.max_round:
+        self.history.append(Turn(action, answer, outcome.refused))
+        if len(self.history) >= self.max_round:
             return self._finish("")  # the round limit: judged on what the task holds now
         info = {"error": outcome.error, "refused": outcome.refused}
         return StepResult(self._observation(), 0.0, False, info, rejected=outcome.refused)
@@ -430,7 +437,7 @@ class DBBench(Env):
         """A reply the benchmark cannot read ends the task ("validation failed"), judged on what the task holds."""
         if self.done:
             raise ValueError("the task is over; call reset(seed) or restart()")
-        self.turns.append(Turn(reply, None))
+        self.history.append(Turn(reply, None))
         return self._finish("")
 
     def _finish(self, answer: str) -> StepResult:
@@ -457,9 +464,9 @@ class DBBench(Env):
 
     def oracle_action(self, seed: int = 0) -> str:
         """The gold SQL first; then the final answer: the gold's result as the server answered it."""
-        if not self.turns:
+        if not self.history:
             return f"Action: Operation\n```sql\n{self._task.gold}\n```"
-        return f"Action: Answer\nFinal Answer: {self.turns[-1].answer}"
+        return f"Action: Answer\nFinal Answer: {self.history[-1].answer}"
 
     # ---- reporting -------------------------------------------------------------------------------------------------
 
@@ -488,7 +495,7 @@ class DBBench(Env):
         """The chat from the question on, one `role: text` block per turn (the runner's trajectory after its
         instruction turn), then the outcome. Never the gold SQL or the expected answer."""
         lines = [f"user: {self.question()}"]
-        for turn in self.turns:
+        for turn in self.history:
             lines.append(f"assistant: {turn.reply}")
             if turn.answer is not None:
                 lines.append(f"user: {turn.answer}")
@@ -498,6 +505,6 @@ class DBBench(Env):
     def _observation(self) -> Observation:
         """The last user turn (the question, or the server's answer to the last operation); `data`: task id, rounds
         played, the limit, and whether it is solved."""
-        text = self.question() if not self.turns or self.turns[-1].answer is None else self.turns[-1].answer
-        data = {"task_id": self._task.id, "round": len(self.turns), "max_round": self.max_round, "solved": self.verdict}
+        text = self.question() if not self.history or self.history[-1].answer is None else self.history[-1].answer
+        data = {"task_id": self._task.id, "round": len(self.history), "max_round": self.max_round, "solved": self.verdict}
         return Observation(text, (), data)

@@ -153,6 +153,10 @@ def summarize_units(records: list[dict[str, Any]], config: RunConfig, wall_s: fl
             "validation_success": [sum(v.values()) / len(v) for v in validation if v],
             "best_validation_success": protocol.best_validation_success,
         }
+    if any("skills" in r["instance"] for r in records):
+        summary["by_skill"] = skill_table([r for r in records if r["epoch"] == records[-1]["epoch"]])
+        if held_out:
+            summary["validation_by_skill"] = skill_table([r for r in held_out if r["epoch"] == held_out[-1]["epoch"]])
     if config.memory == "none" and all(len(eps) == n for eps in attempts):
         samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
         summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
@@ -174,6 +178,30 @@ def summarize_units(records: list[dict[str, Any]], config: RunConfig, wall_s: fl
     if rejudged:
         summary["rejudged"] = ", ".join(sorted(rejudged))
     return summary
+
+
+def success_by_skill(units: list[tuple[list[str], bool]]) -> dict[str, dict[str, float]]:
+    """Per skill tag, the units that carry it and the share of them solved: a unit counts once for each of its
+    skills, as LifelongAgentBench's per-skill metric counts a session."""
+    table: dict[str, dict[str, float]] = {}
+    for skills, solved in units:
+        for skill in skills:
+            row = table.setdefault(skill, {"tasks": 0, "solved": 0})
+            row["tasks"] += 1
+            row["solved"] += solved
+    return {skill: {**row, "success": row["solved"] / row["tasks"]} for skill, row in sorted(table.items())}
+
+
+def skill_table(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """`success_by_skill` of unit records whose instance names its skills (one epoch's), with the paired control's
+    success beside it where the records hold one."""
+    skilled = [r for r in records if "skills" in r["instance"]]
+    table = success_by_skill([(r["instance"]["skills"], r["first_success"] is not None) for r in skilled])
+    if skilled and all("control_first_success" in r for r in skilled):
+        control = success_by_skill([(r["instance"]["skills"], r["control_first_success"] is not None) for r in skilled])
+        for skill, row in table.items():
+            row["control"] = control[skill]["success"]
+    return table
 
 
 def as_rejudged(record: dict[str, Any]) -> dict[str, Any]:

@@ -139,9 +139,9 @@ def play_unit(
     parts.memory.load(copy.deepcopy(start["memory"]))
     parts.player.load(copy.deepcopy(start.get("player", {})))
     seeds = unit_seeds(config, index, parts.env.instance_count())
-    trial = _play_arm(
-        parts, seeds, int(config.attempts), parts.memory, bool(config.early_stop), bool(config.carry_memory)
-    )
+    # a held-out unit plays with the memory frozen: it retrieves, and never writes or updates a Q (MemRL's runner)
+    learns = bool(config.carry_memory) and phase == "task"
+    trial = _play_arm(parts, seeds, int(config.attempts), parts.memory, bool(config.early_stop), learns)
     calls = parts.drain()
     controlled = None
     if plays_control(config, phase, epoch):

@@ -1,0 +1,330 @@
+"""LifelongAgentBench's db_bench: the benchmark's answer check and table hash by hand, the runner's reply parse and
+chat, the shipped data and its ground truth per engine (pinned, and checked against the golds on real engines), the
+oracle on both engines, and a task's life: an invalid reply, the round limit, a mutation judged by its table."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+from decimal import Decimal
+
+import pytest
+
+from ttlearn.data.db_bench import DATA_FILE, load_tasks, read_data
+from ttlearn.envs import make_env
+from ttlearn.envs._llb_verdict import answer_matches, server_answer, table_hash, tuple_spans
+from ttlearn.envs.db_bench import (
+    INSTRUCTION,
+    MEMORY_HEADING,
+    OUTPUT_FORMAT,
+    SYSTEM_PROMPT,
+    gold_truth,
+    in_split,
+    read_reply,
+)
+from ttlearn.players.basic import OraclePlayer
+from ttlearn.rollout.loop import play_episode
+
+ENGINES = ("sqlite", "mariadb")
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    """Each engine; the MariaDB case starts (once) the session's own server."""
+    if request.param == "mariadb":
+        request.getfixturevalue("mariadb_server")
+    return request.param
+
+
+# ---- the benchmark's answer check, by hand -------------------------------------------------------------------------
+
+
+def test_a_final_answer_is_read_as_tuples_in_order():
+    expected = [("Alice", 30), ("Bob", 25)]
+    assert answer_matches("[('Alice', 30), ('Bob', 25)]", expected)
+    assert answer_matches('[("Alice", 30.0000001), ("Bob", 25)]', expected)  # quotes of either kind; 1e-6
+    assert not answer_matches("[('Bob', 25), ('Alice', 30)]", expected)  # rows in order
+    assert not answer_matches("[('Alice', 30)]", expected)
+    assert not answer_matches("[('alice', 30), ('Bob', 25)]", expected)  # strings exactly
+    assert not answer_matches("[('Alice', 30, 1), ('Bob', 25)]", expected)
+
+
+def test_numbers_decimal_and_the_benchmarks_trimming_quirk():
+    assert answer_matches("[(Decimal('73.0769'),)]", [(73.0769,)])
+    assert answer_matches("[(Decimal('73.0769'), 5)]", [(73.0769, 5)])
+    assert answer_matches("[(73.07690004,)]", [(73.0769,)])  # relative 5e-9
+    assert not answer_matches("[(73.08,)]", [(73.0769,)])
+    # the benchmark keeps one non-numeric character on each side when it trims, so a quoted number does not parse
+    assert not answer_matches("[('55',)]", [(55,)])
+    assert not answer_matches("[(55units,)]", [(55,)])  # "55u" is left
+    assert answer_matches("[(55 units,)]", [(55,)])  # "55 " is left, and float() takes it
+
+
+def test_one_bare_tuple_without_parentheses_matches_a_one_row_answer():
+    assert answer_matches("42", [(42,)])
+    assert answer_matches("'Paris', 3", [("Paris", 3)])
+    assert not answer_matches("42", [(42,), (43,)])
+    assert answer_matches("", [])
+    assert not answer_matches("", [(1,)])
+
+
+def test_parentheses_must_pair_and_decimal_opens_no_tuple():
+    assert tuple_spans("[(1, 2), (3, 4)]") == [(1, 6), (9, 14)]
+    assert tuple_spans("[(Decimal('1.5'), 2)]") == [(1, 19)]
+    assert tuple_spans("[(1, 2)") == [(1, 6)]
+    assert tuple_spans("[(1, 2") is None
+    assert tuple_spans("1, 2)") is None
+    assert tuple_spans("Decimal(Decimal(1))") is None
+    assert tuple_spans("((1, 2)") == [(1, 6)]  # an open tuple restarts, as the benchmark scans
+
+
+def test_the_server_answer_is_the_clients_list_of_tuples():
+    assert server_answer([(1, "Alice", Decimal("2.50"))]) == "[(1, 'Alice', Decimal('2.50'))]"
+    assert server_answer(None) == "[]"
+    assert server_answer([("O'Brien",)]) == '[("O\'Brien",)]'
+
+
+def test_the_table_hash_by_hand():
+    rows = [(1, "a"), (2, None)]
+    row_hashes = sorted(hashlib.md5(text.encode()).hexdigest()[:5] for text in ("1,a", "2"))  # NULL skipped
+    assert table_hash(rows) == hashlib.md5(",".join(row_hashes).encode()).hexdigest()
+    assert table_hash([]) == "None"
+    many = [(i,) for i in range(300)]  # 300 × 6 - 1 characters: cut at MySQL 8's 1024
+    joined = ",".join(sorted(hashlib.md5(str(i).encode()).hexdigest()[:5] for i in range(300)))
+    assert table_hash(many) == hashlib.md5(joined[:1024].encode()).hexdigest()
+
+
+def test_the_table_hash_is_mariadbs_own(mariadb_server):
+    from ttlearn.sandbox.mariadb import TaskDatabase
+
+    rows = [(i, f"name {i}", None if i % 7 == 0 else i * 3) for i in range(250)]
+    with TaskDatabase(mariadb_server, "t", [("id", "INT"), ("name", "TEXT"), ("n", "INT")], rows) as db:
+        assert db.table_hash() == table_hash(rows)  # long enough for group_concat's cut
+
+
+# ---- the runner's protocol -----------------------------------------------------------------------------------------
+
+
+def test_replies_are_read_as_the_benchmark_reads_them():
+    operation = read_reply("I will look.\nAction: Operation\n```sql\nSELECT *\nFROM t;\n```\ntrailing")
+    assert operation is not None and operation.kind == "operation" and operation.statements == ("SELECT * FROM t",)
+    two = read_reply("Action: Operation\n```sql\nDELETE FROM t WHERE a = 1; SELECT * FROM t;\n```")
+    assert two is not None and two.statements == ("DELETE FROM t WHERE a = 1", "SELECT * FROM t")
+    answer = read_reply("Done.\nAction: Answer\nFinal Answer: [(1, 'x')]\nmore text")
+    assert answer is not None and answer.kind == "answer" and answer.answer == "[(1, 'x')]"
+    assert read_reply("Action: Operation\nSELECT 1") is None  # no ```sql block
+    assert read_reply("Action: Answer [(1,)]") is None  # no "\nFinal Answer:"
+    assert read_reply("```sql\nSELECT 1\n```") is None  # no action line
+    assert read_reply("Action: Operation ```sql SELECT 1```") is None  # the block needs its newlines
+
+
+def test_the_chat_is_the_runners_with_the_memory_before_the_format_block():
+    env = make_env("db_bench", split="dev")
+    env.reset(0)
+    plain, remembered = env.conversation(""), env.conversation("Task: count rows\nSCRIPT: use COUNT(*)")
+    assert plain[0]["content"] == f"{SYSTEM_PROMPT}\n\n{OUTPUT_FORMAT}"
+    assert remembered[0]["content"].startswith(f"{SYSTEM_PROMPT}\n\n{MEMORY_HEADING}\nTask: count rows")
+    assert remembered[0]["content"].endswith(OUTPUT_FORMAT)
+    assert [m["role"] for m in plain] == ["system", "user", "assistant", "user"]
+    assert plain[1]["content"] == INSTRUCTION and plain[2]["content"] == "OK."
+    task = env.current
+    assert plain[3]["content"].startswith(task.instruction + "\nThe name of this table is " + task.table)
+    env.step(f"Action: Operation\n```sql\nSELECT COUNT(*) FROM `{task.table}`\n```")
+    after = env.conversation("")
+    assert [m["role"] for m in after[-2:]] == ["assistant", "user"]
+    assert after[-1]["content"] == f"[({len(task.rows)},)]"
+    assert task.gold not in env.transcript()
+    env.close()
+
+
+# ---- the data ------------------------------------------------------------------------------------------------------
+
+
+def test_the_shipped_data_holds_the_runners_split_and_is_small():
+    assert DATA_FILE.stat().st_size < 1_000_000
+    tasks = load_tasks()
+    assert [t.id for t in tasks] == list(range(500))
+    assert sum(t.split == "train" for t in tasks) == 361 and sum(t.split == "val" for t in tasks) == 139
+    assert sum(t.kind == "select" for t in tasks) == 350
+    assert {t.kind for t in tasks if t.answer_md5} == {"insert", "update", "delete"}
+    dev = [t for t in tasks if in_split(t, "dev")]
+    assert all(t.split == "train" for t in dev) and 0.2 < len(dev) / 361 < 0.3
+    assert not {t.id for t in dev} & {t.id for t in tasks if in_split(t, "build")}
+    assert "LifelongAgentBench" in DATA_FILE.with_name("db_bench.LICENSE.md").read_text()
+    assert len(gzip.decompress(DATA_FILE.read_bytes())) > 1_000_000 and read_data()["tasks"]
+
+
+def test_the_ground_truth_counts_per_engine_are_pinned():
+    tasks = load_tasks()
+    counts = {e: {s: sum(t.truth[e].source == s for t in tasks) for s in ("recorded", "engine", "none")} for e in ENGINES}
+    assert counts == {
+        "sqlite": {"recorded": 414, "engine": 81, "none": 5},
+        "mariadb": {"recorded": 427, "engine": 67, "none": 6},
+    }
+    left_out = {e: sorted(t.id for t in tasks if t.truth[e].source == "none") for e in ENGINES}
+    assert all(load_tasks()[i].gold.upper().startswith(("UPDATE", "DELETE")) for i in left_out["sqlite"])
+    assert all(" AS " in load_tasks()[i].gold.upper() for i in left_out["mariadb"])  # DELETE FROM t AS alias
+    assert make_env("db_bench", split="val").instance_count() == 139
+    assert make_env("db_bench", engine="mariadb", split="val").instance_count() == 136
+
+
+def _sample(engine: str) -> list:
+    """Every task whose truth is not the recorded answer, and every 25th of the others."""
+    return [t for t in load_tasks() if t.truth[engine].source != "recorded" or t.id % 25 == 0]
+
+
+def test_the_shipped_truth_is_what_the_golds_give_on_sqlite():
+    for task in _sample("sqlite"):
+        assert gold_truth(task, "sqlite") == task.truth["sqlite"], task.id
+
+
+def test_the_shipped_truth_is_what_the_golds_give_on_mariadb(mariadb_server):
+    for task in _sample("mariadb"):
+        assert gold_truth(task, "mariadb", mariadb_server) == task.truth["mariadb"], task.id
+
+
+def test_mariadb_returns_tied_rows_in_one_order(mariadb_server):
+    """Task 18's ORDER BY leaves two pairs tied; with temporary tables in memory their order changed between runs."""
+    task = load_tasks()[18]
+    assert gold_truth(task, "mariadb", mariadb_server, runs=6).source == "recorded"
+    orders = set()
+    for _ in range(6):
+        from ttlearn.envs.db_bench import open_table
+
+        table = open_table(task, "mariadb", mariadb_server, 2000, 1000, 64_000)
+        orders.add(repr(table.execute([task.gold.rstrip(";")]).rows))
+        table.close()
+    assert len(orders) == 1
+
+
+# ---- a task's life -------------------------------------------------------------------------------------------------
+
+
+def test_the_oracle_solves_tasks_of_every_kind_on_both_engines(engine):
+    env = make_env("db_bench", engine=engine)
+    tasks = {t.id: t for t in env.tasks}
+    chosen = [
+        i
+        for kind in ("select", "insert", "update", "delete")
+        for source, count in (("recorded", 4), ("engine", 3))
+        for i in [i for i, t in enumerate(env.tasks) if t.kind == kind and t.truth[engine].source == source][:count]
+    ]
+    assert {tasks[env.tasks[i].id].kind for i in chosen} == {"select", "insert", "update", "delete"}
+    for index in chosen:
+        episode = play_episode(env, OraclePlayer(), lambda _query: "", index=1, seed=index, act_seed=lambda s: s)
+        assert episode.success, (engine, env.tasks[index].id, env.transcript())
+        assert env.instance_stats()["skills"] == list(env.tasks[index].skills)
+    env.close()
+
+
+def _mutation_task(engine: str):
+    env = make_env("db_bench", engine=engine, split="all")
+    index = next(i for i, t in enumerate(env.tasks) if t.kind == "update")
+    return env, index
+
+
+def test_a_mutation_is_judged_by_its_table_even_after_an_unreadable_reply(engine):
+    env, index = _mutation_task(engine)
+    env.reset(index)
+    env.step(env.oracle_action())
+    done = env.invalid_step("I think that is it.")
+    assert done.done and done.reward == 1.0 and env.success()
+    env.reset(index)
+    done = env.step("Action: Answer\nFinal Answer: I updated it")  # nothing changed: the hash says no
+    assert done.done and not env.success()
+    env.close()
+
+
+def test_the_round_limit_ends_the_task(engine):
+    env = make_env("db_bench", engine=engine, split="dev", max_round=3)
+    env.reset(1)
+    table = env.current.table
+    results = [env.step(f"Action: Operation\n```sql\nSELECT COUNT(*) FROM `{table}`\n```") for _ in range(3)]
+    assert [r.done for r in results] == [False, False, True] and results[-1].reward == 0.0
+    with pytest.raises(ValueError, match="over"):
+        env.step("Action: Answer\nFinal Answer: 1")
+    env.close()
+
+
+def test_a_select_answer_is_judged_by_the_benchmarks_check(engine):
+    env = make_env("db_bench", engine=engine, split="all")
+    index = next(i for i, t in enumerate(env.tasks) if t.kind == "select" and t.truth[engine].source == "recorded")
+    env.reset(index)
+    gold = env.step(env.oracle_action())
+    assert not gold.done and gold.observation.text.startswith("[(")
+    assert env.step(f"Action: Answer\nFinal Answer: {gold.observation.text}").reward == 1.0
+    env.reset(index)
+    assert env.step("Action: Answer\nFinal Answer: [(0,)]").reward == 0.0
+    env.close()
+
+
+# ---- hostile SQL ---------------------------------------------------------------------------------------------------
+
+PROBES = {
+    "mariadb": [
+        ("DROP TABLE {table}", "refused"),
+        ("SELECT SLEEP(30)", "time limit"),
+        ("SET SESSION max_statement_time = 0; SELECT SLEEP(30)", "stopped"),
+        ("SELECT COUNT(*) FROM {table} a, {table} b, {table} c, {table} d, {table} e, {table} f", "time limit"),
+        ("SELECT a.* FROM {table} a, {table} b, {table} c", "rows"),
+        ("SELECT * FROM {other}.{other}", "refused"),
+        ("SELECT * FROM mysql.user", "refused"),
+        ("SELECT * FROM {table} INTO OUTFILE '/tmp/ttlearn-probe.txt'", "privilege"),
+        ("CREATE TABLE extra (a INT)", "refused"),
+        ("GRANT ALL ON *.* TO CURRENT_USER", "refused"),
+    ],
+    "sqlite": [
+        ("DROP TABLE {table}", "refused"),
+        ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n", "timed out"),
+        ("SELECT a.* FROM {table} a, {table} b, {table} c", "rows"),
+        ("ATTACH DATABASE '/tmp/ttlearn-probe.sqlite' AS other", "refused"),
+        ("CREATE TABLE extra (a INT)", "refused"),
+        ("SELECT load_extension('/tmp/x')", "refused"),
+        ("PRAGMA writable_schema = ON", "refused"),
+    ],
+}
+
+
+def test_hostile_sql_is_an_invalid_step_with_its_reason_and_leaves_nothing_behind(engine):
+    env = make_env("db_bench", engine=engine, split="all", timeout_ms=1000)
+    other = make_env("db_bench", engine=engine, split="all")
+    index = next(i for i, t in enumerate(env.tasks) if t.kind == "select")
+    other_index = next(i for i, t in enumerate(other.tasks) if t.table != env.tasks[index].table)
+    other.reset(other_index)
+    env.reset(index)
+    before = env.table.table_hash()
+    names = {"table": f"`{env.current.table}`" if engine == "mariadb" else env.current.table,
+             "other": f"`{other.current.table}`"}  # fmt: skip
+    for probe, reason in PROBES[engine]:
+        result = env.step(f"Action: Operation\n```sql\n{probe.format(**names)}\n```")
+        assert result.rejected is not None, (probe, result.observation.text)
+        assert reason in result.observation.text or reason in result.rejected, (probe, result.observation.text)
+        assert not result.done
+        env.history.clear()  # stay under the round limit
+    assert env.table.table_hash() == before
+    if engine == "mariadb":
+        from ttlearn.envs.db_bench import SHARED_SERVER
+
+        env.close()
+        other.close()
+        assert SHARED_SERVER.server is None  # the last environment stopped the server
+    else:
+        folders = [env.table.folder, other.table.folder]
+        env.close()
+        other.close()
+        assert not any(folder.exists() for folder in folders)
+
+
+def test_a_finished_task_leaves_no_database_and_no_user_on_the_server(mariadb_server):
+    from ttlearn.envs.db_bench import SHARED_SERVER
+
+    env = make_env("db_bench", engine="mariadb", split="dev")
+    env.reset(0)
+    env.step("Action: Answer\nFinal Answer: []")
+    assert SHARED_SERVER.server is not None
+    with SHARED_SERVER.server.connect() as admin, admin.cursor() as cursor:
+        cursor.execute("SHOW DATABASES")
+        assert {name for (name,) in cursor.fetchall()} == {"information_schema", "mysql", "performance_schema", "sys"}
+        cursor.execute("SELECT user FROM mysql.user WHERE user LIKE 'task%'")
+        assert cursor.fetchall() == ()
+    env.close()
