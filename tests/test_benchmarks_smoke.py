@@ -77,7 +77,8 @@ SMOKE = {
     "similarity_calibration.py": (["--embedder", "hash", "--orders", "1"], [], False, "similarity mean"),
     "service.py": (["--sizes", "200", "--clients", "1", "--seconds", "1"], ["fastapi", "uvicorn"], False, "p99"),
     "postgres_memory.py": (
-        ["--writers", "2", "--feedbacks", "20", "--items", "300", "--queries", "20", "--probes", "3"],
+        ["--writers", "2", "--feedbacks", "20", "--items", "300", "--queries", "20", "--probes", "3", "--clients", "1"]
+        + ["--seconds", "2", "--requests", "20"],
         ["psycopg", "fastapi", "uvicorn"],
         False,
         "stale_p50_ms",
