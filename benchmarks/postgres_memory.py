@@ -52,6 +52,7 @@ from ttlearn.memory.postgres import temporary_server
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore
 from ttlearn.memory.vector_index import ANN_CONNECTIVITY, ANN_EXPANSION_ADD, ANN_EXPANSION_SEARCH
+from ttlearn.rollout.arena import git_commit
 from ttlearn.serve.auth import KeyRing
 
 ADMIN = "benchmark-admin-key-0123456789abcdefghijkl"
@@ -407,7 +408,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="at most this long per setup")
     parser.add_argument("--out", type=Path, help="also write the results (JSON) here")
     args = parser.parse_args()
-    results: dict = {"load_at_start": round(load_average(), 2), "command": " ".join(sys.argv)}
+    results: dict = {"load_at_start": round(load_average(), 2), "command": " ".join(sys.argv), "commit": git_commit()}
     with ExitStack() as stack:
         url = args.url or stack.enter_context(temporary_server({"synchronous_commit": "off"})).url
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ttlearn-pg-bench-")))
