@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
-from contextlib import contextmanager
+from contextlib import suppress
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pytest
@@ -282,29 +285,67 @@ def test_a_transaction_cut_before_its_commit_is_run_again(postgres_url: str) -> 
         assert (item.q_value, item.visits) == (1.0, 1)
 
 
-def test_a_commit_whose_answer_was_lost_is_not_run_again(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The connection breaks after the server committed but before the client heard (no server can be made to do
-    that on cue, so the break is made here): the transaction's id says it committed, and it is not applied twice."""
-    import psycopg
+class CommitCutter:
+    """A loopback TCP relay in front of the server that, once armed, swallows the server's answer to the next COMMIT
+    (its CommandComplete message) and cuts both connections: the transaction committed, and the client never
+    heard. The only way to reach that state on cue."""
 
+    COMMIT_DONE = b"C\x00\x00\x00\x0bCOMMIT\x00"
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        self.upstream = (parts.hostname, parts.port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = urlunsplit(parts._replace(netloc=f"{parts.username}@127.0.0.1:{self.listener.getsockname()[1]}"))
+        self.armed = threading.Event()
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            threading.Thread(target=self._relay, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._relay, args=(server, client, True), daemon=True).start()
+
+    def _relay(self, source: socket.socket, target: socket.socket, from_server: bool) -> None:
+        try:
+            while chunk := source.recv(65536):
+                if from_server and self.armed.is_set() and self.COMMIT_DONE in chunk:
+                    self.armed.clear()
+                    self.cuts += 1
+                    break
+                target.sendall(chunk)
+        except OSError:
+            pass
+        for end in (source, target):
+            with suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_commit_whose_answer_was_lost_is_not_run_again(postgres_url: str) -> None:
+    """The connection is cut after the server committed a Q update, before the client heard: after reconnecting, the
+    write's receipt says it committed, so it returns its result and is not applied a second time."""
     _seed(postgres_url)
-    with MemoryStore(postgres_url) as store:
-        ns = store.namespace("shared", HashEmbedder(32))
-        pg = store.dialect.conn.pg
-        real = pg.transaction
-
-        @contextmanager
-        def committed_then_cut():
-            with real():
-                yield
-            pg.pgconn.finish()  # the socket is gone: psycopg now calls the connection broken
-            raise psycopg.OperationalError("server closed the connection unexpectedly")
-
-        monkeypatch.setattr(pg, "transaction", committed_then_cut)
-        assert reinforce(ns, [1], 1.0, 0.5) == {1: 0.5}
-        assert store.dialect.conn.pg is not pg  # reconnected
-        (item,) = [m for m in store.inspect("shared") if m.id == 1]
-        assert (item.q_value, item.visits) == (0.5, 1)
+    cutter = CommitCutter(postgres_url)
+    try:
+        with MemoryStore(cutter.url) as store:
+            ns = store.namespace("shared", HashEmbedder(32))
+            first = store.dialect.conn.pg
+            cutter.armed.set()
+            assert reinforce(ns, [1], 1.0, 0.5) == {1: 0.5}
+            assert cutter.cuts == 1 and store.dialect.conn.pg is not first  # cut, then reconnected
+            (item,) = [m for m in store.inspect("shared") if m.id == 1]
+            assert (item.q_value, item.visits) == (0.5, 1)
+    finally:
+        cutter.close()
 
 
 # ---- saved indexes ---------------------------------------------------------------------------------------------------
