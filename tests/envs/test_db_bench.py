@@ -328,3 +328,30 @@ def test_a_finished_task_leaves_no_database_and_no_user_on_the_server(mariadb_se
         cursor.execute("SELECT user FROM mysql.user WHERE user LIKE 'task%'")
         assert cursor.fetchall() == ()
     env.close()
+
+
+def test_a_killed_process_takes_its_server_with_it(mariadb_server, tmp_path):
+    """A run killed with SIGKILL runs no clean-up: its server stops all the same (PR_SET_PDEATHSIG)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    program = (
+        "import os\nfrom ttlearn.sandbox.mariadb import temporary_server\n"
+        "with temporary_server() as server:\n    print(server.socket, flush=True)\n    os.kill(os.getpid(), 9)\n"
+    )
+    source = str(Path(__file__).parents[2] / "src")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": source})  # fmt: skip
+    folder = Path(done.stdout.strip()).parent
+
+    def running() -> bool:
+        return str(folder) in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and running():
+        time.sleep(0.2)
+    assert not running()
+    subprocess.run(["rm", "-rf", str(folder)], check=True)

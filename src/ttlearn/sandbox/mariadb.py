@@ -159,7 +159,7 @@ def temporary_server(start_timeout_s: float = START_TIMEOUT_S) -> Iterator[Serve
         process = subprocess.Popen(
             [*prefix, str(_program(SERVER_PROGRAM)), "--no-defaults", f"--datadir={data}", f"--socket={socket}",
              f"--pid-file={root / 'server.pid'}", f"--tmpdir={root}", f"--secure-file-priv={files}", *SERVER_OPTIONS],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
         )  # fmt: skip
         log.close()
         password = secrets.token_hex(16)
@@ -175,6 +175,14 @@ def temporary_server(start_timeout_s: float = START_TIMEOUT_S) -> Iterator[Serve
         if process is not None:
             _stop(process)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    """In the server's first process, before it runs: SIGTERM when the process that started it dies, however it dies
+    (a killed run would otherwise leave its server running; runuser passes the signal on, and the server shuts down)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGTERM
 
 
 def _wait_until_up(process: subprocess.Popen[bytes], socket: str, timeout_s: float, log: Path) -> None:
@@ -297,8 +305,8 @@ class TaskDatabase:
         killed = threading.Event()
         watchdog = threading.Timer(self.timeout_ms / 1000 + WATCHDOG_GRACE_S, self._kill, (thread, killed))
         watchdog.start()
+        cursor = connection.cursor(SSCursor)
         try:
-            cursor = connection.cursor(SSCursor)
             cursor.execute(statement)
             if cursor.description is None:
                 return Outcome(rows=None)
@@ -319,6 +327,8 @@ class TaskDatabase:
             watchdog.cancel()
             if killed.is_set():
                 self._connection = None  # its session was killed: the next statement opens a new one
+                if cursor._result is not None:  # nothing more will come: do not drain a dead session on collection
+                    cursor._result.unbuffered_active = False
 
     def _kill(self, thread: int, killed: threading.Event) -> None:
         """End the task's session `thread` from the administrator's side: a statement past its time (the session may
