@@ -155,9 +155,9 @@ MIGRATIONS = (
     CREATE TABLE write_receipts (token UUID PRIMARY KEY, created DOUBLE PRECISION NOT NULL);
     """,
 )
-_MIGRATION_LOCK = 0x7471_6C65  # advisory lock keys: ('ttle'), and (a class, namespace id) for intent writers and
-_INTENT_LOCK_CLASS = 0x6D65_6D72  # for index savers
-_INDEX_LOCK_CLASS = 0x7665_6378
+_MIGRATION_LOCK = 0x7471_6C65  # advisory lock keys: the migration's ('ttle'), and (class, namespace id) pairs
+_INTENT_LOCK_CLASS = 0x6D65_6D72  # for a namespace's intent writers ('memr')
+_INDEX_LOCK_CLASS = 0x7665_6378  # and for its index savers ('vecx')
 INDEX_PART_BYTES = 64 << 20
 """A saved index is stored in parts of this size: one bytea holds at most 1 GB."""
 RECEIPT_KEEP_S = 3600.0
