@@ -2,9 +2,10 @@
 
     python benchmarks/memopilot_heldout.py --run runs/mp --writer runs/mp/final --seeds 5000-5009 --json out.json
 
-`--run` gives the training settings (config.json: env, opponents, T, rounds, player, writer limits); `--writer` an
-adapter directory (omit it for the untrained writer = the base model). One row per (opponent, seed); the summary
-gives the mean with a 95% t-interval over sequences, and the paired difference writer − none.
+`--run` gives the training settings (its train.json, or config.json in older directories: env, opponents, T, rounds,
+player, writer limits); `--writer` an adapter directory (omit it for the untrained writer = the base model). One row
+per (opponent, seed); the summary gives the mean with a 95% t-interval over sequences, and the paired difference
+writer − none.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ os.environ.setdefault("TTLEARN_THREADS", "1")
 import numpy as np
 import torch
 
+from ttlearn.runs import RunDir
 from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
 
 T_975 = {
@@ -65,8 +67,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    with open(os.path.join(args.run, "config.json")) as f:
-        settings = json.load(f)
+    settings = json.loads(RunDir(args.run).trainer_config.read_text())
     if args.opponents:
         settings["opponents"] = args.opponents.split(",")
     settings.update(out=tempfile.mkdtemp(prefix="mp-heldout-"), eval_every=0)

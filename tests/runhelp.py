@@ -1,19 +1,37 @@
-"""Playing a run in one call, for tests: what `ttlearn run` does without the CLI."""
+"""For tests: a run played in one call (`ttlearn.run`, what `ttlearn run` does without the CLI), its records, and
+the CLI in a child process."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
-from ttlearn.rollout.run import play, prepare
+import ttlearn
+from ttlearn.eval.summary import RunSummary
 from ttlearn.runs import Run, RunConfig
 
 
-def play_run(out: Path, config: RunConfig | None = None, **options: Any) -> dict[str, Any]:
-    """`prepare` then `play` (`options`: those of `play`); returns the summary."""
-    return play(prepare(out, config, options.get("concurrency") or 1), **options)
+def play_run(out: Path, config: RunConfig | None = None, **options: Any) -> RunSummary:
+    """`ttlearn.run(config, out, **options)`, the Python entry point, with the directory first as the tests name it."""
+    return ttlearn.run(config, out, **options)
 
 
-def unit_records(out: Path, *, repair: bool = True) -> list[dict[str, Any]]:
-    """The finished unit records of the run at `out`."""
-    return Run.open(out, repair=repair).records
+def unit_records(out: Path) -> list[dict[str, Any]]:
+    """The finished unit records of the run at `out`, read as a reader does (a torn tail skipped, never cut)."""
+    return Run.open(out).records
+
+
+def cli(*args: str, **kwargs: Any) -> subprocess.Popen:
+    """`python -m ttlearn ARGS` in a child process of this checkout, its output merged into one text pipe."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ttlearn", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        **kwargs,
+    )

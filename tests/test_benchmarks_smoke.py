@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from ttlearn.runs import RunDir
+
 ROOT = Path(__file__).parents[1]
 SMOKE = {
     # script: (arguments, modules it needs, whether it loads a model, a word its output must hold)
@@ -92,8 +94,9 @@ NOT_RUN = {
 
 def tiny_memopilot_run(folder: Path) -> None:
     """The measured MemoPilot run's settings (docs/memopilot-gemma-run), cut to 2 games of 2 rounds."""
-    config = json.loads((ROOT / "docs" / "memopilot-gemma-run" / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps({**config, "games": 2, "rounds": 2, "max_completion_length": 8}))
+    config = json.loads(RunDir(ROOT / "docs" / "memopilot-gemma-run").trainer_config.read_text())
+    tiny = {**config, "games": 2, "rounds": 2, "max_completion_length": 8}
+    RunDir(folder).trainer_config.write_text(json.dumps(tiny))
 
 
 def tiny_project(folder: Path) -> None:

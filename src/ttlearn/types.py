@@ -141,10 +141,14 @@ class Episode:
 
 def count_causes(steps: Iterable[Step]) -> dict[str, int]:
     """Invalid steps by cause, in the order `UNPARSEABLE, REJECTED, OVERFLOW` (then any other), zeros left out."""
-    counts: dict[str, int] = {}
-    for step in steps:
-        cause = step.invalid_cause
-        if cause is not None:
-            counts[cause] = counts.get(cause, 0) + 1
+    return add_causes([{step.invalid_cause: 1} for step in steps if step.invalid_cause is not None])
+
+
+def add_causes(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Several counts of invalid steps by cause added up, in `count_causes`'s order."""
+    total: dict[str, int] = {}
+    for each in counts:
+        for cause, count in each.items():
+            total[cause] = total.get(cause, 0) + count
     order = [UNPARSEABLE, REJECTED, OVERFLOW]
-    return dict(sorted(counts.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))
+    return dict(sorted(total.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))

@@ -17,9 +17,11 @@ import pytest
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
-from ttlearn.llm.base import OPENAI_KEY_ENV
+from ttlearn.llm.base import LLM, LLMS
+from ttlearn.llm.openai import OPENAI_KEY_ENV
 from ttlearn.memory.base import MEMORY_KEY_ENV
 from ttlearn.runs import Run, RunConfig, check_trusted, credential_urls
+from ttlearn.types import Completion
 
 MEMORY_SECRET, OPENAI_SECRET = "mk.memory-secret-0123456789", "sk-openai-secret-0123456789"
 
@@ -124,3 +126,31 @@ def test_a_memory_key_on_the_command_line_is_never_recorded(tmp_path: Path, list
         RunConfig(env="rps", memory="memrl", memory_options={"url": listener.url, "key": key})
     resumed = invoke("resume", str(tmp_path / "session"), "-m", "namespace=other")
     assert resumed.exit_code == 2 and "resume takes only -m key=KEY" in resumed.output
+
+
+def test_a_back_end_that_declares_a_key_is_guarded_like_openai(tmp_path: Path, monkeypatch) -> None:
+    """The guard reads the back end's class (`LLM.sends_key`, `credential_url`), not a list of spec prefixes: a new
+    back end that sends a key is refused on resume until its URL is named again."""
+
+    class Keyed(LLM):
+        sends_key = "KEYED_API_KEY"
+
+        @classmethod
+        def credential_url(cls, argument: str) -> str:
+            return argument.partition("#")[0]
+
+        @classmethod
+        def from_spec(cls, argument: str) -> Keyed:
+            return cls()
+
+        def complete(self, messages, **kwargs) -> Completion:
+            return Completion("")
+
+    monkeypatch.setattr(LLMS, "_entries", dict(LLMS._entries))
+    LLMS.register("keyed")(Keyed.from_spec)
+    config = RunConfig(env="rps", player="keyed:https://api.example#m", writer="gemma270m")
+    assert credential_urls(config) == {"https://api.example": "KEYED_API_KEY"}
+    with pytest.raises(ValueError, match="would send KEYED_API_KEY to https://api.example"):
+        check_trusted(config, [], tmp_path, env={"KEYED_API_KEY": "k"})
+    check_trusted(config, ["https://api.example"], tmp_path, env={"KEYED_API_KEY": "k"})
+    assert credential_urls(config.model_copy(update={"player": "unregistered:x"})) == {}  # cannot play: nothing sent

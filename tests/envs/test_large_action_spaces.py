@@ -15,7 +15,7 @@ import pytest
 from fakes import FakeLLM
 from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.envs.check import EXACT_CHECKS, ContractError, check_env
-from ttlearn.eval.summary import summarize_units
+from ttlearn.eval.summary import Invalid, summarize_units
 from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.registry import load_plugins
@@ -124,9 +124,8 @@ def test_the_summary_counts_invalid_steps_by_cause():
     ]  # a session of two games: two units of one attempt
     config = RunConfig(env="simlab", player="fake", units=2, attempts=1, carry_memory=True)
     summary = summarize_units(records, config)
-    assert [u["invalid"] for u in summary["units"]] == [30, 30]
-    assert summary["invalid_rate"] == 1.0
-    assert summary["invalid_causes"] == {REJECTED: 30, OVERFLOW: 30}
+    assert [u.invalid for u in summary.units] == [30, 30]
+    assert summary.invalid == Invalid(1.0, {REJECTED: 30, OVERFLOW: 30})
     assert overflowed.steps[0].raw.startswith("[no reply: prompt of 9000 tokens")
 
 

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import ttlearn
 from ttlearn.cli import app
 from ttlearn.eval.report import build_report, write_report
 from ttlearn.eval.report.plots import curves_chart, elo_chart, method_styles, plot_range, success_chart
-from ttlearn.runs import Run, RunConfig
-from ttlearn.types import Episode, Step
+from ttlearn.eval.report.sections import DIGITS
+from ttlearn.runs import NO_OPPONENT, Run, RunConfig, arena_run
+from ttlearn.types import UNPARSEABLE, Episode, Step
 
 
 def write_run(
@@ -29,7 +31,6 @@ def write_run(
     invalid: int = 0,
     hands: int | None = None,
     success: list | None = None,
-    instances: list | None = None,
 ) -> None:
     """A finished session of `scores`: one unit of one attempt per game, two steps and two LLM calls (6 tokens and
     0.25 s each) per game; `invalid` of the first game's steps are invalid."""
@@ -55,9 +56,8 @@ def write_run(
             )
             for k in range(2)
         )
-        info = {} if not instances else {"instance": instances[i - 1]}
         solved = success[i - 1] if success else None
-        episode = Episode(1, 100 * seed + i, "task", steps, score, solved, info)
+        episode = Episode(1, 100 * seed + i, "task", steps, score, solved)
         calls = [
             {
                 "type": "call",
@@ -160,8 +160,9 @@ def test_ratings_and_tables_match_hand_computations(tournament):
     assert paired[("mid", "weak")]["p"] == 0.0312 and paired[("mid", "weak")]["a_better"] == 6
 
     costs = {c["method"]: c for c in report["costs"]}
-    assert costs["weak"]["invalid_rate"] == pytest.approx(6 / 48, abs=1e-4) and costs["mid"]["invalid_rate"] == 0
-    assert costs["mid"]["tokens"] == 24 * 12 and costs["mid"]["tokens_per_game"] == 12
+    assert costs["weak"]["invalid"] == {"rate": pytest.approx(6 / 48, abs=1e-4), "causes": {UNPARSEABLE: 6}}
+    assert costs["mid"]["invalid"] == {"rate": 0, "causes": {}}
+    assert costs["mid"]["tokens"] == 24 * 12 and costs["mid"]["tokens_per_unit"] == 12
     assert costs["mid"]["llm_s"] == 12.0 and costs["mid"]["success_rate"] is None
     assert report["success_at_k"] == {}
 
@@ -174,39 +175,31 @@ def test_two_methods_elo_gap(tmp_path):
     assert rows["A"] - rows["B"] == pytest.approx(400 * math.log10(3.05 / 1.05), abs=1e-3)
 
 
-def test_holdem_mbb_success_hook_and_single_method(tmp_path):
-    write_run(
-        tmp_path,
-        "m",
-        "maniac",
-        0,
-        [2.0, -1.0],
-        env="holdem",
-        hands=10,
-        success=[True, False],
-        instances=["lvl1", "lvl1"],
-    )
-    write_run(
-        tmp_path,
-        "m",
-        "maniac",
-        1,
-        [1.0, 1.0],
-        env="holdem",
-        hands=10,
-        success=[False, True],
-        instances=["lvl2", "lvl2"],
-    )
+def test_holdem_mbb_and_single_method(tmp_path):
+    write_run(tmp_path, "m", "maniac", 0, [2.0, -1.0], env="holdem", hands=10, success=[True, False])
+    write_run(tmp_path, "m", "maniac", 1, [1.0, 1.0], env="holdem", hands=10, success=[False, True])
     report = build_report(tmp_path)
     cell = report["scores"][0]
     assert cell["mbb_per_hand"] == 75.0  # mean of 1000·1/20 and 1000·2/20
     assert report["costs"][0]["success_rate"] == 0.5
-    assert report["success_at_k"] == {"m": [0.5, 1.0]}  # lvl1 solved at attempt 1, lvl2 at attempt 2
+    assert report["success_at_k"] == {}  # units of one attempt
     assert report["ratings"]["rows"] == [] and "only one method" in report["ratings"]["note"]
     html = tmp_path / "report.html"
     write_report(tmp_path)
     text = html.read_text()
-    assert "mbb/hand" in text and 'data-chart="success"' in text and "only one method" in text
+    assert "mbb/hand" in text and "only one method" in text
+
+
+def test_success_at_k_of_units_with_attempts_is_each_runs_summary_pooled(tmp_path):
+    """Two runs of a method with 2 attempts a unit: success@k pooled by units, as each run's summary has it."""
+    summaries = {}
+    for seed, units in ((0, 3), (1, 2)):
+        config = RunConfig(env="minesweeper", player="scripted:random", units=units, attempts=2, seed=seed)
+        summaries[seed] = ttlearn.run(config, arena_run(tmp_path, "random", NO_OPPONENT, seed))
+    pooled = [(3 * summaries[0].success_at_k[k] + 2 * summaries[1].success_at_k[k]) / 5 for k in range(2)]
+    assert build_report(tmp_path)["success_at_k"] == {"random": [round(x, DIGITS) for x in pooled]}
+    write_report(tmp_path)
+    assert 'data-chart="success"' in (tmp_path / "report.html").read_text()
 
 
 def test_rebuild_is_byte_identical_and_independent_of_location(tournament, tmp_path):

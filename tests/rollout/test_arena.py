@@ -48,9 +48,13 @@ def test_config_from_yaml_with_overrides(tmp_path):
     config = load_arena_config(path, games=2, env_options={"rounds": 5}, player=None)
     assert [c.label for c in config.memories] == ["none", "memrl"]
     assert config.memories[1].options == {"k": 3}
-    assert config.seed_list == [4, 9] and config.games == 2 and config.env_options == {"rounds": 5}
+    assert config.seed_list == [4, 9] and config.run.env_options == {"rounds": 5}
+    assert (config.run.units, config.run.attempts, config.run.carry_memory) == (2, 1, True)  # `games`, the preset
     assert small_config(seeds=3).seed_list == [0, 1, 2]
     assert {item.config.note_at for item in plan(small_config(note_at="default"), tmp_path)} == {"default"}
+    # any run option goes to every run of the plan (the arena's config holds a `RunConfig` template)
+    items = plan(small_config(retries=0, max_options=7, free_text_tokens=32), tmp_path)
+    assert {(i.config.retries, i.config.max_options, i.config.free_text_tokens) for i in items} == {(0, 7, 32)}
 
 
 @pytest.mark.parametrize(
@@ -65,6 +69,9 @@ def test_config_from_yaml_with_overrides(tmp_path):
         ({"env_options": {"opponent": "cycle3"}}, "through `opponents`"),
         ({"colour": "red"}, "Extra inputs"),
         ({"note_at": "footnote"}, "note_at"),
+        ({"seed": 3}, "the plan sets each run's"),
+        ({"memory": "history"}, "the plan sets each run's"),
+        ({"units": 2}, "give units or games"),
     ],
 )
 def test_bad_arena_configs_are_refused(overrides, message):
@@ -91,7 +98,7 @@ def test_plan_is_paired_and_validated(tmp_path):
 def test_every_method_plays_the_same_games(tmp_path):
     config = small_config()
     todo, finished = prepare(config, tmp_path)
-    assert finished == [] and json.loads((tmp_path / "arena.json").read_text())["config"]["games"] == 3
+    assert finished == [] and json.loads((tmp_path / "arena.json").read_text())["config"]["run"]["units"] == 3
     outcomes = list(execute(todo, workers=2))
     assert sorted(item.name for item, _ in outcomes) == sorted(item.name for item in todo)
     seeds: dict = {}

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 from fakes import FakeLLM
 from runhelp import play_run, unit_records
 
 from ttlearn.envs.base import make_env
-from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
-from ttlearn.eval.summary import compare_trials, summarize_units
+from ttlearn.eval.summary import Control, Invalid, PairedRow
 from ttlearn.memory.base import make_memory
-from ttlearn.memory import lamer as lamer_memory
-from ttlearn.memory.lamer import extract_reflection
 from ttlearn.players.basic import RandomPlayer
 from ttlearn.players.llm import LLMPlayer
 from ttlearn.players.turn import TurnPlayer
 from ttlearn.rollout.loop import play_trial
 from ttlearn.rollout.run import validate
 from ttlearn.runs import Run, RunConfig, RunDir
-from ttlearn.types import Completion, Episode, Step
+from ttlearn.types import UNPARSEABLE, Completion
 
 REFLECTION = "Push the left box first, then go around."
 HOPELESS = {"min_moves": 12, "max_moves": 14, "turns": 2}  # 2 turns x 3 moves cannot solve a 12-move level
@@ -67,14 +63,14 @@ def test_oracle_succeeds_on_attempt_one_and_stops(tmp_path) -> None:
         RunConfig(env="sokoban", memory="lamer", player="scripted:oracle", units=3),
         llm_factory=lambda spec: fake,
     )
-    assert summary["success_at_k"] == [1.0, 1.0, 1.0]
-    assert summary["mean_attempts"] == 1.0 and fake.calls == []  # no second attempt, so no reflection
-    assert summary["instances"]["within_budget_rate"] == 1.0
+    assert summary.success_at_k == [1.0, 1.0, 1.0]
+    assert summary.mean_attempts == 1.0 and fake.calls == []  # no second attempt, so no reflection
+    assert summary.instances["within_budget_rate"] == 1.0
 
 
 def test_without_memory_every_attempt_is_played_for_pass_at_k(tmp_path) -> None:
     summary = play_run(tmp_path / "run", RunConfig(env="sokoban", memory="none", player="scripted:oracle", units=2))
-    assert summary["mean_attempts"] == 3.0 and summary["pass_at_k"] == [1.0, 1.0, 1.0]
+    assert summary.mean_attempts == 3.0 and summary.pass_at_k == [1.0, 1.0, 1.0]
 
 
 def _lamer_run(tmp_path, mode: str) -> tuple[list[dict], FakeLLM]:
@@ -130,28 +126,6 @@ def test_turn_player_takes_three_scored_moves_on_the_advanced_board() -> None:
     assert boards[1] != boards[0]  # the first move changed the board (seed 3 is not blocked)
 
 
-def test_extract_reflection() -> None:
-    assert extract_reflection("ok <reflection> go  left\nnow </reflection> x", 100) == "go left now"
-    assert extract_reflection("no tags at all", 100) == "no tags at all"
-    assert extract_reflection("<reflection>aaa bbb ccc", 9) == "aaa bbb"
-
-
-def test_seen_token_span_keeps_only_what_the_next_attempt_reads() -> None:
-    # Tokens: "Sure", ". <refl", "ection>", " Go", " left", " first", ".</reflection>". The body starts after
-    # character 18 (len "Sure. <reflection>"), first reached by token 3 (" Go").
-    tokens = ["Sure", ". <refl", "ection>", " Go", " left", " first", ".</reflection>"]
-    prefixes = ["".join(tokens[: k + 1]) for k in range(len(tokens))]
-    # uncut ("Go left first." fits 400 chars): tokens 3..6, the closing tag too (stopping kept it short)
-    assert lamer_memory.seen_token_span(prefixes, 400) == (3, 7)
-    # cut at 8 chars: shown "Go left" (the word boundary before "first"), reached after token 4 → tokens 3..4
-    assert extract_reflection(prefixes[-1], 8) == "Go left"
-    assert lamer_memory.seen_token_span(prefixes, 8) == (3, 5)
-    # no tags: the whole reply is the reflection; an empty body is not kept, so nothing is trained
-    assert lamer_memory.seen_token_span(["Go", " up"], 400) == (0, 2)
-    assert lamer_memory.seen_token_span(["<reflection>", "</reflection>"], 400) == (0, 0)
-    assert lamer_memory.seen_token_span([], 400) == (0, 0)
-
-
 @pytest.mark.parametrize(
     "options",
     [
@@ -168,74 +142,6 @@ def test_a_memory_service_namespace_cannot_be_reset_so_those_runs_are_refused(op
     validate(RunConfig(**{**config.model_dump(), "carry_memory": True, "validation_tasks": 0}))
 
 
-def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -> dict:
-    attempts = [
-        Episode(i, 0, "t", tuple(Step("o", a, -0.1) for a in actions), 1.0 if ok else -1.0, ok).to_json()
-        for i, (actions, ok) in enumerate(actions_and_success, start=1)
-    ]
-    first = next((i for i, (_, ok) in enumerate(actions_and_success, start=1) if ok), None)
-    score = attempts[-1]["score"]
-    return {"index": 1, "type": "task", "epoch": 1, "first_success": first, "score": score, "calls": [],
-            "attempts": attempts, "instance": instance, "wall_s": 2.0}
-
-
-def test_summary_numbers_by_hand() -> None:
-    up, down = ["up"], ["down"]
-    records = [
-        _record([(up, False), (up, True), (down, False)], {"optimal_length": 5, "budget": 21}),
-        _record([(up, True), (up, True), (up, True)], {"optimal_length": 9, "budget": 21}),
-        _record([(up, False), (up, False), (up, False)], {"optimal_length": 12, "budget": 21}),
-        _record([(down, False), (down, False), (down, True)], {"optimal_length": 30, "budget": 21}),
-    ]
-    summary = summarize_units(records, RunConfig(env="sokoban", memory="none", units=4, attempts=3))
-    assert summary["success_at_k"] == pytest.approx([1 / 4, 2 / 4, 3 / 4])  # first successes 2, 1, never, 3
-    assert summary["success_at_k_ci95"] == [list(wilson_interval(c, 4)) for c in (1, 2, 3)]
-    # c = 1, 3, 0, 1 of n = 3: pass@1 = mean(c/n); pass@2 = mean(1 - C(n-c, 2)/C(3, 2)) = (2/3 + 1 + 0 + 2/3)/4
-    assert summary["pass_at_k"] == pytest.approx([5 / 12, 7 / 12, 3 / 4])
-    h = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))  # task 1: two "up" runs, one "down"
-    assert summary["trajectory_entropy"] == pytest.approx(h / 4)
-    assert summary["instances"]["optimal_length"] == {"mean": 14.0, "min": 5.0, "max": 30.0}
-    assert summary["instances"]["within_budget_rate"] == 0.75
-    lamer = summarize_units(records, RunConfig(env="sokoban", memory="lamer", units=4, attempts=3))
-    assert lamer["pass_at_k"] is None  # sequential attempts with feedback are not independent samples
-
-
-def test_paired_comparison_counts_discordant_tasks_by_seed() -> None:
-    def runs(firsts: list[int | None], seeds: list[int]) -> list[dict]:
-        return [{"epoch": 1, "seed": s, "first_success": f} for f, s in zip(firsts, seeds)]
-
-    a = runs([1, 2, None, 3, 2], [10, 11, 12, 13, 14])
-    b = runs([1, None, None, None, 3, 1], [10, 11, 12, 13, 14, 99])  # task 99 is not in A: left out
-    rows = compare_trials(a, b, attempts=3)["rows"]
-    assert compare_trials(a, b, attempts=3)["tasks"] == 5
-    assert [(r["a"], r["b"], r["only_a"], r["only_b"]) for r in rows] == [
-        (0.2, 0.2, 0, 0),
-        (0.6, 0.2, 2, 0),
-        (0.8, 0.4, 2, 0),
-    ]
-    assert rows[2]["p_value"] == mcnemar_exact(2, 0) == 0.5
-    with pytest.raises(ValueError, match="share no finished task"):
-        compare_trials(a, runs([1], [42]), attempts=3)
-
-
-def test_paired_comparison_of_attempt_scores_by_hand() -> None:
-    def task(seed: int, scores: list[float], first: int | None) -> dict:
-        return {"epoch": 1, "seed": seed, "first_success": first, "attempts": [{"score": x} for x in scores]}
-
-    a = [task(1, [-2.5, 0.5, 0.5], None), task(2, [-5.1, -7.0, -4.1], None), task(3, [1.0, 12.0], 2)]
-    b = [task(1, [-2.5, -2.5, -2.5], None), task(2, [-5.1, -5.1, -5.1], None), task(3, [1.0, 1.0, 1.0], None)]
-    comparison = compare_trials(a, b, attempts=3)
-    third = comparison["scores"][2]  # task 3 was solved at attempt 2: its 12.0 stands for attempt 3
-    assert (third["a"], third["b"]) == pytest.approx(((0.5 - 4.1 + 12.0) / 3, (-2.5 - 5.1 + 1.0) / 3))
-    assert (third["a_higher"], third["b_higher"]) == (3, 0)
-    # differences 3.0, 1.0, 11.0: only the all-positive and all-negative of the 8 sign patterns reach |15.0|
-    assert third["p_value"] == pytest.approx(2 / 8)
-    second = comparison["scores"][1]  # differences 3.0, -1.9, 11.0: |±3 ±1.9 ±11| >= 12.1 for ±(3, -1.9, 11), ±(3, 1.9, 11)
-    assert (second["a_higher"], second["b_higher"], second["p_value"]) == (2, 1, pytest.approx(4 / 8))
-    assert comparison["scores"][0]["p_value"] == 1.0  # the first attempts are the same
-    assert "scores" not in compare_trials([{"epoch": 1, "seed": 1, "first_success": 1}], b, attempts=3)
-
-
 def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
     config = RunConfig(env="minesweeper", memory="none", player="scripted:random", units=3, attempts=2)
     out = tmp_path / "run"
@@ -244,13 +150,13 @@ def test_resume_after_a_torn_run_replays_nothing_finished(tmp_path) -> None:
     lines = tasks.read_text().splitlines(keepends=True)
     tasks.write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # killed mid-write
     torn = tasks.read_bytes()
-    assert len(unit_records(out, repair=False)) == 2 and tasks.read_bytes() == torn  # readers never cut
+    assert len(unit_records(out)) == 2 and tasks.read_bytes() == torn  # readers never cut
     played: list[int] = []
     resumed = play_run(out, config, progress=lambda done, total, record: played.append(record["task"]))
     assert played == [3]
     again = tasks.read_text().splitlines()
     assert len(again) == 3 and json.loads(again[2])["attempts"] == json.loads(lines[2])["attempts"]
-    assert resumed["success_at_k"] == full["success_at_k"]
+    assert resumed.success_at_k == full.success_at_k
     with pytest.raises(FileExistsError, match="different run"):
         play_run(out, config.model_copy(update={"attempts": 3}))
 
@@ -274,9 +180,9 @@ def test_epochs_carry_the_memory_and_report_memrl_protocol_metrics(tmp_path):
     assert len(records[-1]["memory"]["logs"]) == 2 and records[-1]["memory"] != records[0]["memory"]  # carried over
     per_epoch = [sum(r["first_success"] is not None for r in records if r["epoch"] == e) / 2 for e in (1, 2, 3)]
     solved = {r["task"] for r in records if r["first_success"] is not None}
-    assert summary["protocol"]["epoch_success"] == per_epoch
-    assert summary["protocol"]["last_epoch_success"] == per_epoch[-1]
-    assert summary["protocol"]["cumulative_success"] == len(solved) / 2
+    assert summary.protocol.epoch_success == per_epoch
+    assert summary.protocol.last_epoch_success == per_epoch[-1]
+    assert summary.protocol.cumulative_success == len(solved) / 2
 
 
 def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_path):
@@ -305,23 +211,9 @@ def test_held_out_validation_after_each_epoch_starts_from_the_epoch_memory(tmp_p
     held = [r for r in records if r["type"] == "validation"]
     assert {r["seed"] for r in held} != {r["seed"] for r in tasks}
     rates = [sum(r["first_success"] is not None for r in held if r["epoch"] == e) / 2 for e in (1, 2)]
-    assert summary["protocol"]["validation_success"] == rates
-    assert summary["protocol"]["best_validation_success"] == max(rates)
-    assert summary["tasks"] == 4  # success@k counts the played tasks only
-
-
-def test_memory_gain_against_the_greedy_control_by_hand() -> None:
-    from ttlearn.eval.summary import greedy_control_applies, memory_gain
-
-    # first successes 1, 2, never, 3, 1 of 3 attempts: the control (attempt 1 repeated) solves 2 of 5, the memory
-    # adds 2 more; McNemar with b = 2, c = 0: p = 2 · C(2, 0) / 2² = 0.5
-    gain = memory_gain([1, 2, None, 3, 1], 3)
-    assert gain == {"k": 3, "control": 0.4, "with_memory": 0.8, "solved_only_with_memory": 2, "p_value": 0.5}
-    assert memory_gain([1, 2, 3], 2)["solved_only_with_memory"] == 1  # a success after attempt k does not count
-    assert greedy_control_applies(RunConfig(env="code", memory="lamer", player="qwen-coder"))
-    assert not greedy_control_applies(RunConfig(env="code", memory="lamer", player="qwen-coder", temperature=0.7))
-    assert not greedy_control_applies(RunConfig(env="code", memory="none", player="qwen-coder"))
-    assert not greedy_control_applies(RunConfig(env="code", memory="lamer", player="scripted:random"))
+    assert summary.protocol.validation_success == rates
+    assert summary.protocol.best_validation_success == max(rates)
+    assert summary.tasks == 4  # success@k counts the played tasks only
 
 
 class GoldWithMemoryFake(FakeLLM):
@@ -364,13 +256,14 @@ def test_carried_memory_with_its_paired_control(tmp_path) -> None:
     assert [r["control_first_success"] for r in records] == [None, None, None]  # the control never sees it
     assert len(fake.calls) == 6  # one memory and one control decision per task
     # memory 2/3 vs control 0/3, discordant (2, 0): p = 2 · C(2, 0) / 2² = 0.5
-    assert summary["control"] == {
-        "tasks": 3,
-        "rows": [{"k": 1, "a": 2 / 3, "b": 0.0, "only_a": 2, "only_b": 0, "p_value": 0.5}],
-        "epoch": 1,
-        "invalid_rate": {"memory": 1 / 3, "control": 1.0},  # "I am not sure." holds no query: 1 of 3, 3 of 3
-    }
-    assert "memory_gain" not in summary
+    assert summary.control == Control(
+        tasks=3,
+        rows=[PairedRow(k=1, a=2 / 3, b=0.0, only_a=2, only_b=0, p_value=0.5)],
+        epoch=1,
+        memory_invalid=Invalid(1 / 3, {UNPARSEABLE: 1}),  # "I am not sure." holds no query: 1 of 3, 3 of 3
+        control_invalid=Invalid(1.0),
+    )
+    assert summary.memory_gain is None
     with pytest.raises(ValueError, match="what memory 'none' already does"):
         play_run(tmp_path / "n", config.model_copy(update={"memory": "none"}))
     assert not (tmp_path / "n").exists()
@@ -385,8 +278,8 @@ def test_the_control_pairs_each_instance_once_over_epochs(tmp_path) -> None:
     assert len(fake.calls) == 9  # six memory decisions, three control ones
     # Epoch 2 sees a memory from its first task on: 3/3 vs 0/3, discordant (3, 0): p = 2 · 1/2³ = 0.25.
     # Pooled over both epochs it would have counted 6 pairs (5 vs 0, p = 0.0625) for 3 instances.
-    assert summary["control"]["tasks"] == 3 and summary["control"]["epoch"] == 2
-    assert summary["control"]["rows"][0]["p_value"] == 0.25
+    assert summary.control.tasks == 3 and summary.control.epoch == 2
+    assert summary.control.rows[0].p_value == 0.25
 
 
 def test_a_trial_run_replays_from_its_recorded_calls(tmp_path) -> None:

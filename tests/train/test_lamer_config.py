@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from ttlearn.envs.base import make_env
+from ttlearn.envs.base import ENVS, make_env
 from ttlearn.train import lamer
 from ttlearn.train.lamer import LamerTrainConfig, LamerTrainer
 
 
 def test_gamma_traj_is_the_released_value_per_environment(tmp_path) -> None:
     # traj_gamma of the authors' scripts (examples/sokoban|minesweeper/lamer_*_qwen3_4b.sh): 0.9 and 0.6
-    assert lamer.GAMMA_TRAJ == {"sokoban": 0.9, "minesweeper": 0.6}
+    published = {name: ENVS.get(name).trajectory_discount for name in ("sokoban", "minesweeper", "rps", "code")}
+    assert published == {"sokoban": 0.9, "minesweeper": 0.6, "rps": None, "code": None}
     assert LamerTrainConfig(out=tmp_path, env="sokoban").discount_across() == 0.9
     assert LamerTrainConfig(out=tmp_path, env="minesweeper").discount_across() == 0.6
     assert LamerTrainConfig(out=tmp_path, env="minesweeper", gamma_traj=0.95).discount_across() == 0.95

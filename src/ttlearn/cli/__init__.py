@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from ttlearn.cli import arena, check, data, memory, play, results, serve, show, train
@@ -49,22 +51,24 @@ def list_parts() -> None:
     from ttlearn.llm.base import LLMS
     from ttlearn.memory.base import MEMORIES
     from ttlearn.players.base import PLAYERS
-    from ttlearn.rollout.parts import default_player
-
+    from ttlearn.runs import default_player
     from ttlearn.train.base import TRAINERS
 
-    envs = ", ".join(f"{name} ({default_player(name)})" for name in ENVS.names())
+    envs = ", ".join(f"{name} ({default_player(name)})" for name in loadable(ENVS))
     console.print(styled("environments", "bold", f" (default player): {envs}"))
-    for title, registry in (
-        ("memories", MEMORIES),
-        ("llms", LLMS),
-        ("scripted players", PLAYERS),
-        ("trainers", TRAINERS),
-    ):
+    memories = ", ".join(name + "*" * MEMORIES.get(name).learns_across_tasks for name in loadable(MEMORIES))
+    console.print(styled("memories", "bold", f" (* learns across tasks: carried from unit to unit): {memories}"))
+    for title, registry in (("llms", LLMS), ("scripted players", PLAYERS), ("trainers", TRAINERS)):
         console.print(styled(f"{title}:", "bold", f" {', '.join(registry.names())}"))
     for registry in (ENVS, MEMORIES, LLMS, PLAYERS, TRAINERS):
         for reason in registry.broken().values():
             console.print(styled("unavailable:", "yellow", f" {reason}"), highlight=False)
+
+
+def loadable(registry: Any) -> list[str]:
+    """The names of a registry whose plug-in loads (the others are listed as unavailable)."""
+    broken = registry.broken()
+    return [name for name in registry.names() if name not in broken]
 
 
 def main() -> None:  # pragma: no cover - console entry for `python -m ttlearn`

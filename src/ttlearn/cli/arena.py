@@ -10,6 +10,7 @@ import typer
 
 from ttlearn.cli.common import console, csv, friendly, parse_options, progress_bar, reads_runs, styled
 from ttlearn.llm.base import DEFAULT_LLM
+from ttlearn.runs import default_arena_dir
 
 
 def _seeds(text: Optional[str]) -> int | list[int] | None:
@@ -28,19 +29,23 @@ def arena(
     memories: Optional[str] = typer.Option(None, help="Comma-separated memory methods, e.g. none,history,reflexion."),
     opponents: Optional[str] = typer.Option(None, help="Comma-separated opponents, e.g. cycle3,beat-last,probe."),
     seeds: Optional[str] = typer.Option(None, help="Sequences per opponent: a count (5 → seeds 0..4) or a list."),
-    games: Optional[int] = typer.Option(None, min=1, help="Units per sequence: games, or instances (default 8)."),
+    games: Optional[int] = typer.Option(
+        None, min=1, help="Each sequence a session of N games (as `ttlearn run --games N`)."
+    ),
     attempts: Optional[int] = typer.Option(
         None, min=1, help="Attempts per unit (default 1 where the memory carries, else LaMer's 3)."
     ),
     carry_memory: Optional[bool] = typer.Option(
         None,
         "--carry-memory/--no-carry-memory",
-        help="The memory carries from unit to unit (default: yes, a session of games); no: every unit starts afresh.",
+        help="The memory carries from unit to unit (as `ttlearn run`); no: every unit starts afresh.",
     ),
     rounds: Optional[int] = typer.Option(None, help="RPS: rounds per game."),
     hands: Optional[int] = typer.Option(None, help="Hold'em: hands per game."),
     env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="Any other environment option, KEY=VALUE."),
-    llm: Optional[str] = typer.Option(None, help=f"Player of every method (default {DEFAULT_LLM})."),
+    llm: Optional[str] = typer.Option(
+        None, help=f"Player of every method (default: the environment's; {DEFAULT_LLM} where it names none)."
+    ),
     writer: Optional[str] = typer.Option(None, help="LLM that writes the memories (default: the player's LLM)."),
     temperature: Optional[float] = typer.Option(None, min=0.0, help="Player sampling temperature (default 0)."),
     note_at: Optional[str] = typer.Option(
@@ -56,7 +61,8 @@ def arena(
     ray: bool = typer.Option(False, "--ray", help="Run the plan as Ray tasks (local Ray, or $RAY_ADDRESS)."),
     ray_address: Optional[str] = typer.Option(None, help="With --ray: the Ray cluster to use, e.g. ray://HOST:10001."),
 ) -> None:
-    """Compare memory methods: every method plays the same (opponent, seed) sequences; rate them by Elo.
+    """Compare memory methods: every method plays the same (opponent, seed) sequences; rate them by Elo. The config
+    file holds any `ttlearn run` option beside `memories`, `opponents` and `seeds`.
 
     Run the same command again to resume an interrupted arena: finished sequences are not replayed.
     """
@@ -80,7 +86,7 @@ def arena(
         note_at=note_at,
         env_options=env_options,
     )
-    out = out or Path("runs") / f"arena-{config_file.stem if config_file else config.env}"
+    out = out or default_arena_dir(config_file.stem if config_file else config.run.env)
     todo, finished = arena_mod.prepare(config, out)
     if finished:
         console.print(
@@ -88,7 +94,7 @@ def arena(
         )
     start = time.perf_counter()
     try:
-        with progress_bar(f"arena {config.env}", len(todo) + len(finished), len(finished)) as update:
+        with progress_bar(f"arena {config.run.env}", len(todo) + len(finished), len(finished)) as update:
             plan = arena_mod.execute(todo, workers=workers, ray=ray, ray_address=ray_address, concurrency=concurrency)
             for item, outcome in plan:
                 update(advance=1, last=f"{item.name}: mean {outcome['mean_score']:+.2f}")

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from ttlearn.eval.summary import Comparison, RunSummary, paired_table
 from ttlearn.llm.base import LLMError
 from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.memory.base import MEMORY_KEY_ENV
@@ -146,43 +147,36 @@ UNIT_ROWS_SHOWN = 30
 """A run of at most this many units prints one table row per unit; a longer one its totals only."""
 
 
-def print_summary(summary: dict[str, Any]) -> None:
-    """Any run's summary: its units (a table when they are few), success@k and the sections it holds, how much of
+def print_summary(summary: RunSummary) -> None:
+    """Any run's summary: its units (a table when they are few), its figures and the sections it holds, how much of
     the run is done, and where it lives."""
-    if "units" in summary:
-        if len(summary["units"]) <= UNIT_ROWS_SHOWN:
+    if summary.units:
+        if len(summary.units) <= UNIT_ROWS_SHOWN:
             print_units(summary)
         console.print(format_run_summary(summary), markup=False, highlight=False)
-    console.print(f"{summary['done']} of {summary['total']} units finished")
-    console.print(styled("run directory: ", "", str(summary["run_dir"]), "bold"))
+    console.print(f"{summary.done} of {summary.total} units finished")
+    console.print(styled("run directory: ", "", summary.run_dir, "bold"))
 
 
-def print_units(summary: dict[str, Any]) -> None:
-    """One row per unit: score, cumulative mean score, steps, invalid steps and cost."""
-    config = summary["config"]
-    table = Table(title=f"{config['env']} · memory {config['memory']} · {config['player']}")
+def print_units(summary: RunSummary) -> None:
+    """One row per unit: score, cumulative mean score, solved, steps, invalid steps and cost."""
+    config = summary.config
+    table = Table(title=f"{config.env} · memory {config.memory} · {config.player}")
     for column in ("unit", "score", "cumulative", "solved", "steps", "invalid", "tokens", "LLM s", "wall s"):
         table.add_column(column, justify="right")
-    for u in summary["units"]:
+    for u in summary.units:
         table.add_row(
-            str(u["unit"]),
-            f"{u['score']:+g}",
-            f"{u['cumulative']:+.2f}",
-            "yes" if u["solved"] else "no",
-            str(u["steps"]),
-            str(u["invalid"]),
-            str(u["tokens"]),
-            f"{u['llm_s']:.1f}",
-            f"{u['wall_s']:.1f}",
+            str(u.unit),
+            f"{u.score:+g}",
+            f"{u.cumulative:+.2f}",
+            {True: "yes", False: "no", None: "–"}[u.solved],
+            str(u.steps),
+            str(u.invalid),
+            str(u.tokens),
+            f"{u.llm_s:.1f}",
+            f"{u.wall_s:.1f}",
         )
     console.print(table)
-
-
-def format_invalid(summary: dict[str, Any]) -> str:
-    """The invalid-step rate with its causes, e.g. "12.5% (rejected 3, overflow 2)" (older summaries: the rate)."""
-    causes = summary.get("invalid_causes") or {}
-    parts = ", ".join(f"{cause} {count}" for cause, count in causes.items())
-    return f"{summary['invalid_rate']:.1%}" + (f" ({parts})" if parts else "")
 
 
 def progress_line(record: dict[str, Any]) -> str:
@@ -201,75 +195,39 @@ def print_call(call: dict[str, Any], prompts: bool) -> None:
     console.print(Text.assemble(("reply:", "bold"), f" {call['completion']['text']!r}"), highlight=False)
 
 
-def format_run_summary(summary: dict[str, Any]) -> str:
-    """A run's totals and success@k (and pass@k) as plain text, then the sections the summary holds."""
-    options = "".join(f" {k}={v}" for k, v in summary.get("memory_options", {}).items())
-    memory = f"{summary['memory']}{f' ({options.strip()})' if options else ''}"
-    epochs = len(summary["protocol"]["epoch_success"]) if summary.get("protocol") else 1
-    count = f"{summary['tasks']} units" if epochs == 1 else f"{summary['tasks'] // epochs} units × {epochs} epochs"
-    lines = [f"{summary['env']} · memory {memory} · {summary['player']} · {count}"]
+def format_run_summary(summary: RunSummary) -> str:
+    """A run's figures and success@k (and pass@k) as plain text, then the sections the summary holds."""
+    config = summary.config
+    options = "".join(f" {k}={v}" for k, v in config.memory_options.items())
+    memory = f"{config.memory}{f' ({options.strip()})' if options else ''}"
+    epochs = len(summary.protocol.epoch_success) if summary.protocol else 1  # those played so far
+    count = f"{summary.tasks} units" if epochs == 1 else f"{summary.tasks // epochs} units × {epochs} epochs"
+    lines = [f"{config.env} · memory {memory} · {config.player} · {count}"]
     lines.append(
-        f"mean score {summary['mean_score']:+.2f} · {summary['tokens']} tokens · LLM {summary['llm_s']:.1f}s (every arm)"
-        f" · units played in {summary['played_s']:.1f}s · ttlearn {summary['version']}"
+        f"mean score {summary.mean_score:+.2f} · {summary.tokens} tokens · LLM {summary.llm_s:.1f}s (every arm)"
+        f" · units played in {summary.played_s:.1f}s · ttlearn {config.version}"
     )
-    head = f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary["pass_at_k"] else "")
-    lines.append(head.rstrip() + ("   (all epochs)" if epochs > 1 else ""))
-    for k, value in enumerate(summary["success_at_k"], start=1):
-        low, high = summary["success_at_k_ci95"][k - 1]
-        extra = f"{summary['pass_at_k'][k - 1]:.3f}" if summary["pass_at_k"] else ""
-        lines.append(f"{k:<3}{value:<11.3f}{f'{low:.3f}–{high:.3f}':<15}{extra}".rstrip())
+    if summary.success_at_k is not None and summary.success_at_k_ci95 is not None:
+        head = f"{'k':<3}{'success@k':<11}{'95% CI':<15}" + ("pass@k" if summary.pass_at_k else "")
+        lines.append(head.rstrip() + ("   (all epochs)" if epochs > 1 else ""))
+        for k, (value, (low, high)) in enumerate(zip(summary.success_at_k, summary.success_at_k_ci95), start=1):
+            extra = f"{summary.pass_at_k[k - 1]:.3f}" if summary.pass_at_k else ""
+            lines.append(f"{k:<3}{value:<11.3f}{f'{low:.3f}–{high:.3f}':<15}{extra}".rstrip())
+    invalid = summary.invalid.text() if summary.invalid else "–"
     lines.append(
-        f"trajectory entropy {summary['trajectory_entropy']:.3f} bits · invalid {format_invalid(summary)}"
-        f" · {summary['wall_s_per_task']:.1f} s/unit"
+        f"trajectory entropy {summary.trajectory_entropy:.3f} bits · invalid {invalid}"
+        f" · {summary.wall_s_per_unit:.1f} s/unit"
     )
-    if summary.get("memory_gain"):
-        g = summary["memory_gain"]
+    for section in summary.sections():
+        lines.extend(section.lines(summary))
+    if summary.instances:
+        lines.append("instances: " + json.dumps(summary.instances))
+    if summary.rejudged:
         lines.append(
-            f"vs the same player without memory (greedy: a retry repeats attempt 1): success@{g['k']} "
-            f"{g['control']:.3f} → {g['with_memory']:.3f}, {g['solved_only_with_memory']} task(s) solved only with "
-            f"memory, exact McNemar p = {g['p_value']:.3g}"
-        )
-    if summary.get("control"):
-        control = summary["control"]
-        epoch = f", epoch {control['epoch']}" if summary.get("protocol") else ""
-        lines.append(f"vs the same player without memory on the same tasks and seeds (--control{epoch}):")
-        lines.append(format_paired_rows(control["rows"], "memory", "control"))
-        if control.get("invalid_rate"):
-            rates = control["invalid_rate"]
-            lines.append(f"invalid replies: with memory {rates['memory']:.1%} · control {rates['control']:.1%}")
-    if summary.get("protocol"):
-        p = summary["protocol"]
-        rates = " ".join(f"{r:.2f}" for r in p["epoch_success"])
-        lines.append(
-            f"epochs: success {rates} · last epoch {p['last_epoch_success']:.3f}"
-            f" · cumulative {p['cumulative_success']:.3f}"
-        )
-        if p.get("validation_success"):
-            held = " ".join(f"{r:.2f}" for r in p["validation_success"])
-            lines.append(f"held-out validation after each epoch: {held} · best {p['best_validation_success']:.3f}")
-    for key, title in (("by_skill", "success by skill"), ("validation_by_skill", "held-out success by skill")):
-        if summary.get(key):
-            lines.append(f"{title} (tasks: success{' / control' * ('control' in next(iter(summary[key].values())))}):")
-            lines.append(format_skills(summary[key]))
-    if summary["instances"]:
-        lines.append("instances: " + json.dumps(summary["instances"]))
-    if summary.get("rejudged"):
-        lines.append(
-            f"verdicts: judged again with {summary['rejudged']} from the recorded replies (`ttlearn rejudge`); the "
+            f"verdicts: judged again with {summary.rejudged} from the recorded replies (`ttlearn rejudge`); the "
             "memory learned from the verdicts it was played with"
         )
     return "\n".join(lines)
-
-
-def format_skills(table: dict[str, dict[str, float]]) -> str:
-    """One line per skill: its tasks, success (and the control's), most common skills first."""
-    rows = sorted(table.items(), key=lambda item: (-item[1]["tasks"], item[0]))
-    width = max(len(skill) for skill in table)
-    return "\n".join(
-        f"  {skill:<{width}}  {int(row['tasks']):>4}  {row['success']:.3f}"
-        + (f" / {row['control']:.3f}" if "control" in row else "")
-        for skill, row in rows
-    )
 
 
 def format_unit(record: dict[str, Any]) -> str:
@@ -295,29 +253,16 @@ def invalid_reason(step: dict[str, Any]) -> str:
     return f"{cause}: {' '.join(str(rejected).split())}" if cause == REJECTED and rejected else str(cause)
 
 
-def format_comparison(comparison: dict[str, Any], name_a: str, name_b: str) -> str:
-    header = f"paired on {comparison['tasks']} shared tasks · A = {name_a} · B = {name_b}"
-    text = header + "\n" + format_paired_rows(comparison["rows"], "A", "B")
-    if "scores" in comparison:
+def format_comparison(comparison: Comparison, name_a: str, name_b: str) -> str:
+    header = f"paired on {comparison.tasks} shared tasks · A = {name_a} · B = {name_b}"
+    text = header + "\n" + paired_table(comparison.rows, "A", "B")
+    if comparison.scores is not None:
         text += "\n\nscore of attempt k (a task solved earlier keeps its solving attempt's)\n"
         lines = [f"{'k':<3}{'A':<10}{'B':<10}{'diff':<10}{'A higher':<10}{'B higher':<10}sign-flip p"]
-        for row in comparison["scores"]:
+        for row in comparison.scores:
             lines.append(
-                f"{row['k']:<3}{row['a']:<+10.2f}{row['b']:<+10.2f}{row['a'] - row['b']:<+10.2f}"
-                f"{row['a_higher']:<10}{row['b_higher']:<10}{row['p_value']:.3g}"
+                f"{row.k:<3}{row.a:<+10.2f}{row.b:<+10.2f}{row.a - row.b:<+10.2f}"
+                f"{row.a_higher:<10}{row.b_higher:<10}{row.p_value:.3g}"
             )
         text += "\n".join(lines)
     return text
-
-
-def format_paired_rows(rows: list[dict[str, Any]], a: str, b: str) -> str:
-    """success@k of A and B per k, their difference, the discordant tasks and McNemar's p."""
-    width = max(8, len(a) + 2, len(b) + 2)
-    only = width + 5
-    lines = [f"{'k':<3}{a:<{width}}{b:<{width}}{'diff':<8}{'only ' + a:<{only}}{'only ' + b:<{only}}McNemar p"]
-    for row in rows:
-        lines.append(
-            f"{row['k']:<3}{row['a']:<{width}.3f}{row['b']:<{width}.3f}{row['a'] - row['b']:<+8.3f}"
-            f"{row['only_a']:<{only}}{row['only_b']:<{only}}{row['p_value']:.3f}"
-        )
-    return "\n".join(lines)

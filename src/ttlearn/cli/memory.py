@@ -31,7 +31,7 @@ def memory_fork(
     """Copy the memory after unit N into a new folder, to continue from it with `run --memory-from`."""
     if out.exists():
         raise FileExistsError(f"{out} already exists; fork into a new folder")
-    snapshot = Run.open(run_dir, repair=False).snapshot(unit)
+    snapshot = Run.open(run_dir).snapshot(unit)
     RunDir(out).write_fork(run_dir, unit, snapshot)
     console.print(f"forked memory of {run_dir} after unit {unit} (hash {snapshot['hash'][:12]}) → {out}")
 
@@ -45,7 +45,7 @@ def memory_diff(
     b: int = typer.Option(..., "--to", help="Later unit."),
 ) -> None:
     """Show what changed in the memory between two units (a unified diff of the snapshots)."""
-    run = Run.open(run_dir, repair=False)
+    run = Run.open(run_dir)
     before, after = (json.dumps(run.snapshot(u)["state"], indent=1, sort_keys=True).splitlines() for u in (a, b))
     lines = list(difflib.unified_diff(before, after, f"after unit {a}", f"after unit {b}", lineterm=""))
     console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)

@@ -1,16 +1,16 @@
 """`ttlearn run`, `resume` and `replay`: play into a run directory, finish an interrupted one, or re-play a recording.
 
 `run` plays units: task instances, each tried up to `--attempts` times with the memory's reflections in between
-(LaMer; MemRL's protocol with `--epochs`). `--games N` is the session of games: N units of one attempt, the memory
-carried from each game to the next. The flags become one config, which checks itself; the driver (`rollout.run`)
-checks the rest once and plays.
+(LaMer), over `--epochs` passes (MemRL's protocol). `--games N` is a preset of those options, the session of games:
+N units of one attempt, the memory carried from each game to the next (`runs.games`). The flags become one
+`RunConfig`: a flag not given is the config's own default, so `ttlearn run ENV` plays what `RunConfig(env=ENV)` plays.
+The config checks itself; the driver (`rollout.run`) checks the rest once and plays.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -28,11 +28,12 @@ from ttlearn.cli.common import (
 from ttlearn.envs.base import ENVS
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.llm.cache import ReplayBook
-from ttlearn.rollout.parts import default_player
 from ttlearn.rollout.run import play, prepare
-from ttlearn.runs import Run, RunConfig, check_trusted, parse_config, read_config
+from ttlearn.runs import Run, RunConfig, check_trusted, default_run_dir, parse_config, read_config, replay_dir
+from ttlearn.runs import games as session_of
 
 TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
+DEFAULT_UNITS = RunConfig.model_fields["units"].default
 STORE_HELP = "The run's memory store file (-m store=) when it lies outside the run directory: it will be written."
 
 
@@ -46,9 +47,19 @@ def play_with_progress(
     """Create (or resume) the run at `out`, play its missing units with a progress bar, then print its summary.
     `concurrency` None: as `play` decides (independent units side by side on the embedded model); `how` ("resumed",
     "replayed"): warn first when the environment cannot reproduce such a run exactly."""
-    run = prepare(out, config, concurrency or 1)
-    if how:
-        warn_inexact(run.config.env, how)
+    with prepare(out, config, concurrency or 1) as run:
+        if how == "resumed":
+            done = f"already complete ({run.done} units)"
+            console.print(f"resuming {out}: {done if run.finished else f'at unit {run.done + 1} of {run.total}'}")
+        if how:
+            warn_inexact(run.config.env, how)
+        summary = play_with_bar(run, concurrency, replay)
+    print_summary(summary)
+    return run
+
+
+def play_with_bar(run: Run, concurrency: int | None, replay: ReplayBook | None) -> dict[str, Any]:
+    """`play` under a progress bar; an interrupt says how to resume."""
     title = f"{run.config.env} · {run.config.memory}"
     try:
         with progress_bar(title, run.total, run.done) as update:
@@ -60,10 +71,9 @@ def play_with_progress(
             )
     except KeyboardInterrupt:
         stopped = f"interrupted after {run.done} units; continue with:"
-        console.print(styled(stopped, "yellow", f" ttlearn resume {out}"))
+        console.print(styled(stopped, "yellow", f" ttlearn resume {run.path}"))
         raise typer.Exit(130) from None
-    print_summary(summary)
-    return run
+    return summary
 
 
 def warn_inexact(env: str, how: str) -> None:
@@ -94,33 +104,38 @@ def run(
         None, "--duplicate", help="Hold'em: replay every deal with seats swapped."
     ),
     env_opt: list[str] = typer.Option([], "--env-opt", "-e", help="Any other environment option, KEY=VALUE."),
-    memory: str = typer.Option(
-        "none", help="Memory method: none, history, reflexion, memrl, lamer, … (`ttlearn list`)."
+    memory: Optional[str] = typer.Option(
+        None, help="Memory method: none (the default), history, reflexion, memrl, lamer, … (`ttlearn list`)."
     ),
     memory_opt: list[str] = typer.Option([], "--memory-opt", "-m", help="A memory option, KEY=VALUE."),
     memory_from: Optional[Path] = typer.Option(
-        None, help="Start from the memory of a run directory, fork or snapshot file (every unit, or the first when it carries)."
+        None,
+        help="Start from the memory of a run directory, fork or snapshot file (every unit, or the first when it "
+        "carries).",
     ),
     units: Optional[int] = typer.Option(
-        None, "--units", "--tasks", min=1, help="Task instances to play, each tried --attempts times (LaMer, MemRL)."
+        None,
+        "--units",
+        "--tasks",
+        min=1,
+        help=f"Units to play: task instances, each tried --attempts times (default {DEFAULT_UNITS}).",
     ),
     games: Optional[int] = typer.Option(
         None,
         min=1,
-        help="A session of N games (the default, N = 6): N units of one attempt, the memory carried from each game to "
-        "the next.",
+        help="A session of N games: the same as --units N --attempts 1 --carry-memory (either may still be given).",
     ),
     attempts: Optional[int] = typer.Option(
-        None, min=1, help="Attempts per unit (default 1 when the memory carries over, else LaMer's 3)."
+        None, min=1, help="Attempts per unit (default 1 when the memory carries from unit to unit, else LaMer's 3)."
     ),
     epochs: Optional[int] = typer.Option(
-        None, min=1, help="MemRL protocol: replay the units N times, the memory carried over."
+        None, min=1, help="Epochs: passes over the units, the memory carried over (MemRL's protocol; default 1)."
     ),
     carry_memory: Optional[bool] = typer.Option(
         None,
         "--carry-memory/--no-carry-memory",
-        help="The memory carries from unit to unit (runtime learning). Default: yes for --games and for memories "
-        "that learn across tasks (memrl, memp, rag, expel, cheatsheet), no for the others; implied by --epochs > 1.",
+        help="The memory carries from unit to unit (runtime learning). Default: yes for memories that learn across "
+        "tasks (marked * by `ttlearn list`) and for --games, no for the others; implied by --epochs > 1.",
     ),
     control: Optional[bool] = typer.Option(
         None,
@@ -140,14 +155,18 @@ def run(
     llm: Optional[str] = typer.Option(
         None,
         help="Player: gemma270m, smollm2, qwen-coder, gguf:PATH, openai:URL#MODEL, hf:…, or scripted:random|oracle|… "
-        f"(default: qwen-coder for code and sql, else {DEFAULT_LLM}).",
+        f"(default: the environment's, shown by `ttlearn list`; {DEFAULT_LLM} where it names none).",
     ),
     writer: Optional[str] = typer.Option(
         None, help="LLM that writes the memory (default: the player's LLM); a folder means a trained hf: writer."
     ),
-    temperature: float = typer.Option(0.0, min=0.0, help="Player sampling temperature (0 = greedy)."),
-    retries: int = typer.Option(
-        2, min=0, help="LLM player writing text: more replies asked for before a move counts invalid (LaMer: 0)."
+    temperature: Optional[float] = typer.Option(
+        None, min=0.0, help="Player sampling temperature (default 0: greedy)."
+    ),
+    retries: Optional[int] = typer.Option(
+        None,
+        min=0,
+        help="LLM player writing text: more replies asked for before a move counts invalid (default 2; LaMer: 0).",
     ),
     free_text: Optional[int] = typer.Option(
         None,
@@ -168,7 +187,9 @@ def run(
         help="LLM player: where the memory is shown: system (default), exchange (an earlier answer), advice (a line "
         "before the legal actions) or default (the action the notes name, listed first and suggested).",
     ),
-    seed: int = typer.Option(0, help="Seed of the whole run; the same seed replays the same games."),
+    seed: Optional[int] = typer.Option(
+        None, help="Seed of the whole run (default 0); the same seed replays the same units."
+    ),
     concurrency: Optional[int] = typer.Option(
         None,
         min=1,
@@ -177,14 +198,11 @@ def run(
     ),
     out: Optional[Path] = typer.Option(None, help="Run directory (default runs/ENV-MEMORY-TIME)."),
 ) -> None:
-    """Play units (--units K: task instances with attempts) or a session of games (--games N, the default) with a
-    frozen player and a memory; record everything in a run directory that `resume`, `show` and `replay` read."""
+    """Play units — task instances with their attempts (--units K), or a session of games (--games N) — with a frozen
+    player and a memory, and record everything in a run directory that `resume`, `show` and `replay` read. A flag
+    not given takes the run config's default: `ttlearn run ENV` is `ttlearn.run(RunConfig(env=ENV), OUT)`."""
     if units is not None and games is not None:
-        raise ValueError("--games N is N units of one attempt with the memory carried; give --units or --games, not both")
-    if games is not None or units is None:
-        units = games or RunConfig.model_fields["units"].default
-        attempts = 1 if attempts is None else attempts
-        carry_memory = True if carry_memory is None else carry_memory
+        raise ValueError("--games N is N units of one attempt with the memory carried: give --units or --games")
     options = {"opponent": opponent, "rounds": rounds, "hands": hands, "duplicate": duplicate}
     env_options = {**parse_options(env_opt, "--env-opt"), **{k: v for k, v in options.items() if v is not None}}
     fields = {
@@ -192,7 +210,7 @@ def run(
         "env_options": env_options,
         "memory": memory,
         "memory_options": keep_key_out(parse_options(memory_opt, "--memory-opt")),
-        "player": f"hf:{policy}" if policy else llm or default_player(env),
+        "player": f"hf:{policy}" if policy else llm,
         "writer": f"hf:{writer}" if writer and Path(writer).is_dir() else writer,
         "seed": seed,
         "temperature": temperature,
@@ -209,8 +227,9 @@ def run(
         "validation_tasks": validation_tasks,
         "validation_env_options": parse_options(validation_opt, "--validation-opt") or None,
     }
-    config = parse_config({k: v for k, v in fields.items() if v is not None})
-    out = out or Path("runs") / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
+    preset = session_of(games) if games is not None else {}
+    config = parse_config({**preset, **{k: v for k, v in fields.items() if v is not None}})
+    out = out or default_run_dir(env, config.memory)
     play_with_progress(out, config, concurrency)
 
 
@@ -226,11 +245,6 @@ def resume(
     if keep_key_out(parse_options(memory_opt, "--memory-opt")):
         raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
     check_trusted(read_config(run_dir), trust_url, run_dir, stores=trust_store)  # before anything else is read
-    run = Run.open(run_dir, repair=False)
-    if run.finished:
-        console.print(f"{run_dir} is already complete ({run.done} units).", markup=False)
-    else:
-        console.print(f"resuming {run_dir} at unit {run.done + 1} of {run.total}", markup=False)
     play_with_progress(run_dir, None, concurrency, how="resumed")
 
 
@@ -242,9 +256,9 @@ def replay(
 ) -> None:
     """Re-run a recorded run without calling any model, and check that every outcome is
     reproduced."""
-    out = out or Path(f"{run_dir}-replay")
+    out = out or replay_dir(run_dir)
     check_trusted(read_config(run_dir), trust_url, run_dir, stores=trust_store)  # before anything else is read
-    source = Run.open(run_dir, repair=False)
+    source = Run.open(run_dir)
     if not source.finished:
         raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} units); resume it first")
     target = play_with_progress(out, source.config, replay=ReplayBook(source.calls()), how="replayed")

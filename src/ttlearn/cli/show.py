@@ -25,9 +25,9 @@ def show(
 ) -> None:
     """Print a run's summary, or one unit's attempts with their prompts and replies. Reads a live run without changing
     it."""
-    run = Run.open(run_dir, repair=False)
+    run = Run.open(run_dir)
     if against is not None:
-        show_against(run, Run.open(against, repair=False), epoch)
+        show_against(run, Run.open(against), epoch)
     elif epoch is not None:
         raise ValueError("--epoch goes with --against (the summary already reports every epoch)")
     elif unit is None:
@@ -61,15 +61,17 @@ def rejudge(
     them and says so, and `replay` still reproduces what was played."""
     from ttlearn.rollout.rejudge import rejudge_run
 
-    run = Run.open(run_dir, repair=False)
-    if not run.finished:
-        raise ValueError(f"{run_dir} is not finished ({run.done} of {run.total}); resume it first")
-    records = rejudge_run(run, parse_options(env_option, "-e"))
-    changed = sum(
-        r["rejudged"].get(key) != r.get(key) for r in records for key in ("first_success", "control_first_success")
-        if key in r
-    )
-    summary = summarize(Run.open(run_dir, repair=False))
-    run.write_summary(summary)
+    with Run.open(run_dir, write=True) as run:
+        if not run.finished:
+            raise ValueError(f"{run_dir} is not finished ({run.done} of {run.total}); resume it first")
+        records = rejudge_run(run, parse_options(env_option, "-e"))
+        changed = sum(
+            r["rejudged"].get(key) != r.get(key)
+            for r in records
+            for key in ("first_success", "control_first_success")
+            if key in r
+        )
+        summary = summarize(Run.open(run_dir))
+        run.write_summary(summary.to_json())
     print_summary(summary)
     console.print(f"{changed} verdict(s) changed of {len(records)} unit record(s); summary rewritten", highlight=False)

@@ -15,6 +15,7 @@ from pydantic.fields import FieldInfo
 
 from ttlearn.cli.common import console, friendly, parse_options, progress_bar, styled
 from ttlearn.registry import PluginError
+from ttlearn.runs import RunDir
 from ttlearn.train.base import TRAINERS, TrainConfig
 
 train_app = typer.Typer(
@@ -95,7 +96,7 @@ def _command(name: str) -> Callable[..., None]:
         with training_progress(config.steps) as advance:
             trainer = trainer_class(config, progress=advance)
             trainer.train()
-        console.print(styled("final: ", "", str(config.out / "final"), "bold", f" — {trainer.next_command()}"))
+        console.print(styled("final: ", "", str(RunDir(config.out).final), "bold", f" — {trainer.next_command()}"))
 
     command.__name__ = f"train_{name}"
     command.__doc__ = inspect.getdoc(trainer_class)

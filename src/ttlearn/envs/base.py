@@ -122,10 +122,18 @@ class Env(ABC):
     reply_prefix: str = ""
     """The opening every free-text reply should start with (sql: the ```sql fence), or "": a player may write it
     into the reply itself (a prefill) so that a small model answers in the format instead of about it."""
+    default_player: ClassVar[str | None] = None
+    """The LLM spec that plays this environment when a run names none, chosen by measurement (docs/models.md: the
+    coder model writes code and SQL); None: the package's default player, the embedded model that follows a note."""
+    trajectory_discount: ClassVar[float | None] = None
+    """LaMer's γ_traj here: how much the later attempts' returns count in an earlier attempt's, as the authors'
+    released training scripts set it for this environment; None: none published (`ttlearn train lamer` then asks for
+    one)."""
     legacy_options: ClassVar[dict[str, Any]] = {}
-    """Options whose default changed, with the value a run recorded before the change played (sql: `metric`). A new
-    run records today's default of each (`recorded_defaults`), so an old run rebuilds its environment as it played
-    and a new one keeps today's rules."""
+    """Options whose default changed, with the value a run recorded before the change played (sql: `metric`). A run
+    directory's config that does not name one plays that value (`runs.config.parse_recorded`), and a new run records
+    today's default of each (`recorded_defaults`), so an old run rebuilds its environment as it played, a new one
+    keeps today's rules, and a config built in Python gets today's everywhere."""
 
     @abstractmethod
     def describe(self) -> str:

@@ -184,6 +184,7 @@ class CodeEnv(Env):
     one the agent sees its feedback and may resubmit), `timeout_s` (wall time for one run of the tests), `seed` (the
     instance before the first `reset`)."""
 
+    default_player = "qwen-coder"
     reply_tokens = 384
     """HumanEval's canonical functions in a ```python fence, in Qwen2.5-Coder tokens: without their docstring median 60,
     max 367 (all fit); with it median 168, max 560 (6 of 164 would not). Hence the rules say the docstring may go."""

@@ -296,6 +296,7 @@ class DBBench(Env):
     `max_round` (the runner's 15), `reply_tokens` (the most one reply may hold), `timeout_ms` (per reply's
     statements), `max_rows` / `max_bytes` (the most a result may hold before it is refused), `seed`."""
 
+    default_player = "qwen-coder"
     reply_tokens = 512
 
     def __init__(

@@ -252,6 +252,10 @@ class Minesweeper(Env):
     the attempt.
     """
 
+    trajectory_discount = 0.6
+    """github.com/mlbio-epfl/LaMer, examples/minesweeper/lamer_minesweeper_qwen3_4b.sh: traj_gamma 0.6; the paper's
+    ablation reads "Minesweeper needs a higher γ_traj", which this released value does not show (docs/lamer.md)."""
+
     def __init__(
         self, rows: int = 6, cols: int = 6, mines: int = 3, turns: int = 7, invalid_reward: float = -0.1, seed: int = 0
     ) -> None:

@@ -201,6 +201,9 @@ class Sokoban(Env):
     (LaMer: −0.1). The attempt ends when solved or after `turns` turns.
     """
 
+    trajectory_discount = 0.9
+    """github.com/mlbio-epfl/LaMer, examples/sokoban/lamer_sokoban_qwen3_4b.sh: traj_gamma 0.9 (docs/lamer.md)."""
+
     def __init__(
         self,
         size: int = 6,

@@ -201,6 +201,7 @@ class SQLEnv(Env):
     without rows, Spider's wta_1), `timeout_ms` (per query), `seed` (accepted for the common config; the questions
     are fixed data)."""
 
+    default_player = "qwen-coder"
     reply_tokens = 256
     legacy_options = {"metric": "strict", "prefill": False}
 

@@ -13,21 +13,19 @@
                  paired sign-flip p (reports from before the paired section: whether their ranks differ)
     scores       two trial runs on the same instances whose success is too rare to compare: the mean score of
                  attempt `attempt` (default the last) of `result` vs `against`, the tasks where each scored higher,
-                 the exact paired sign-flip p (from the task records, `units.jsonl` or `units.jsonl.gz`)
+                 the exact paired sign-flip p (from the unit records, committed compressed or not)
 
 `ttlearn results` prints the table; `ttlearn results --write README.md` replaces it between the markers.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 from pathlib import Path
 from typing import Any
 
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
-from ttlearn.eval.summary import compare_trials
-from ttlearn.runs import REPORT_JSON, RunDir, read_config
+from ttlearn.eval.summary import RunSummary, compare_trials
+from ttlearn.runs import REPORT_JSON, Run, RunDir, holds_run, read_config
 from ttlearn.untrusted import read_json
 
 TABLE = "table.json"
@@ -52,20 +50,27 @@ def p_cell(p: float) -> str:
     return "1.0" if p >= 0.995 else f"{p:.2g}"
 
 
-def _summary(root: Path, name: str) -> dict[str, Any]:
+def _summary(root: Path, name: str) -> RunSummary:
     path = RunDir(root / name).summary
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing: results/table.json names a result that is not there")
-    return read_json(path)
+    return RunSummary.from_json(read_json(path), read_config(root / name))
 
 
 def _unit_records(folder: Path) -> list[dict[str, Any]]:
-    """A run's task records as committed: `units.jsonl`, or compressed as `units.jsonl.gz`."""
-    plain, packed = folder / "units.jsonl", folder / "units.jsonl.gz"
-    if not plain.exists() and not packed.exists():
-        raise FileNotFoundError(f"{plain} is missing: results/table.json names a result without task records")
-    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """A committed run's unit records (compressed or not, of any layout `Run` reads)."""
+    records = Run.open(folder).records if holds_run(folder) else []
+    if not records:
+        raise FileNotFoundError(f"{folder} holds no unit records: results/table.json names a result without them")
+    return records
+
+
+def _section(summary: RunSummary, name: str, result: str) -> Any:
+    """The summary's section `name` (control, memory_gain), which the row's kind needs."""
+    section = getattr(summary, name)
+    if section is None:
+        raise ValueError(f"results/{result} has no {name} section, which its row in results/{TABLE} reads")
+    return section
 
 
 def player_cell(spec: dict[str, Any], root: Path) -> str:
@@ -96,38 +101,39 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
             better = better[::-1]
         return [f"{games} games", *elo, f"{better[0]} / {better[1]} sequences", p_cell(pair["p"])]
     if kind == "pooled":
-        controls = [_summary(root, name)["control"] for name in spec["results"]]
-        n = sum(c["tasks"] for c in controls)
-        a = round(sum(c["rows"][0]["a"] * c["tasks"] for c in controls))
-        b = round(sum(c["rows"][0]["b"] * c["tasks"] for c in controls))
-        only_a, only_b = (sum(c["rows"][0][key] for c in controls) for key in ("only_a", "only_b"))
+        controls = [_section(_summary(root, name), "control", name) for name in spec["results"]]
+        n = sum(c.tasks for c in controls)
+        a = round(sum(c.rows[0].a * c.tasks for c in controls))
+        b = round(sum(c.rows[0].b * c.tasks for c in controls))
+        only_a, only_b = sum(c.rows[0].only_a for c in controls), sum(c.rows[0].only_b for c in controls)
         cells = [wilson_cell(a / n, n), wilson_cell(b / n, n), f"{only_a} / {only_b}"]
         return [str(n), *cells, p_cell(mcnemar_exact(only_a, only_b))]
     summary = _summary(root, spec["result"])
-    n = summary["tasks"]
+    n = summary.tasks
     if kind == "control":
-        paired, n = summary["control"]["rows"][0], summary["control"].get("tasks", n)
-        cells = [wilson_cell(paired["a"], n), wilson_cell(paired["b"], n), f"{paired['only_a']} / {paired['only_b']}"]
-        return [str(n), *cells, p_cell(paired["p_value"])]
+        control = _section(summary, "control", spec["result"])
+        paired, n = control.rows[0], control.tasks
+        cells = [wilson_cell(paired.a, n), wilson_cell(paired.b, n), f"{paired.only_a} / {paired.only_b}"]
+        return [str(n), *cells, p_cell(paired.p_value)]
     if kind == "memory_gain":
-        gain = summary["memory_gain"]
-        only = f"{gain['solved_only_with_memory']} / 0"
-        cells = [wilson_cell(gain["with_memory"], n), wilson_cell(gain["control"], n), only]
-        return [str(n), *cells, p_cell(gain["p_value"])]
+        gain = _section(summary, "memory_gain", spec["result"])
+        only = f"{gain.solved_only_with_memory} / 0"
+        cells = [wilson_cell(gain.with_memory, n), wilson_cell(gain.control, n), only]
+        return [str(n), *cells, p_cell(gain.p_value)]
     if kind == "runs":
         other = _summary(root, spec["against"])
-        if other["tasks"] != n:
+        if other.tasks != n:
             raise ValueError(f"{spec['result']} and {spec['against']} played different numbers of tasks")
-        k = len(summary["success_at_k"])
-        cells = [rate_cell(s["success_at_k"][k - 1], *s["success_at_k_ci95"][k - 1]) for s in (summary, other)]
+        cells = [rate_cell(s.success_at_k[-1], *s.success_at_k_ci95[-1]) for s in (summary, other)]
         only_a, only_b = spec["discordant"]
         return [str(n), *cells, f"{only_a} / {only_b}", p_cell(mcnemar_exact(only_a, only_b))]
     if kind == "scores":
-        attempts = len(summary["success_at_k"])
-        comparison = compare_trials(_unit_records(root / spec["result"]), _unit_records(root / spec["against"]), attempts)
-        row = comparison["scores"][spec.get("attempt", attempts) - 1]
-        cells = [f"score {row['a']:+.2f} (attempt {row['k']})", f"score {row['b']:+.2f}"]
-        return [str(comparison["tasks"]), *cells, f"{row['a_higher']} / {row['b_higher']} higher", p_cell(row["p_value"])]
+        attempts = summary.config.attempts
+        records = (_unit_records(root / spec[name]) for name in ("result", "against"))
+        comparison = compare_trials(*records, attempts)
+        row = comparison.scores[spec.get("attempt", attempts) - 1]
+        cells = [f"score {row.a:+.2f} (attempt {row.k})", f"score {row.b:+.2f}"]
+        return [str(comparison.tasks), *cells, f"{row.a_higher} / {row.b_higher} higher", p_cell(row.p_value)]
     raise ValueError(
         f"unknown row kind {kind!r} in results/{TABLE}; use control, pooled, memory_gain, runs, scores or arena"
     )

@@ -1,11 +1,19 @@
-"""One summariser for every run, from its unit records alone (so `show`, `resume` and `run` agree): what every run
-has — each unit's score, cumulative performance and cost, success@k with Wilson intervals, trajectory entropy,
-invalid steps by cause (unparseable replies, commands the simulator rejected, prompts over the context), tokens and
-LLM time — then the sections its records call for: pass@k of independent attempts, instance-set ceilings, MemRL's
-protocol metrics, the paired control. Also the paired comparison of two runs."""
+"""One summariser for every run, from its unit records alone, built once into a typed `RunSummary` that `show`,
+`resume`, `run`, the arena report and `ttlearn results` all read (so every figure is the same wherever it is shown).
+
+What every run has — each unit's row (score, cumulative performance, steps, invalid steps, cost), success@k with
+Wilson intervals, trajectory entropy, invalid steps by cause (unparseable replies, commands the simulator rejected,
+prompts over the context), tokens and LLM time — then the sections its records call for (`SECTIONS`): MemRL's
+protocol metrics, the paired control, the memory's gain against the greedy control. A new section is one pure
+function of the records and its field of `RunSummary` (with its `lines` for `show`). Also the paired comparison of
+two runs (`compare_trials`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,26 +29,305 @@ from ttlearn.eval.metrics import (
     wilson_interval,
 )
 from ttlearn.runs import Run, RunConfig
-from ttlearn.types import Episode, count_causes
+from ttlearn.types import Episode, add_causes, count_causes
+
+Record = dict[str, Any]
 
 
-def summarize(run: Run, wall_s: float | None = None) -> dict[str, Any]:
-    """What every run has (its directory, config, version, how many of its units are done, their rows and cost),
-    then the sections its records hold."""
-    head = {
-        "run_dir": str(run.path),
-        "config": run.config.model_dump(),
-        "version": run.config.version,
-        "done": run.done,
-        "total": run.total,
-    }
+# ---- the parts of a summary ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Invalid:
+    """Invalid steps: their share of the steps played, and their count by cause (None where the records keep only
+    the count: a control arm, summaries written before causes were counted)."""
+
+    rate: float
+    causes: dict[str, int] | None = None
+
+    def text(self) -> str:
+        """"12.5% (rejected 3, overflow 2)"."""
+        parts = ", ".join(f"{cause} {count}" for cause, count in (self.causes or {}).items())
+        return f"{self.rate:.1%}" + (f" ({parts})" if parts else "")
+
+
+def invalid_steps(records: Sequence[Record]) -> Invalid | None:
+    """The invalid steps of every attempt of some unit records; None when they played no step."""
+    steps = [s for r in records for a in r["attempts"] for s in Episode.from_json(a).steps]
+    return Invalid(sum(not s.valid for s in steps) / len(steps), count_causes(steps)) if steps else None
+
+
+def pooled_invalid(rows: Sequence[UnitRow], causes: Sequence[dict[str, int] | None] = ()) -> Invalid | None:
+    """The invalid steps of several runs' units (an arena method's): invalid / steps over all their attempts, and
+    the runs' causes added up; None when no step was played."""
+    steps = sum(row.steps for row in rows)
+    if not steps:
+        return None
+    return Invalid(sum(row.invalid for row in rows) / steps, add_causes(counts or {} for counts in causes))
+
+
+@dataclass(frozen=True)
+class UnitRow:
+    """One finished unit: its score (the last attempt's), the cumulative mean score so far, whether it was solved
+    within its attempts (None where the environment defines no success), its steps and invalid steps over every
+    attempt, and its LLM cost (every arm's calls) and wall time."""
+
+    unit: int
+    score: float
+    cumulative: float
+    solved: bool | None
+    steps: int
+    invalid: int
+    tokens: int
+    llm_calls: int
+    llm_s: float
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class PairedRow:
+    """success@k of A and B on paired tasks, the tasks each solved alone, and the exact McNemar p."""
+
+    k: int
+    a: float
+    b: float
+    only_a: int
+    only_b: int
+    p_value: float
+
+
+@dataclass(frozen=True)
+class ScoreRow:
+    """The mean score of attempt k of A and B on paired tasks, the tasks where each scored higher, the exact paired
+    sign-flip p."""
+
+    k: int
+    a: float
+    b: float
+    a_higher: int
+    b_higher: int
+    p_value: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two runs on the tasks both finished (`compare_trials`)."""
+
+    tasks: int
+    rows: list[PairedRow]
+    scores: list[ScoreRow] | None = None
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """MemRL's protocol: success per epoch, in the last one, cumulative, and of the held-out instances."""
+
+    epoch_success: list[float]
+    last_epoch_success: float
+    cumulative_success: float
+    validation_success: list[float]
+    best_validation_success: float | None
+
+    def lines(self, summary: RunSummary) -> list[str]:
+        rates = " ".join(f"{r:.2f}" for r in self.epoch_success)
+        lines = [
+            f"epochs: success {rates} · last epoch {self.last_epoch_success:.3f}"
+            f" · cumulative {self.cumulative_success:.3f}"
+        ]
+        if self.validation_success and self.best_validation_success is not None:
+            held = " ".join(f"{r:.2f}" for r in self.validation_success)
+            lines.append(f"held-out validation after each epoch: {held} · best {self.best_validation_success:.3f}")
+        return lines
+
+
+@dataclass(frozen=True)
+class Control:
+    """The paired control arm (`--control`): success@k with and without memory on the same instances and seeds, in
+    the control's epoch, and each arm's invalid steps there."""
+
+    tasks: int
+    rows: list[PairedRow]
+    epoch: int
+    memory_invalid: Invalid | None = None
+    control_invalid: Invalid | None = None
+
+    def lines(self, summary: RunSummary) -> list[str]:
+        epoch = f", epoch {self.epoch}" if summary.protocol else ""
+        lines = [f"vs the same player without memory on the same tasks and seeds (--control{epoch}):"]
+        lines.append(paired_table(self.rows, "memory", "control"))
+        if self.memory_invalid is not None and self.control_invalid is not None:
+            memory, control = self.memory_invalid.text(), self.control_invalid.text()
+            lines.append(f"invalid replies: with memory {memory} · control {control}")
+        return lines
+
+
+@dataclass(frozen=True)
+class MemoryGain:
+    """success@N with memory against the greedy no-memory control, which is attempt 1 repeated (`memory_gain`)."""
+
+    k: int
+    control: float
+    with_memory: float
+    solved_only_with_memory: int
+    p_value: float
+
+    def lines(self, summary: RunSummary) -> list[str]:
+        return [
+            f"vs the same player without memory (greedy: a retry repeats attempt 1): success@{self.k} "
+            f"{self.control:.3f} → {self.with_memory:.3f}, {self.solved_only_with_memory} task(s) solved only with "
+            f"memory, exact McNemar p = {self.p_value:.3g}"
+        ]
+
+
+@dataclass(frozen=True)
+class SkillRow:
+    """The units that carry one skill tag, how many of them were solved, the share, and the paired control's share
+    (where the records hold a control)."""
+
+    tasks: int
+    solved: int
+    success: float
+    control: float | None = None
+
+
+@dataclass(frozen=True)
+class SkillTable:
+    """Success by skill (LifelongAgentBench's per-skill metric): one row per skill tag the units' instances carry
+    (`instance["skills"]`), in one epoch."""
+
+    rows: dict[str, SkillRow]
+    title: str = "success by skill"
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SkillTable:
+        return cls({skill: SkillRow(**row) for skill, row in data["rows"].items()}, data["title"])
+
+    def lines(self, summary: RunSummary) -> list[str]:
+        """One line per skill: its tasks, success (and the control's), most common skills first."""
+        controlled = all(row.control is not None for row in self.rows.values())
+        width = max(len(skill) for skill in self.rows)
+        ordered = sorted(self.rows.items(), key=lambda item: (-item[1].tasks, item[0]))
+        return [f"{self.title} (tasks: success{' / control' * controlled}):"] + [
+            f"  {skill:<{width}}  {row.tasks:>4}  {row.success:.3f}" + (f" / {row.control:.3f}" if controlled else "")
+            for skill, row in ordered
+        ]
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Everything a run's records say, computed once (`summarize`). The unit fields are empty (or None) until a
+    task unit has finished; the sections (`SECTIONS`) are None where the records do not call for them."""
+
+    run_dir: str
+    config: RunConfig
+    done: int
+    total: int
+    wall_s: float | None = None
+    units: list[UnitRow] = field(default_factory=list)
+    tasks: int = 0
+    """Task units summarised (held-out validation units count only towards the protocol's validation success)."""
+    mean_score: float | None = None
+    first_attempt_score: float | None = None
+    mean_attempts: float | None = None
+    success_at_k: list[float] | None = None
+    success_at_k_ci95: list[tuple[float, float]] | None = None
+    pass_at_k: list[float] | None = None
+    trajectory_entropy: float | None = None
+    invalid: Invalid | None = None
+    tokens: int = 0
+    llm_s: float = 0.0
+    played_s: float = 0.0
+    wall_s_per_unit: float | None = None
+    instances: dict[str, Any] = field(default_factory=dict)
+    protocol: Protocol | None = None
+    control: Control | None = None
+    memory_gain: MemoryGain | None = None
+    by_skill: SkillTable | None = None
+    validation_by_skill: SkillTable | None = None
+    rejudged: str | None = None
+    """The metrics the verdicts were judged again by (`ttlearn rejudge`), or None."""
+
+    @property
+    def success(self) -> float | None:
+        """The share of units solved within their attempts (success@N), None where the environment defines none."""
+        return self.success_at_k[-1] if self.success_at_k else None
+
+    def sections(self) -> list[Any]:
+        """The sections the records called for, in `SECTIONS` order."""
+        return [getattr(self, name) for name in SECTIONS if getattr(self, name) is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        """What summary.json holds (the config's env, memory and player repeated at the top, for readers of the
+        file)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["config"] = self.config.model_dump()
+        for part in ("invalid", "protocol", "control", "memory_gain"):
+            if data[part] is not None:
+                data[part] = dataclasses.asdict(data[part])
+        data["units"] = [dataclasses.asdict(row) for row in self.units]
+        shown = {"env": self.config.env, "memory": self.config.memory, "player": self.config.player}
+        return {**shown, "memory_options": self.config.memory_options, "version": self.config.version, **data}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], config: RunConfig) -> RunSummary:
+        """A summary.json read back, with its run's config (`runs.read_config`: the file's copy may be of a layout
+        before one config existed), this layout's or an older one's (a top-level `invalid_rate` with
+        `invalid_causes`, a control's `invalid_rate` per arm, `wall_s_per_task`); what an older file lacks is None."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        count = data.get("tasks", 0)  # the oldest files name neither their directory nor their progress
+        values = {"run_dir": "", "done": count, "total": count, **{k: v for k, v in data.items() if k in names}}
+        values["config"] = config
+        values["units"] = [UnitRow(**row) for row in data.get("units", [])]
+        if "invalid_rate" in data:
+            values["invalid"] = Invalid(data["invalid_rate"], data.get("invalid_causes"))
+        elif data.get("invalid") is not None:
+            values["invalid"] = Invalid(**data["invalid"])
+        values.setdefault("wall_s_per_unit", data.get("wall_s_per_task"))
+        if data.get("success_at_k_ci95") is not None:
+            values["success_at_k_ci95"] = [tuple(pair) for pair in data["success_at_k_ci95"]]
+        if data.get("protocol") is not None:
+            values["protocol"] = Protocol(**{"best_validation_success": None, **data["protocol"]})
+        if data.get("memory_gain") is not None:
+            values["memory_gain"] = MemoryGain(**data["memory_gain"])
+        if data.get("control") is not None:
+            values["control"] = _control_from_json(data["control"], data.get("tasks", 0))
+        return cls(**values)
+
+
+def _control_from_json(data: dict[str, Any], tasks: int) -> Control:
+    rows = [PairedRow(**row) for row in data["rows"]]
+    arms = {}
+    if isinstance(data.get("invalid_rate"), dict):  # older: one rate per arm
+        arms = {f"{arm}_invalid": Invalid(rate) for arm, rate in data["invalid_rate"].items()}
+    for arm in ("memory_invalid", "control_invalid"):
+        if data.get(arm) is not None:
+            arms[arm] = Invalid(**data[arm])
+    return Control(data.get("tasks", tasks), rows, data.get("epoch", 1), **arms)
+
+
+def paired_table(rows: Sequence[PairedRow], a: str, b: str) -> str:
+    """success@k of A and B per k, their difference, the discordant tasks and McNemar's p, as a text table."""
+    width = max(8, len(a) + 2, len(b) + 2)
+    only = width + 5
+    lines = [f"{'k':<3}{a:<{width}}{b:<{width}}{'diff':<8}{'only ' + a:<{only}}{'only ' + b:<{only}}McNemar p"]
+    for row in rows:
+        lines.append(
+            f"{row.k:<3}{row.a:<{width}.3f}{row.b:<{width}.3f}{row.a - row.b:<+8.3f}"
+            f"{row.only_a:<{only}}{row.only_b:<{only}}{row.p_value:.3f}"
+        )
+    return "\n".join(lines)
+
+
+# ---- from records ----------------------------------------------------------------------------------------------
+def summarize(run: Run, wall_s: float | None = None) -> RunSummary:
+    """The summary of a run from its config and unit records: what every run has, then the sections its records
+    call for. `wall_s`: the time the last `play` took (None: the units' own times added up)."""
+    head = RunSummary(str(run.path), run.config, run.done, run.total, wall_s)
     if not any(r["type"] == "task" for r in run.records):
         return head
-    return {**head, **summarize_units(run.records, run.config, wall_s)}
+    return summarize_units(run.records, run.config, head)
 
 
-def unit_cost(record: dict[str, Any]) -> dict[str, float]:
-    """The LLM cost of one unit, from its recorded calls: tokens, calls and seconds."""
+def unit_cost(record: Record) -> dict[str, float]:
+    """The LLM cost of one unit, from its recorded calls (every arm's): tokens, calls and seconds."""
     calls = [c for c in record["calls"] if c.get("type") == "call"]
     return {
         "tokens": sum(c["completion"]["prompt_tokens"] + c["completion"]["completion_tokens"] for c in calls),
@@ -49,24 +336,24 @@ def unit_cost(record: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def unit_rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per unit: its score (the last attempt's), the cumulative mean score so far, steps, invalid steps
-    and cost."""
-    scores = [r["score"] for r in records]
+def unit_rows(records: Sequence[Record]) -> list[UnitRow]:
+    """One row per unit, in order (`UnitRow`)."""
+    cumulative = cumulative_performance([r["score"] for r in records])
     rows = []
-    for record, cumulative in zip(records, cumulative_performance(scores)):
+    for record, running in zip(records, cumulative):
         steps = [s for a in record["attempts"] for s in a["steps"]]
+        defined = any(a.get("success") is not None for a in record["attempts"])
         rows.append(
-            {
-                "unit": record["index"],
-                "score": record["score"],
-                "cumulative": float(cumulative),
-                "solved": record["first_success"] is not None,
-                "steps": len(steps),
-                "invalid": sum(not s["valid"] for s in steps),
+            UnitRow(
+                unit=record["index"],
+                score=record["score"],
+                cumulative=float(running),
+                solved=record["first_success"] is not None if defined else None,
+                steps=len(steps),
+                invalid=sum(not s["valid"] for s in steps),
                 **unit_cost(record),
-                "wall_s": record.get("wall_s", 0.0),
-            }
+                wall_s=record.get("wall_s", 0.0),
+            )
         )
     return rows
 
@@ -92,92 +379,100 @@ def instance_summary(instances: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def summarize_units(records: list[dict[str, Any]], config: RunConfig, wall_s: float | None = None) -> dict[str, Any]:
-    """Everything the tables show, from unit records alone.
+def summarize_units(records: Sequence[Record], config: RunConfig, head: RunSummary | None = None) -> RunSummary:
+    """Everything the tables show, from unit records alone (`head`: the run's directory, counts and time).
 
-    success@k: solved within the first k sequential attempts, with its 95 % Wilson interval over the units.
-    pass@k: the unbiased estimator over the n attempts of each unit, reported only when they are independent samples
-    (memory "none") and all were played (no early stop).
+    success@k: solved within the first k sequential attempts, with its 95 % Wilson interval over the units (None
+    where the environment defines no success). pass@k: the unbiased estimator over the n attempts of each unit,
+    reported only when they are independent samples (memory "none") and all were played (no early stop).
     Trajectory entropy: per instance, the Shannon entropy (bits) of the distribution of distinct action sequences
-    over its attempts, averaged over instances.
-    Held-out (validation) units count only towards MemRL's best-validation success.
+    over its attempts, averaged over instances. Held-out (validation) units count only towards MemRL's
+    best-validation success.
     """
-    rejudged = {r["rejudged"]["metric"] for r in records if "rejudged" in r}
+    head = head or RunSummary("", config, len(records), config.total)
+    rejudged = sorted({r["rejudged"]["metric"] for r in records if "rejudged" in r})
     records = [as_rejudged(r) for r in records]
     held_out = [r for r in records if r["type"] == "validation"]
-    records = [r for r in records if r["type"] == "task"]
-    rows = unit_rows(records)
-    n = config.attempts
-    attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in records]
-    first = [r["first_success"] for r in records]
-    summary: dict[str, Any] = {
-        "env": config.env,
-        "memory": config.memory,
-        "memory_options": config.memory_options,
-        "player": config.player,
-        "tasks": len(records),
-        "attempts": n,
-        "units": rows,
-        "mean_score": float(np.mean([r["score"] for r in records])),
-        "success_at_k": success_at_k(first, n).tolist(),
-        "success_at_k_ci95": [
-            list(wilson_interval(sum(a is not None and a <= k for a in first), len(first))) for k in range(1, n + 1)
-        ],
-        "trajectory_entropy": mean_trajectory_entropy(
+    tasks = [r for r in records if r["type"] == "task"]
+    rows = unit_rows(tasks)
+    n = int(config.attempts)
+    attempts = [[Episode.from_json(a) for a in r["attempts"]] for r in tasks]
+    first = [r["first_success"] for r in tasks]
+    defined = any(row.solved is not None for row in rows)
+    independent = config.memory == "none" and all(len(eps) == n for eps in attempts)  # samples for pass@k
+    samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts] if independent and defined else []
+    return dataclasses.replace(
+        head,
+        units=rows,
+        tasks=len(tasks),
+        mean_score=float(np.mean([r["score"] for r in tasks])),
+        first_attempt_score=float(np.mean([eps[0].score for eps in attempts])),
+        mean_attempts=float(np.mean([len(eps) for eps in attempts])),
+        success_at_k=success_at_k(first, n).tolist() if defined else None,
+        success_at_k_ci95=[
+            wilson_interval(sum(a is not None and a <= k for a in first), len(first)) for k in range(1, n + 1)
+        ]
+        if defined
+        else None,
+        pass_at_k=[mean_pass_at_k(samples, k) for k in range(1, n + 1)] if samples else None,
+        trajectory_entropy=mean_trajectory_entropy(
             [[tuple(s.action for s in e.steps) for e in eps] for eps in attempts]
         ),
-        "mean_attempts": float(np.mean([len(eps) for eps in attempts])),
-        "first_attempt_score": float(np.mean([eps[0].score for eps in attempts])),
-        "invalid_rate": float(np.mean([not s.valid for eps in attempts for e in eps for s in e.steps])),
-        "invalid_causes": count_causes(s for eps in attempts for e in eps for s in e.steps),
-        "wall_s_per_task": float(np.mean([r["wall_s"] for r in records])),
-        "tokens": sum(row["tokens"] for row in rows),
-        "llm_s": sum(row["llm_s"] for row in rows),
-        "played_s": sum(row["wall_s"] for row in rows),
-        "wall_s": wall_s if wall_s is not None else sum(row["wall_s"] for row in rows),
-        "instances": instance_summary([r["instance"] for r in records]),
-        "pass_at_k": None,
-    }
-    if config.epochs > 1 or held_out:
-        per_epoch: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
-        validation: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
-        for record in records:
-            per_epoch[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
-        for record in held_out:
-            validation[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
-        protocol = run_protocol([e for e in per_epoch if e], [v for v in validation if v])
-        summary["protocol"] = {
-            "epoch_success": protocol.per_epoch,
-            "last_epoch_success": protocol.last_epoch_success,
-            "cumulative_success": protocol.cumulative_success,
-            "validation_success": [sum(v.values()) / len(v) for v in validation if v],
-            "best_validation_success": protocol.best_validation_success,
-        }
-    if any("skills" in r["instance"] for r in records):
-        summary["by_skill"] = skill_table([r for r in records if r["epoch"] == records[-1]["epoch"]])
-        if held_out:
-            summary["validation_by_skill"] = skill_table([r for r in held_out if r["epoch"] == held_out[-1]["epoch"]])
-    if config.memory == "none" and all(len(eps) == n for eps in attempts):
-        samples = [(n, sum(bool(e.success) for e in eps)) for eps in attempts]
-        summary["pass_at_k"] = [mean_pass_at_k(samples, k) for k in range(1, n + 1)]
-    controlled = [r for r in records if "control_first_success" in r]
-    if controlled:
-        # Each instance once: the control's epoch (the last one; older runs played it in every epoch), never pooled.
-        epoch = max(r["epoch"] for r in controlled)
-        paired = [r for r in controlled if r["epoch"] == epoch]
-        pairs = [(r["first_success"], r["control_first_success"]) for r in paired]
-        summary["control"] = {**paired_success(pairs, n), "epoch": epoch}
-        if all("control_steps" in r for r in paired):
-            steps = [s for r in paired for a in r["attempts"] for s in a["steps"]]
-            summary["control"]["invalid_rate"] = {
-                "memory": sum(not s["valid"] for s in steps) / len(steps),
-                "control": sum(r["control_invalid_steps"] for r in paired) / sum(r["control_steps"] for r in paired),
-            }
-    elif greedy_control_applies(config) and n > 1:
-        summary["memory_gain"] = memory_gain(first, n)
-    if rejudged:
-        summary["rejudged"] = ", ".join(sorted(rejudged))
-    return summary
+        invalid=invalid_steps(tasks),
+        tokens=sum(row.tokens for row in rows),
+        llm_s=sum(row.llm_s for row in rows),
+        played_s=sum(row.wall_s for row in rows),
+        wall_s=head.wall_s if head.wall_s is not None else sum(row.wall_s for row in rows),
+        wall_s_per_unit=float(np.mean([row.wall_s for row in rows])),
+        instances=instance_summary([r["instance"] for r in tasks]),
+        rejudged=", ".join(rejudged) or None,
+        **{name: section(tasks, held_out, config) for name, section in SECTIONS.items()},
+    )
+
+
+def protocol_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> Protocol | None:
+    """MemRL's protocol metrics, for runs of several epochs or with held-out validation units."""
+    if config.epochs == 1 and not held_out:
+        return None
+    per_epoch: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
+    validation: list[dict[int, bool]] = [{} for _ in range(config.epochs)]
+    for record in tasks:
+        per_epoch[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
+    for record in held_out:
+        validation[record["epoch"] - 1][record["task"]] = record["first_success"] is not None
+    protocol = run_protocol([e for e in per_epoch if e], [v for v in validation if v])
+    return Protocol(
+        epoch_success=protocol.per_epoch,
+        last_epoch_success=protocol.last_epoch_success,
+        cumulative_success=protocol.cumulative_success,
+        validation_success=[sum(v.values()) / len(v) for v in validation if v],
+        best_validation_success=protocol.best_validation_success,
+    )
+
+
+def control_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> Control | None:
+    """The paired control: each instance once, in the control's epoch (the last one; older runs played it in every
+    epoch), never pooled over epochs."""
+    controlled = [r for r in tasks if "control_first_success" in r]
+    if not controlled:
+        return None
+    epoch = max(r["epoch"] for r in controlled)
+    paired = [r for r in controlled if r["epoch"] == epoch]
+    pairs = [(r["first_success"], r["control_first_success"]) for r in paired]
+    comparison = paired_success(pairs, int(config.attempts))
+    if not all("control_steps" in r for r in paired):
+        return Control(comparison.tasks, comparison.rows, epoch)
+    control = Invalid(sum(r["control_invalid_steps"] for r in paired) / sum(r["control_steps"] for r in paired))
+    return Control(comparison.tasks, comparison.rows, epoch, invalid_steps(paired), control)
+
+
+def memory_gain_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> MemoryGain | None:
+    """The memory's gain against the greedy control, where that control is attempt 1 itself and no control arm was
+    played."""
+    controlled = any("control_first_success" in r for r in tasks)
+    if controlled or not greedy_control_applies(config) or config.attempts == 1:
+        return None
+    return memory_gain([r["first_success"] for r in tasks], int(config.attempts))
 
 
 def success_by_skill(units: list[tuple[list[str], bool]]) -> dict[str, dict[str, float]]:
@@ -192,19 +487,46 @@ def success_by_skill(units: list[tuple[list[str], bool]]) -> dict[str, dict[str,
     return {skill: {**row, "success": row["solved"] / row["tasks"]} for skill, row in sorted(table.items())}
 
 
-def skill_table(records: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """`success_by_skill` of unit records whose instance names its skills (one epoch's), with the paired control's
-    success beside it where the records hold one."""
-    skilled = [r for r in records if "skills" in r["instance"]]
+def skill_table(records: list[Record], title: str) -> SkillTable | None:
+    """`success_by_skill` of the last epoch's unit records whose instance names its skills, with the paired
+    control's success beside it where the records hold one; None where no instance names skills."""
+    skilled = [r for r in records if "skills" in r["instance"] and r["epoch"] == records[-1]["epoch"]]
+    if not skilled:
+        return None
     table = success_by_skill([(r["instance"]["skills"], r["first_success"] is not None) for r in skilled])
-    if skilled and all("control_first_success" in r for r in skilled):
+    control = {}
+    if all("control_first_success" in r for r in skilled):
         control = success_by_skill([(r["instance"]["skills"], r["control_first_success"] is not None) for r in skilled])
-        for skill, row in table.items():
-            row["control"] = control[skill]["success"]
-    return table
+    rows = {
+        skill: SkillRow(int(row["tasks"]), int(row["solved"]), row["success"], control.get(skill, {}).get("success"))
+        for skill, row in table.items()
+    }
+    return SkillTable(rows, title)
 
 
-def as_rejudged(record: dict[str, Any]) -> dict[str, Any]:
+def by_skill_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> SkillTable | None:
+    """Success by skill of the last epoch's units (their instances name skills: `db_bench`)."""
+    return skill_table(tasks, "success by skill")
+
+
+def validation_by_skill_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> SkillTable | None:
+    """Success by skill of the last epoch's held-out units."""
+    return skill_table(held_out, "held-out success by skill") if held_out else None
+
+
+Section = Callable[[list[Record], list[Record], RunConfig], Any]
+SECTIONS: dict[str, Section] = {
+    "memory_gain": memory_gain_section,
+    "control": control_section,
+    "protocol": protocol_section,
+    "by_skill": by_skill_section,
+    "validation_by_skill": validation_by_skill_section,
+}
+"""The sections a run's records may call for, by their `RunSummary` field, each a pure function of the task units,
+the held-out units and the config that returns the section (with its `lines` for `show`) or None."""
+
+
+def as_rejudged(record: Record) -> Record:
     """The record with the verdicts of a later judge (`ttlearn rejudge`: the recorded replies judged again by
     another metric) in place of the ones it was played with; the record itself keeps both."""
     if "rejudged" not in record:
@@ -217,30 +539,31 @@ def greedy_control_applies(config: RunConfig) -> bool:
     """A greedy LLM player with no memory answers every attempt of an instance as it answered the first (same
     prompt, argmax decoding), so its success@k equals success@1: the paired control is attempt 1 itself. It needs
     greedy decoding and a deterministic player — not a scripted one, which may play differently on a restart."""
-    return config.temperature == 0 and config.memory != "none" and not config.player.startswith("scripted:")
+    return config.temperature == 0 and config.memory != "none" and not str(config.player).startswith("scripted:")
 
 
-def memory_gain(first_success: list[int | None], attempts: int) -> dict[str, Any]:
+def memory_gain(first_success: list[int | None], attempts: int) -> MemoryGain:
     """success@N − success@1 against the greedy no-memory control, with the exact McNemar test on the paired
     instances: the control solves exactly the instances attempt 1 solved, so the discordant pairs are the instances
     solved only after the memory spoke (b) — none can be solved by the control alone (c = 0)."""
     tasks = len(first_success)
     at_one = sum(a == 1 for a in first_success)
     later = sum(a is not None and 1 < a <= attempts for a in first_success)
-    return {
-        "k": attempts,
-        "control": at_one / tasks,
-        "with_memory": (at_one + later) / tasks,
-        "solved_only_with_memory": later,
-        "p_value": mcnemar_exact(later, 0),
-    }
+    return MemoryGain(
+        k=attempts,
+        control=at_one / tasks,
+        with_memory=(at_one + later) / tasks,
+        solved_only_with_memory=later,
+        p_value=mcnemar_exact(later, 0),
+    )
 
 
-def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
+# ---- two runs compared -----------------------------------------------------------------------------------------
+def compare_trials(a: list[Record], b: list[Record], attempts: int) -> Comparison:
     """success@k of two runs on the tasks both finished (paired by seed, so the same instances), with the
     discordant counts and the exact McNemar p-value per k: the honest test of "A beats B" on one task set."""
 
-    def key(record: dict[str, Any]) -> tuple[str, int, int]:
+    def key(record: Record) -> tuple[str, int, int]:
         return record.get("type", "task"), record["epoch"], record["seed"]
 
     a, b = [as_rejudged(r) for r in a], [as_rejudged(r) for r in b]
@@ -251,37 +574,37 @@ def compare_trials(a: list[dict[str, Any]], b: list[dict[str, Any]], attempts: i
     comparison = paired_success([(x["first_success"], y["first_success"]) for x, y in shared], attempts)
     if all("attempts" in x and "attempts" in y for x, y in shared):
         scores = [(attempt_scores(x, attempts), attempt_scores(y, attempts)) for x, y in shared]
-        comparison["scores"] = paired_scores(scores, attempts)
+        comparison = dataclasses.replace(comparison, scores=paired_scores(scores, attempts))
     return comparison
 
 
-def attempt_scores(record: dict[str, Any], attempts: int) -> list[float]:
+def attempt_scores(record: Record, attempts: int) -> list[float]:
     """The environment's score of a task's attempts 1..`attempts`; a task solved earlier stopped there (LaMer's
     rule), so its solving attempt's score stands for the attempts it did not need."""
     played = [attempt["score"] for attempt in record["attempts"]]
     return [played[min(k, len(played)) - 1] for k in range(1, attempts + 1)]
 
 
-def paired_scores(pairs: list[tuple[list[float], list[float]]], attempts: int) -> list[dict[str, Any]]:
+def paired_scores(pairs: list[tuple[list[float], list[float]]], attempts: int) -> list[ScoreRow]:
     """Per attempt k, the mean score of A and B over paired tasks, the tasks where each scored higher, and the exact
     paired sign-flip p of the differences: whether A's k-th attempts beat B's, where success is too rare to say."""
     rows = []
     for k in range(attempts):
         differences = [x[k] - y[k] for x, y in pairs]
         rows.append(
-            {
-                "k": k + 1,
-                "a": float(np.mean([x[k] for x, _ in pairs])),
-                "b": float(np.mean([y[k] for _, y in pairs])),
-                "a_higher": sum(d > 0 for d in differences),
-                "b_higher": sum(d < 0 for d in differences),
-                "p_value": paired_sign_flip_p(differences),
-            }
+            ScoreRow(
+                k=k + 1,
+                a=float(np.mean([x[k] for x, _ in pairs])),
+                b=float(np.mean([y[k] for _, y in pairs])),
+                a_higher=sum(d > 0 for d in differences),
+                b_higher=sum(d < 0 for d in differences),
+                p_value=paired_sign_flip_p(differences),
+            )
         )
     return rows
 
 
-def paired_success(pairs: list[tuple[int | None, int | None]], attempts: int) -> dict[str, Any]:
+def paired_success(pairs: list[tuple[int | None, int | None]], attempts: int) -> Comparison:
     """success@k of A and B on paired tasks, given each task's first successful attempt under A and under B (None:
     never), with the discordant counts and the exact McNemar p-value per k."""
     rows = []
@@ -289,13 +612,13 @@ def paired_success(pairs: list[tuple[int | None, int | None]], attempts: int) ->
         hits = [(x is not None and x <= k, y is not None and y <= k) for x, y in pairs]
         only_a, only_b = sum(x and not y for x, y in hits), sum(y and not x for x, y in hits)
         rows.append(
-            {
-                "k": k,
-                "a": sum(x for x, _ in hits) / len(hits),
-                "b": sum(y for _, y in hits) / len(hits),
-                "only_a": only_a,
-                "only_b": only_b,
-                "p_value": mcnemar_exact(only_a, only_b),
-            }
+            PairedRow(
+                k=k,
+                a=sum(x for x, _ in hits) / len(hits),
+                b=sum(y for _, y in hits) / len(hits),
+                only_a=only_a,
+                only_b=only_b,
+                p_value=mcnemar_exact(only_a, only_b),
+            )
         )
-    return {"tasks": len(pairs), "rows": rows}
+    return Comparison(len(pairs), rows)

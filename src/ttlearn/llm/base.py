@@ -10,18 +10,16 @@ import json
 import re
 import time
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
 from ttlearn.cache import cache_root  # noqa: F401 - the back ends cache converted models and probes here
-from ttlearn.registry import Registry
+from ttlearn.registry import PluginError, Registry, UnknownNameError
 from ttlearn.types import Completion
 
 Message = dict[str, str]
 DEFAULT_LLM = "gemma270m"
-OPENAI_KEY_ENV = "OPENAI_API_KEY"
-"""Where an `openai:` back end reads its key (never from a config: a run directory may come from anyone)."""
 """The default player and writer, chosen by measurement: of the embedded models it is the one whose choices follow an
 explicit memory note (benchmarks/note_following.py; table in the README)."""
 
@@ -35,7 +33,7 @@ LLMS: Registry[Callable[[str], "LLM"]] = Registry(
         },
         "gguf": "ttlearn.llm.llamacpp:_gguf",
         "hf": "ttlearn.llm.hf:from_spec",
-        "openai": "ttlearn.llm.openai:_openai",
+        "openai": "ttlearn.llm.openai:OpenAIChat.from_spec",
     },
 )
 """Back ends by spec scheme. The embedded models are a `Family`: `embedded_factory` makes each one's factory."""
@@ -63,6 +61,16 @@ class LLM(ABC):
     across requests, no shared cache): the driver plays that many independent units together by itself. The embedded
     model and `hf:` on the CPU: one per idle core; a server: what the user declares (`?side_by_side=N`), else 1, since
     a server's batching is its own (`--concurrency` asks for episodes in flight there anyway)."""
+    sends_key: ClassVar[str | None] = None
+    """The environment variable whose credential this back end sends with every request (`openai:`:
+    OPENAI_API_KEY), or None. A run directory may come from anyone, so `runs.trust` refuses to resume a run that would
+    send it to a URL the user did not name again; a back end that declares one registers its class (or the class's
+    `from_spec`) in its table, so that the guard finds the declaration."""
+
+    @classmethod
+    def credential_url(cls, argument: str) -> str:
+        """Where a back end built from the spec argument `argument` sends its `sends_key` credential."""
+        raise NotImplementedError(f"{cls.__name__} declares sends_key, so it says where it sends it")
 
     @abstractmethod
     def complete(
@@ -87,6 +95,21 @@ def split_spec(spec: str) -> tuple[str, str]:
     scheme = re.match(r"[^:?]*", spec).group()  # type: ignore[union-attr] - matches the empty string at least
     rest = spec[len(scheme) :]
     return scheme, rest[1:] if rest.startswith(":") else rest
+
+
+def credential_target(spec: str) -> tuple[str, str] | None:
+    """(URL, environment variable) of the credential a back end of `spec` sends, as its class declares
+    (`LLM.sends_key`); None where it sends none, or where no class of a loaded plug-in answers for the scheme (it
+    cannot be played, then)."""
+    scheme, argument = split_spec(spec)
+    try:
+        factory = LLMS.get(scheme)
+    except (UnknownNameError, PluginError):
+        return None
+    backend = factory if isinstance(factory, type) else getattr(factory, "__self__", None)
+    if not isinstance(backend, type) or not issubclass(backend, LLM) or backend.sends_key is None:
+        return None
+    return backend.credential_url(argument), backend.sends_key
 
 
 def make_llm(spec: str) -> LLM:

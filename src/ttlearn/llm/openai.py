@@ -32,7 +32,6 @@ import httpx2
 
 from ttlearn.llm.base import (
     LLM,
-    OPENAI_KEY_ENV,
     ContextOverflow,
     LLMError,
     Message,
@@ -129,8 +128,30 @@ def retry_wait_s(attempt: int, policy: RetryPolicy, retry_after: float | None, u
     return backoff_delay(attempt, policy.backoff_base_s, policy.backoff_cap_s, uniform)
 
 
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+"""Where an `openai:` back end reads its key (never from a config: a run directory may come from anyone)."""
+
+
 class OpenAIChat(LLM):
     supports_choices = True
+    sends_key = OPENAI_KEY_ENV
+
+    @classmethod
+    def credential_url(cls, argument: str) -> str:
+        return argument.partition("#")[0].rstrip("/")
+
+    @classmethod
+    def from_spec(cls, argument: str) -> OpenAIChat:
+        """The back end of `openai:<base-url>#<model>[?options]` (the `LLMS` table's factory)."""
+        base_url, sep, rest = argument.partition("#")
+        model, _, options = rest.partition("?")
+        if not sep or not model:
+            raise ValueError(
+                "openai spec is openai:<base-url>#<model>[?options], e.g. openai:http://127.0.0.1:8000/v1#qwen "
+                "or openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8&side_by_side=4"
+            )
+        policy, side_by_side = parse_options(options)
+        return cls(base_url, model, policy=policy, side_by_side=side_by_side)
 
     def __init__(
         self,
@@ -267,14 +288,3 @@ def parse_options(options: str) -> tuple[RetryPolicy, int]:
     side_by_side = values.pop("side_by_side", 1)
     return RetryPolicy(**values), side_by_side
 
-
-def _openai(arg: str) -> OpenAIChat:
-    base_url, sep, rest = arg.partition("#")
-    model, _, options = rest.partition("?")
-    if not sep or not model:
-        raise ValueError(
-            "openai spec is openai:<base-url>#<model>[?options], e.g. openai:http://127.0.0.1:8000/v1#qwen "
-            "or openai:http://127.0.0.1:8000/v1#qwen?timeout_s=30&max_retries=8&side_by_side=4"
-        )
-    policy, side_by_side = parse_options(options)
-    return OpenAIChat(base_url, model, policy=policy, side_by_side=side_by_side)

@@ -8,6 +8,7 @@ items and snapshots go through these seven methods, so a third place (another da
 
 from __future__ import annotations
 
+import os
 import tempfile
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -85,7 +86,8 @@ class LocalMemories(MemoryBackend):
     def store(self) -> MemoryStore:
         if self._store is None:
             if self.path is None:
-                self.path = str(Path(tempfile.mkdtemp(prefix="ttlearn-memrl-")) / "memrl.sqlite")
+                handle, self.path = tempfile.mkstemp(prefix="ttlearn-memrl-", suffix=".sqlite")
+                os.close(handle)  # an empty file is an empty SQLite database
             self._store = MemoryStore(self.path)
         return self._store
 

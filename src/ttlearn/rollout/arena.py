@@ -12,12 +12,12 @@ Each plan item is one run, played start to finish by one worker process (or Ray 
 threads of this process that share one loaded back end (the way to keep a server's parallel slots busy). An item whose
 run directory holds a summary.json is finished and skipped; any other item is (re)opened and resumed from its last
 durable game, so an interrupted arena resumes by running the same command again, without replaying finished sequences. A
-per-run lock file keeps two workers — say, an orphan of a killed arena and its successor — from writing one run at once.
+run's lock (`RunDir.hold_lock`) keeps two workers — say, an orphan of a killed arena and its successor — from writing
+one run at once: the second waits.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
@@ -25,7 +25,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -34,25 +33,24 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ttlearn import __version__
-from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.registry import PLUGINS_VAR, load_plugins, loaded_plugins
 from ttlearn.rollout.parts import LLMPool
-from ttlearn.rollout.run import play, prepare as prepare_run, validate
+from ttlearn.rollout.run import play, validate
+from ttlearn.rollout.run import prepare as prepare_run
 from ttlearn.runs import (
     ARENA_FILE,
     NO_OPPONENT,
-    RUNS_DIR,
-    Plugins,
     Run,
     RunConfig,
     RunDir,
+    arena_run,
     check_trusted,
-    holds_run,
     credential_urls,
+    games,
+    holds_run,
 )
-from ttlearn.types import NoteAt
 from ttlearn.untrusted import write_atomic
+from ttlearn.version import __version__
 
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 SINGLE_THREAD_ENV = {"TTLEARN_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -93,44 +91,50 @@ class Contestant(BaseModel):
 
 
 class ArenaConfig(BaseModel):
-    """What to compare, against whom, how often. Loadable from YAML (`load_arena_config`)."""
+    """What to compare, against whom, how often: the contestants, the opponents and seeds of the sequences, and the
+    run every sequence plays (`run`, a `RunConfig` template: any run option, `--games N` included). Loadable from YAML
+    (`load_arena_config`), where the run options stand beside the arena's own."""
 
     model_config = ConfigDict(extra="forbid")
 
-    env: str
-    env_options: dict[str, Any] = Field(default_factory=dict)
+    run: RunConfig
+    """Every run of the plan is this one with a contestant's memory (and player or writer, where it names one), an
+    opponent and a seed."""
     memories: list[Contestant] = Field(min_length=1)
     opponents: list[str] = Field(default_factory=list)
     """Empty for environments without opponents: then each seed is one sequence, labelled `default`."""
     seeds: int | list[int] = 5
     """A count k (seeds 0..k−1) or an explicit list; every contestant plays every (opponent, seed)."""
-    games: int = Field(8, ge=1)
-    """Units per sequence: games, or task instances with `attempts` each."""
-    attempts: int | None = Field(None, ge=1)
-    """Attempts per unit (None: 1 where the memory carries, else LaMer's 3; see `RunConfig.attempts`)."""
-    carry_memory: bool | None = True
-    """The memory carries from unit to unit, as in a session of games; None: as the memory declares."""
-    epochs: int = Field(1, ge=1)
-    player: str = DEFAULT_LLM
-    writer: str | None = None
-    temperature: float = Field(0.0, ge=0.0)
-    note_at: NoteAt = "system"
-    """Where the LLM player shows each memory (`RunConfig.note_at`)."""
-    plugins: Plugins = Field(default_factory=loaded_plugins)
-    """Plug-in modules every run imports (module names or .py files), besides entry-point plug-ins: those this
-    process loaded (`--plugin`, `$TTLEARN_PLUGINS`), which its worker processes import again. A config file only
-    names them; it never makes anything import."""
 
-    @field_validator("plugins")
+    @model_validator(mode="before")
     @classmethod
-    def _plugins_loaded(cls, plugins: list[str]) -> list[str]:
-        missing = [spec for spec in plugins if spec not in loaded_plugins()]
+    def _run_options_beside(cls, data: Any) -> Any:
+        """The YAML form: the run options beside `memories`, `opponents` and `seeds`, and `games: N` for the session
+        of N games (`runs.games`)."""
+        if not isinstance(data, dict) or "run" in data:
+            return data
+        arena = {k: v for k, v in data.items() if k in cls.model_fields}
+        run = {k: v for k, v in data.items() if k not in cls.model_fields}
+        if "games" in run:
+            if "units" in run:
+                raise ValueError("games: N is N units of one attempt with the memory carried; give units or games")
+            run = {**games(run.pop("games")), **run}
+        return {**arena, "run": run}
+
+    @field_validator("run")
+    @classmethod
+    def _plan_sets_memory_and_seed(cls, run: RunConfig) -> RunConfig:
+        named = sorted(run.model_fields_set & {"memory", "memory_options", "seed"})
+        if named:
+            raise ValueError(f"{', '.join(named)}: the plan sets each run's; name the contestants in `memories` and "
+                             "the sequences in `seeds`")
+        missing = [spec for spec in run.plugins if spec not in loaded_plugins()]
         if missing:
             raise ValueError(
                 f"plug-in {missing[0]} is named but not loaded; a config never imports code: load it with "
                 f"--plugin {missing[0]} (before the command) or ${PLUGINS_VAR}"
             )
-        return plugins
+        return run
 
     @field_validator("seeds")
     @classmethod
@@ -153,7 +157,7 @@ class ArenaConfig(BaseModel):
         labels = [c.label for c in self.memories]
         if len(set(labels)) != len(labels):
             raise ValueError(f"contestant labels repeat: {labels}; give repeated memories a distinct `label`")
-        if self.opponents and "opponent" in self.env_options:
+        if self.opponents and "opponent" in self.run.env_options:
             raise ValueError("set the opponent through `opponents`, not env_options")
         return self
 
@@ -163,7 +167,8 @@ class ArenaConfig(BaseModel):
 
 
 def load_arena_config(path: Path | None = None, **overrides: Any) -> ArenaConfig:
-    """An arena config from a YAML file, with `overrides` (None = not given) on top; env_options are merged."""
+    """An arena config from a YAML file, with `overrides` (None = not given; the flat names of the YAML form) on top;
+    env_options are merged."""
     data: dict[str, Any] = {}
     if path is not None:
         if not Path(path).is_file():
@@ -171,8 +176,13 @@ def load_arena_config(path: Path | None = None, **overrides: Any) -> ArenaConfig
         data = yaml.safe_load(Path(path).read_text()) or {}
         if not isinstance(data, dict):
             raise ValueError(f"{path} must hold a mapping of arena options")
+        if isinstance(data.get("run"), dict):
+            data = {**data.pop("run"), **data}
     env_options = {**data.get("env_options", {}), **(overrides.pop("env_options", None) or {})}
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "games" in given:  # the command line's preset replaces the file's unit count
+        data.pop("units", None)
+    data.update(given)
     if env_options:
         data["env_options"] = env_options
     return ArenaConfig.model_validate(data)
@@ -196,26 +206,13 @@ def plan(config: ArenaConfig, out: Path) -> list[PlanItem]:
     items = []
     for seed in config.seed_list:
         for opponent in config.opponents or [NO_OPPONENT]:
-            env_options = {**config.env_options, **({"opponent": opponent} if config.opponents else {})}
+            env_options = {**config.run.env_options, **({"opponent": opponent} if config.opponents else {})}
             for c in config.memories:
-                run_config = RunConfig(
-                    env=config.env,
-                    env_options=env_options,
-                    memory=c.name,
-                    memory_options=c.options,
-                    player=c.player or config.player,
-                    writer=c.writer or config.writer,
-                    units=config.games,
-                    attempts=config.attempts,
-                    carry_memory=config.carry_memory,
-                    epochs=config.epochs,
-                    seed=seed,
-                    temperature=config.temperature,
-                    note_at=config.note_at,
-                    plugins=config.plugins,
-                ).resolved()
-                path = Path(out) / RUNS_DIR / c.label / opponent / f"seed{seed}"
-                items.append(PlanItem(c.label, opponent, seed, path, run_config))
+                own = {"player": c.player, "writer": c.writer}
+                update = {"env_options": env_options, "memory": c.name, "memory_options": c.options, "seed": seed}
+                run_config = config.run.model_copy(update={**update, **{k: v for k, v in own.items() if v}})
+                path = arena_run(out, c.label, opponent, seed)
+                items.append(PlanItem(c.label, opponent, seed, path, run_config.resolved()))
     return items
 
 
@@ -225,7 +222,7 @@ def is_finished(item: PlanItem) -> bool:
     ttlearn version aside: the report lists the versions of all runs)."""
     if not holds_run(item.path):
         return False
-    changed = Run.open(item.path, repair=False).differs_from(item.config)
+    changed = Run.open(item.path).differs_from(item.config)
     if changed:
         raise ValueError(f"{item.path} holds a run with other {', '.join(changed)}; use another --out for this arena")
     return RunDir(item.path).summary.exists()
@@ -273,30 +270,18 @@ def use_one_thread() -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `path` (released by the kernel if the holder dies)."""
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def play_item(path: str, config_json: str, pool: LLMPool | None = None) -> dict[str, Any]:
     """Create or resume one run and play its missing games; returns what the progress bar shows. `pool`: back ends
-    shared with other runs in flight in this process. The arena validated its plan before handing it out."""
-    run_dir, config = RunDir(Path(path)), RunConfig.model_validate_json(config_json)
+    shared with other runs in flight in this process. The arena validated its plan before handing it out. A worker
+    waits for the run's lock where another (an orphan of a killed arena) still writes it."""
+    config = RunConfig.model_validate_json(config_json)
     load_plugins(config.plugins, origin="the arena")  # the parent's own --plugin / $TTLEARN_PLUGINS, never a file's
-    run_dir.path.mkdir(parents=True, exist_ok=True)
-    with _locked(run_dir.lock):
-        run = prepare_run(run_dir.path, config, check=False)
+    with prepare_run(Path(path), config, check=False, wait=True) as run:
         own_store = [str(config.memory_options["store"])] if "store" in config.memory_options else []
-        check_trusted(run.config, credential_urls(config), run_dir.path, stores=own_store)  # where the command says
+        check_trusted(run.config, credential_urls(config), run.path, stores=own_store)  # where the command says
         already = run.done
         summary = play(run, pool=pool)
-    return {"played": run.done - already, "mean_score": summary["mean_score"], "wall_s": summary["wall_s"]}
+    return {"played": run.done - already, "mean_score": summary.mean_score, "wall_s": summary.wall_s}
 
 
 # ---- executing a plan ---------------------------------------------------------------------------------------------

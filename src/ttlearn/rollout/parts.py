@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ttlearn.envs.base import ENVS, Env, make_env
+from ttlearn.envs.base import Env, make_env
 from ttlearn.llm.base import DEFAULT_LLM, LLM, LLMS, make_llm, split_spec
 from ttlearn.llm.cache import RecordingLLM, ReplayBook
 from ttlearn.memory.base import MEMORIES, Memory, make_memory
@@ -25,14 +25,6 @@ from ttlearn.players.turn import TurnPlayer
 from ttlearn.runs import PartsConfig, RunDir
 
 SCRIPTED = "scripted:"
-DEFAULT_PLAYERS = {"code": "qwen-coder", "db_bench": "qwen-coder", "sql": "qwen-coder"}
-"""The default player per environment, chosen by measurement (docs/models.md): the coder model writes code and SQL;
-games keep `DEFAULT_LLM`, the embedded model that follows an explicit memory note."""
-
-
-def default_player(env: str) -> str:
-    return DEFAULT_PLAYERS.get(env, DEFAULT_LLM)
-
 
 @contextmanager
 def validate_parts(cfg: PartsConfig) -> Iterator[Env]:
@@ -47,8 +39,7 @@ def validate_parts(cfg: PartsConfig) -> Iterator[Env]:
 
 def _checked_env(cfg: PartsConfig) -> Env:
     """The config's environment, once its memory, player and writer specs are known to name registered parts."""
-    # A run recorded before an option's default changed plays as it was recorded (new runs record the option).
-    env = make_env(cfg.env, **{"seed": cfg.seed, **ENVS.get(cfg.env).legacy_options, **cfg.env_options})
+    env = make_env(cfg.env, **{"seed": cfg.seed, **cfg.env_options})
     try:
         MEMORIES.check(cfg.memory, cfg.memory_options, reserved=("llm",))
         for spec in (cfg.player, cfg.writer):

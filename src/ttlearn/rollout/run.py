@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlearn.envs.base import Env
-from ttlearn.eval.summary import summarize
+from ttlearn.eval.summary import RunSummary, summarize
 from ttlearn.llm.base import LLM, make_llm
 from ttlearn.llm.cache import ReplayBook
 from ttlearn.memory.base import MEMORIES
@@ -92,21 +92,29 @@ def validate(config: RunConfig, concurrency: int = 1) -> None:
         )
 
 
-def prepare(out: Path, config: RunConfig | None = None, concurrency: int = 1, check: bool = True) -> Run:
-    """The run at `out`, checked and ready to play: created from `config` (resolved), or reopened to resume — from
-    its own config when `config` is None, or when it already holds this one (as recorded, or once resolved).
-    `check=False`: the caller has validated the config already (the arena checks its whole plan up front)."""
+def prepare(
+    out: Path, config: RunConfig | None = None, concurrency: int = 1, check: bool = True, wait: bool = False
+) -> Run:
+    """The run at `out`, checked and open for writing (its lock held: close it, or use it in a `with`): created from
+    `config` (resolved), or reopened to resume — from its own config when `config` is None, or when it already
+    holds this one (as recorded, or once resolved). Another process writing it: `wait` for it, else refuse
+    (`RunBusyError`). `check=False`: the caller has validated the config already (the arena checks its whole plan up
+    front)."""
     if config is None:
-        run = Run.open(out)
+        run = Run.open(out, write=True, wait=wait)
     else:
         recorded = read_config(out) if holds_run(out) else None
         config = config if config == recorded else config.resolved()  # a run recorded before today's defaults stays
         if check:
             validate(config, concurrency)
             check = False
-        run = Run.create_or_open(out, config)
+        run = Run.create_or_open(out, config, wait)
     if check:
-        validate(run.config, concurrency)
+        try:
+            validate(run.config, concurrency)
+        except BaseException:
+            run.close()
+            raise
     return run
 
 
@@ -120,7 +128,7 @@ def play(
     replay: ReplayBook | None = None,
     pool: LLMPool | None = None,
     control_ahead: bool = True,
-) -> dict[str, Any]:
+) -> RunSummary:
     """Play the units still missing from `run` (from `prepare`) and write its summary, which it returns.
     `concurrency`: units in flight; None: where the units are independent, as many as the back ends answer side by
     side with unchanged replies (`side_by_side`: the embedded model, a context per idle core), else 1. On such back
@@ -159,7 +167,7 @@ def play(
             if pool is None:
                 shared.close()
     summary = summarize(run, wall_s=time.perf_counter() - start)
-    run.write_summary(summary)
+    run.write_summary(summary.to_json())
     return summary
 
 

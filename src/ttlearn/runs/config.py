@@ -1,7 +1,8 @@
 """A run's config: one `RunConfig` for every run, whatever its unit is. A unit is one task instance with
-`attempts` attempts (LaMer's reflections in between); a game is a unit with one attempt and the memory carried from
-each game to the next. The config checks what needs no registry itself, and `checked` adds what the registries
-declare (a memory's capabilities), so a bad value fails in one line before any model loads."""
+`attempts` attempts (LaMer's reflections in between); an epoch is one pass over the units. A game is a unit with one
+attempt and the memory carried from each game to the next (`games`, the preset of `--games N`). The config checks
+what needs no registry itself (`check`), and decides once, in `resolved`, every default that depends on the
+environment or the memory, so `ttlearn run ENV` and `RunConfig(env=ENV)` mean the same run."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ttlearn import __version__
-from ttlearn.envs.base import recorded_defaults
+from ttlearn.envs.base import ENVS, recorded_defaults
 from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.memory.base import MEMORIES, MEMORY_KEY_ENV
-from ttlearn.registry import PLUGINS_VAR, loaded_plugins
+from ttlearn.registry import PLUGINS_VAR, PluginError, UnknownNameError, loaded_plugins
 from ttlearn.types import NoteAt
+from ttlearn.version import __version__
 
 Plugins = list[str]
 """A config's plug-in modules (`--plugin`, `$TTLEARN_PLUGINS`; by default those loaded in this process), recorded
@@ -27,6 +28,12 @@ LAMER_ATTEMPTS = 3
 Seeding = Literal["unit", "trials-v1", "session-v1"]
 """How a run derives its seeds (`rollout.units.unit_seeds`): "unit" for runs made today; the two rules of the
 directories written before one config existed keep them replaying exactly (`runs.legacy`)."""
+
+
+def default_player(env: str) -> str:
+    """The player of a run of `env` that names none: the environment's declared `default_player`, else the default
+    LLM (the embedded model that follows a memory note)."""
+    return ENVS.get(env).default_player or DEFAULT_LLM
 
 
 def missing_plugins(config: PartsConfig) -> list[str]:
@@ -56,7 +63,8 @@ class PartsConfig(BaseModel):
     env_options: dict[str, Any] = Field(default_factory=dict)
     memory: str = "none"
     memory_options: dict[str, Any] = Field(default_factory=dict)
-    player: str = DEFAULT_LLM
+    player: str | None = None
+    """LLM spec or `scripted:NAME`; None: the environment's default (`default_player`), decided by `resolved`."""
     writer: str | None = None
     """LLM spec of the memory writer; None means the player's LLM (or the default model for scripted players)."""
     seed: int = 0
@@ -142,16 +150,17 @@ class RunConfig(PartsConfig):
         return self.model_copy(update={"memory": "none", "memory_options": {}})
 
     def resolved(self) -> RunConfig:
-        """This config with every "as the memory declares" default decided, as the run directory records it: today's
-        default of each environment option whose default changed (`recorded_defaults`), the family's preset (a
-        preset named like the environment), whether the memory carries (always with `epochs` > 1 or held-out
-        validation), the attempts and the early stop. Idempotent."""
+        """This config with every "as the environment or memory declares" default decided, as the run directory
+        records it: the environment's default player, today's default of each environment option whose default
+        changed (`recorded_defaults`), the family's preset (a preset named like the environment), whether the memory
+        carries (always with `epochs` > 1 or held-out validation), the attempts and the early stop. Idempotent."""
         memory = MEMORIES.get(self.memory)
         carry = memory.learns_across_tasks if self.carry_memory is None else self.carry_memory
         carry = carry or self.epochs > 1 or self.validation_tasks > 0
         preset = {"preset": self.env} if self.env in memory.presets else {}
         return self.model_copy(
             update={
+                "player": self.player or default_player(self.env),
                 "env_options": {**recorded_defaults(self.env), **self.env_options},
                 "memory_options": {**preset, **self.memory_options},
                 "carry_memory": carry,
@@ -176,6 +185,23 @@ class RunConfig(PartsConfig):
                 "share one memory and held-out validation would write into it; run with --carry-memory and no "
                 "--validation-tasks, or keep the memory local (drop url=)"
             )
+
+
+def games(count: int) -> dict[str, Any]:
+    """The unit options of a session of `count` games (`--games N`, an arena's `games: N`): one attempt per unit,
+    the memory (and a learning player) carried from each game to the next."""
+    return {"units": count, "attempts": 1, "carry_memory": True}
+
+
+def parse_recorded(data: dict[str, Any]) -> RunConfig:
+    """The config a run directory recorded: an environment option it does not name plays as it did when the run was
+    recorded (`Env.legacy_options`; runs made today name each one: `resolved`)."""
+    config = parse_config(data)
+    try:
+        then = ENVS.get(config.env).legacy_options
+    except (UnknownNameError, PluginError):  # a plug-in not loaded: the run cannot play, and says which flag
+        return config
+    return config.model_copy(update={"env_options": {**then, **config.env_options}})
 
 
 def parse_config(data: dict[str, Any]) -> RunConfig:

@@ -3,6 +3,7 @@ stored once by content, so that a run resumes exactly and a long carried memory 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -33,10 +34,12 @@ def read_durable(
     """The records of an append-only JSON-lines file up to its last complete block (a block ends with a record for
     which `ends_block` holds). A torn or unfinished tail is skipped, and cut off when `repair` — only the writer
     may repair: a reader of a live run would cut a block being appended. Lines and nesting are bounded
-    (`ttlearn.untrusted`); a line that is not a JSON object is an error naming it."""
+    (`ttlearn.untrusted`); a line that is not a JSON object is an error naming it. A compressed file (.gz, a
+    committed result) is read the same way and never repaired."""
     records: list[dict[str, Any]] = []
     kept, good_end, offset = 0, 0, 0
-    with open_regular(path) as fh:
+    packed = Path(path).suffix == ".gz"
+    with open_regular(path) as raw, (gzip.GzipFile(fileobj=raw) if packed else raw) as fh:
         for number, line in enumerate(lines(fh, path), start=1):
             offset += len(line)
             if not line.endswith(b"\n"):
@@ -50,8 +53,8 @@ def read_durable(
             records.append(record)
             if ends_block(record):
                 kept, good_end = len(records), offset
-        size = os.fstat(fh.fileno()).st_size
-    if repair and good_end < size:
+        size = offset if packed else os.fstat(fh.fileno()).st_size
+    if repair and not packed and good_end < size:
         with open_regular(path, "r+b") as fh:
             fh.truncate(good_end)
     return records[:kept]

@@ -17,25 +17,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ttlearn.runs.config import LAMER_ATTEMPTS, RunConfig, parse_config
+from ttlearn.runs.config import LAMER_ATTEMPTS, RunConfig, parse_recorded
 from ttlearn.runs.durable import read_durable
-from ttlearn.runs.layout import RunDir
+from ttlearn.runs.layout import OldLayout, RunDir
 from ttlearn.untrusted import UntrustedFileError, read_json, write_atomic
-
-SESSION_CONFIG, EVENTS = "config.json", "events.jsonl"
-TRIAL_CONFIG, TASKS = "trials.json", "tasks.jsonl"
-SNAPSHOT_FILES = "snapshots"
-"""Sessions before content-addressed snapshots: snapshots/game_NNNN.json, one file per game."""
-LEFTOVERS = (SESSION_CONFIG + ".tmp", TRIAL_CONFIG + ".tmp")
-"""What an old run's creation, killed, may have left."""
 
 
 def layout(run_dir: RunDir) -> str | None:
-    """"session", "trials", or None where the directory holds no old run. A session is told from a trainer's
-    directory (which also has a config.json) by its events file."""
-    if (run_dir / TRIAL_CONFIG).is_file():
+    """"session", "trials", or None where the directory holds no old run. A session is told from an old trainer's
+    directory (which also has a config.json, `OldLayout.SESSION_CONFIG`) by its events file."""
+    if (run_dir / OldLayout.TRIAL_CONFIG).is_file():
         return "trials"
-    if (run_dir / SESSION_CONFIG).is_file() and (run_dir / EVENTS).is_file():
+    if (run_dir / OldLayout.SESSION_CONFIG).is_file() and (run_dir / OldLayout.EVENTS).is_file():
         return "session"
     return None
 
@@ -45,7 +38,9 @@ def files(run_dir: RunDir) -> tuple[str, str] | None:
     found = layout(run_dir)
     if found is None:
         return None
-    return (TRIAL_CONFIG, TASKS) if found == "trials" else (SESSION_CONFIG, EVENTS)
+    if found == "trials":
+        return OldLayout.TRIAL_CONFIG, OldLayout.TASKS
+    return OldLayout.SESSION_CONFIG, OldLayout.EVENTS
 
 
 def read_config(run_dir: RunDir) -> RunConfig | None:
@@ -53,7 +48,7 @@ def read_config(run_dir: RunDir) -> RunConfig | None:
     found = layout(run_dir)
     if found is None:
         return None
-    path = run_dir / (TRIAL_CONFIG if found == "trials" else SESSION_CONFIG)
+    path = run_dir / (OldLayout.TRIAL_CONFIG if found == "trials" else OldLayout.SESSION_CONFIG)
     data = read_json(path)
     if not isinstance(data, dict):
         raise UntrustedFileError(f"{path} must hold a JSON object")
@@ -69,17 +64,19 @@ def read_config(run_dir: RunDir) -> RunConfig | None:
         data.update(attempts=1, carry_memory=True, seeding="session-v1")
     if data.get("early_stop") is None:
         data["early_stop"] = data.get("memory", "none") != "none"
-    return parse_config(data)
+    return parse_recorded(data)
 
 
 def read_records(run_dir: RunDir, repair: bool) -> list[dict[str, Any]]:
-    """The finished units of an old run, as unit records (none for a directory of today's layout)."""
+    """The finished units of an old run, as unit records (none for a directory of today's layout); `repair`: the
+    writer's reading, which cuts a torn tail."""
     found = layout(run_dir)
     if found == "trials":
-        tasks = read_durable(run_dir / TASKS, repair=repair) if (run_dir / TASKS).exists() else []
+        found = run_dir.records_file(OldLayout.TASKS)
+        tasks = read_durable(found, repair=repair) if found else []
         return [_from_task(index, record) for index, record in enumerate(tasks, start=1)]
     if found == "session":
-        lines = read_durable(run_dir / EVENTS, repair=repair, ends_block=_is_game)
+        lines = read_durable(run_dir / OldLayout.EVENTS, repair=repair, ends_block=_is_game)
         calls: dict[int, list[dict[str, Any]]] = {}
         for line in lines:
             if line.get("type") == "call":
@@ -95,7 +92,7 @@ def rewrite(run_dir: RunDir, records: list[dict[str, Any]]) -> None:
         raise ValueError(f"{run_dir.path} is an old session of games; its records are read, never rewritten")
     added = ("index", "score", "legacy")
     lines = [{k: v for k, v in r.items() if k not in added} for r in records]
-    write_atomic(run_dir / TASKS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines))
+    write_atomic(run_dir / OldLayout.TASKS, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in lines))
 
 
 def _is_game(record: dict[str, Any]) -> bool:
@@ -134,7 +131,7 @@ def state_after(run_dir: RunDir, record: dict[str, Any]) -> dict[str, Any]:
     key = record.get("memory_hash")
     if key is not None and key in run_dir.store:
         return run_dir.store.get(key)
-    path = run_dir / SNAPSHOT_FILES / f"game_{record['index']:04d}.json"
+    path = OldLayout.game_snapshot(run_dir.path, record["index"])
     if not path.exists():
         raise FileNotFoundError(f"no memory snapshot for game {record['index']} in {run_dir.path}")
     return read_json(path)["state"]
@@ -142,7 +139,7 @@ def state_after(run_dir: RunDir, record: dict[str, Any]) -> dict[str, Any]:
 
 def fork_state(run_dir: RunDir) -> dict[str, Any] | None:
     """The state of a fork of the old layout (its one snapshot file), or None."""
-    found = sorted((run_dir / SNAPSHOT_FILES).glob("game_*.json"))
+    found = OldLayout.game_snapshots(run_dir.path)
     return read_json(found[-1])["state"] if run_dir.fork.is_file() and found else None
 
 

@@ -12,12 +12,13 @@ from its own seeds, so none is lost or played twice.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ttlearn.runs import legacy
-from ttlearn.runs.config import RunConfig, parse_config
+from ttlearn.runs.config import RunConfig, parse_recorded
 from ttlearn.runs.durable import append_durable, canonical_hash, read_durable
 from ttlearn.runs.layout import RunDir
 from ttlearn.untrusted import UntrustedFileError, read_json, write_atomic
@@ -46,7 +47,7 @@ def read_config(path: Path) -> RunConfig:
         data = read_json(run_dir.config_file)
         if not isinstance(data, dict):
             raise UntrustedFileError(f"{run_dir.config_file} must hold a JSON object")
-        return parse_config(data)
+        return parse_recorded(data)
     old = legacy.read_config(run_dir)
     if old is None:
         raise FileNotFoundError(f"{path} is not a run directory (no {RunDir.CONFIG})")
@@ -55,6 +56,10 @@ def read_config(path: Path) -> RunConfig:
 
 @dataclass
 class Run:
+    """A run's config and finished unit records. Opened to read (any number of readers, a live run included) or to
+    write (`create`, `open(write=True)`): a writer holds the directory's lock until `close`, so one process at a time
+    appends units to it."""
+
     path: Path
     config: RunConfig
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -62,49 +67,95 @@ class Run:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.dir = RunDir(self.path)
+        self._lock: int | None = None
 
     # ---- creation and reopening -------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: Path, config: RunConfig) -> Run:
-        """A new run directory holding `config` (refused where any run or other file already is)."""
-        run_dir = RunDir(path)
-        if holds_run(path):
-            raise FileExistsError(f"{path} already holds a run; use `ttlearn resume {path}` or another --out")
-        leftovers = (RunDir.LOCK, RunDir.CONFIG + ".tmp")  # a creation killed
-        if run_dir.path.exists() and any(p.name not in leftovers for p in run_dir.path.iterdir()):
-            raise FileExistsError(f"{path} exists and is not a run directory; use another --out")
-        run_dir.path.mkdir(parents=True, exist_ok=True)
-        write_atomic(run_dir.config_file, config.model_dump_json(indent=2))
-        append_durable(run_dir.units, [])
-        return cls(run_dir.path, config)
+    def create(cls, path: Path, config: RunConfig, wait: bool = False) -> Run:
+        """A new run directory holding `config`, open for writing (refused where any run or other file already is)."""
+        return cls._locked(path, config, wait, reopen=False)
 
     @classmethod
-    def create_or_open(cls, path: Path, config: RunConfig) -> Run:
-        """Reopen the run at `path` when it holds `config` (to resume it), else create it."""
+    def create_or_open(cls, path: Path, config: RunConfig, wait: bool = False) -> Run:
+        """The run at `path` open for writing: reopened when it holds `config` (to resume it), else created."""
+        return cls._locked(path, config, wait, reopen=True)
+
+    @classmethod
+    def open(cls, path: Path, write: bool = False, wait: bool = False) -> Run:
+        """Reopen a run. To read (the default), a run that may still be playing included: a torn tail after the
+        last finished unit is skipped, never cut. `write`: take the directory's lock first (`RunDir.hold_lock`:
+        `wait` for it, else refuse at once), then cut the torn tail, which the next unit replaces."""
+        if not write:
+            return cls._read(path, write=False)
+        return cls._holding(RunDir(path).hold_lock(wait), lambda: cls._read(path, write=True))
+
+    @classmethod
+    def _locked(cls, path: Path, config: RunConfig, wait: bool, reopen: bool) -> Run:
+        """Create the run at `path`, or reopen it (`reopen`) when it holds `config`, with its lock taken first: of two
+        processes creating one run, the second finds the first's."""
+        run_dir = RunDir(path)
         if not holds_run(path):
-            return cls.create(path, config)
-        run = cls.open(path)
-        differ = run.differs_from(config)
-        if differ:
-            raise FileExistsError(
-                f"{path} holds a different run (other {', '.join(differ)}); resume it with its own config or use "
-                "another --out"
-            )
+            leftovers = (RunDir.LOCK, RunDir.CONFIG + ".tmp")  # a creation killed
+            if run_dir.path.exists() and any(p.name not in leftovers for p in run_dir.path.iterdir()):
+                raise FileExistsError(f"{path} exists and is not a run directory; use another --out")
+            run_dir.path.mkdir(parents=True, exist_ok=True)
+
+        def create_or_reopen() -> Run:
+            if not holds_run(path):
+                write_atomic(run_dir.config_file, config.model_dump_json(indent=2))
+                append_durable(run_dir.units, [])
+                return cls(run_dir.path, config)
+            if not reopen:
+                raise FileExistsError(f"{path} already holds a run; use `ttlearn resume {path}` or another --out")
+            run = cls._read(path, write=True)
+            differ = run.differs_from(config)
+            if differ:
+                raise FileExistsError(
+                    f"{path} holds a different run (other {', '.join(differ)}); resume it with its own config or "
+                    "use another --out"
+                )
+            return run
+
+        return cls._holding(run_dir.hold_lock(wait), create_or_reopen)
+
+    @classmethod
+    def _holding(cls, lock: int, make: Callable[[], Run]) -> Run:
+        """The run `make` returns, holding `lock`; the lock is released when `make` fails."""
+        try:
+            run = make()
+        except BaseException:
+            os.close(lock)
+            raise
+        run._lock = lock
         return run
 
     @classmethod
-    def open(cls, path: Path, repair: bool = True) -> Run:
-        """Reopen a run, dropping any torn tail after its last finished unit. Readers of a run that may still be
-        playing pass `repair=False`: they skip the tail, never cut it."""
+    def _read(cls, path: Path, write: bool) -> Run:
         run = cls(Path(path), read_config(path))
-        found = read_durable(run.dir.units, repair=repair) if run.dir.units.exists() else []
-        run.records = legacy.read_records(run.dir, repair) + found
+        found = run.dir.records_file(RunDir.UNITS)
+        run.records = legacy.read_records(run.dir, write) + (read_durable(found, repair=write) if found else [])
         return run
 
     def differs_from(self, config: RunConfig) -> list[str]:
         """The config fields in which `config` asks for another run than this one."""
         mine = self.config.model_dump(exclude=set(UNCOMPARED))
         return sorted(k for k, v in config.model_dump(exclude=set(UNCOMPARED)).items() if mine.get(k) != v)
+
+    def close(self) -> None:
+        """Release the write lock (a reader has none); the records stay readable."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def _check_writer(self) -> None:
+        if self._lock is None:
+            raise ValueError(f"{self.path} was opened to read; open it with write=True to change it")
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ---- what a run is made of ---------------------------------------------------------------------------------
     @property
@@ -122,7 +173,8 @@ class Run:
     # ---- recording -------------------------------------------------------------------------------------------
     def finish(self, record: dict[str, Any], state: dict[str, Any]) -> None:
         """Make the next unit durable: its state into the snapshot store, then its record, which names the state by
-        hash, in one append. Units are appended in order, whoever played them."""
+        hash, in one append. Units are appended in order, whoever played them, by the one writer."""
+        self._check_writer()
         if record["index"] != self.done + 1:
             raise ValueError(f"unit {record['index']} finished out of order; unit {self.done + 1} is next")
         record = {**record, "memory_hash": self.dir.store.put(state)}
@@ -132,6 +184,7 @@ class Run:
     def rewrite(self, records: list[dict[str, Any]]) -> None:
         """Replace the finished records by `records` (the same units with something added: `ttlearn rejudge`'s
         verdicts), atomically per file; an old run's go back to their own file."""
+        self._check_writer()
         old = [r for r in records if "legacy" in r]
         if old:
             legacy.rewrite(self.dir, old)
@@ -141,6 +194,7 @@ class Run:
         self.records = records
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        self._check_writer()
         write_atomic(self.dir.summary, json.dumps(summary, indent=2))
 
     # ---- reading ---------------------------------------------------------------------------------------------
@@ -184,7 +238,7 @@ def latest_state(source: Path) -> dict[str, Any]:
     if state is not None:
         return state
     if holds_run(source):
-        run = Run.open(source, repair=False)
+        run = Run.open(source)
         if run.records:
             return run.state_after(run.done)
     raise FileNotFoundError(f"{source} holds no memory snapshot")

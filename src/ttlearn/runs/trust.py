@@ -7,20 +7,23 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping
 
-from ttlearn.llm.base import OPENAI_KEY_ENV
+from ttlearn.llm.base import credential_target
 from ttlearn.memory.base import MEMORY_KEY_ENV
 from ttlearn.runs.config import PartsConfig
 
 
 def credential_urls(config: PartsConfig) -> dict[str, str]:
     """URL → the environment variable whose credential a run of `config` sends there: the memory service of `-m
-    url=` (its key) and the base URL of every `openai:` LLM (OPENAI_API_KEY)."""
+    url=` (its key), and the URL of every LLM whose back end declares a key it sends (`LLM.sends_key`: `openai:`'s
+    base URL, OPENAI_API_KEY)."""
     urls = {}
     if config.memory_options.get("url"):
         urls[str(config.memory_options["url"]).rstrip("/")] = MEMORY_KEY_ENV
     for spec in (config.player, config.writer):
-        if spec and spec.startswith("openai:"):
-            urls[spec.removeprefix("openai:").partition("#")[0].rstrip("/")] = OPENAI_KEY_ENV
+        target = credential_target(spec) if spec else None
+        if target is not None:
+            url, variable = target
+            urls[url.rstrip("/")] = variable
     return urls
 
 

@@ -32,7 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from ttlearn import __version__
+from ttlearn.version import __version__
 from ttlearn.memory.embed import Embedder, make_embedder
 from ttlearn.memory.items import DEFAULT_JOIN_THRESHOLD, EmbedderMismatchError, MemoryItem, Namespace, NewItem
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve

@@ -2,7 +2,7 @@
 
 A run directory OUT holds
 
-    config.json     the config; rerunning with the same OUT resumes, and a config that differs in anything but its
+    train.json      the config; rerunning with the same OUT resumes, and a config that differs in anything but its
                     `resumable` fields (how long to train, how often to save) is refused: it is another experiment
     metrics.jsonl   one JSON line per step, appended durably (`runs.append_durable`): a crash leaves at most a torn
                     last line, and lines of steps after the last checkpoint are dropped on resume
@@ -74,7 +74,7 @@ class TrainConfig(BaseModel):
     resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device", "dtype"})
     """Fields a resumed run may change; any other difference is another experiment (→ ValueError)."""
 
-    out: Path = Field(description="Run directory: config.json, metrics.jsonl, step_NNNN/, final/ (rerun to resume).")
+    out: Path = Field(description="Run directory: train.json, metrics.jsonl, step_NNNN/, final/ (rerun to resume).")
     steps: int = Field(20, ge=1, description="Optimiser steps.")
     lr: float = Field(1e-5, gt=0, description="Learning rate of AdamW on the LoRA weights (no weight decay).")
     max_grad_norm: float = Field(1.0, gt=0, description="Clip the gradient to this global norm.")
@@ -183,12 +183,6 @@ def last_checkpoint(out: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def read_metrics(out: Path) -> list[dict[str, Any]]:
-    """The metrics of a run directory, one dict per step (a torn last line is skipped)."""
-    path = RunDir(out) / RunDir.METRICS
-    return read_durable(path, repair=False) if path.exists() else []
-
-
 def load_trainer_state(path: Path) -> dict[str, Any]:
     """A checkpoint's trainer state, unpickling only tensors and plain values (`weights_only=True`; numpy's array
     reconstruction too, which checkpoints written before held), onto the CPU: the RNG states must live there, and
@@ -245,9 +239,14 @@ class Trainer(ABC):
         """The episodes the step in progress played (rank 0's are recorded)."""
         self.step = self._resume()
 
+    @property
+    def final(self) -> Path:
+        """Where the adapter after the last step lies."""
+        return RunDir(self.out).final
+
     def next_command(self) -> str:
         """How to use what was trained, for the end of `ttlearn train`."""
-        return f"play it with --llm hf:{RunDir(self.out) / RunDir.FINAL}"
+        return f"play it with --llm hf:{self.final}"
 
     @abstractmethod
     def load_policy(self) -> HFPolicy:
@@ -269,13 +268,13 @@ class Trainer(ABC):
             self.step += 1
             if self.rank == 0:  # logged before the checkpoint: a crash in between replays the step, losing nothing
                 RunDir(self.out).record_played(self.step, self.played)
-                append_durable(RunDir(self.out) / RunDir.METRICS, [metrics])
+                append_durable(RunDir(self.out).metrics, [metrics])
             if self.step % self.config.save_every == 0 or self.step == self.config.steps:
                 self.save_checkpoint()
             done.append(metrics)
             if self.progress is not None:
                 self.progress(self.step, metrics)
-        self._on_rank0(lambda: write_dir_atomically(RunDir(self.out) / RunDir.FINAL, self.policy.save_adapter))
+        self._on_rank0(lambda: write_dir_atomically(self.final, self.policy.save_adapter))
         return done
 
     # ---- checkpoints ----------------------------------------------------------------------------------------------
@@ -311,7 +310,7 @@ class Trainer(ABC):
             kind, keys, position, has_gauss, gauss = state["numpy_rng"]
             np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), position, has_gauss, gauss))
             step = int(state["step"])
-        for log in (RunDir(self.out) / RunDir.METRICS, RunDir(self.out).played):
+        for log in (RunDir(self.out).metrics, RunDir(self.out).played):
             if log.exists():  # the block ends at the last line of a checkpointed step; later lines are cut
                 self._on_rank0(
                     lambda log=log: read_durable(log, repair=True, ends_block=lambda record: record["step"] <= step)
@@ -319,8 +318,9 @@ class Trainer(ABC):
         return step
 
     def _claim_run_directory(self) -> None:
-        """Write config.json, or check that the one already there describes the same experiment."""
-        saved_file = RunDir(self.out) / RunDir.TRAINER_CONFIG
+        """Write the config (`RunDir.trainer_config`), or check that the one already there describes the same
+        experiment."""
+        saved_file = RunDir(self.out).trainer_config
         current = json.loads(self.config.model_dump_json())
         if saved_file.is_symlink() or saved_file.exists():
             changed = changed_fields(read_json(saved_file), current, self.config.resumable)

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from ttlearn.envs.base import Env, make_env
+from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.llm.base import LLM, Message
 from ttlearn.memory.base import make_memory
 from ttlearn.memory.lamer import LamerMemory, seen_token_span
@@ -67,14 +67,6 @@ if TYPE_CHECKING:
     import torch
 
     from ttlearn.llm.hf import HFPolicy, Sample
-
-GAMMA_TRAJ = {"sokoban": 0.9, "minesweeper": 0.6}
-"""LaMer's cross-attempt discount per environment, as the authors' released training scripts set it
-(github.com/mlbio-epfl/LaMer, examples/sokoban/lamer_sokoban_qwen3_4b.sh: traj_gamma 0.9;
-examples/minesweeper/lamer_minesweeper_qwen3_4b.sh: traj_gamma 0.6; step_gamma 0.95 in both). The paper's ablation
-is summarised as "Minesweeper needs a higher γ_traj", which these released values do not show: docs/lamer.md has the
-discrepancy. Other environments have no published value: give `gamma_traj`."""
-
 
 class LamerTrainConfig(TrainConfig):
     """`ttlearn train lamer` options."""
@@ -100,7 +92,8 @@ class LamerTrainConfig(TrainConfig):
         None,
         ge=0,
         le=1,
-        description="Discount between attempts; None: LaMer's released value (0.9 Sokoban, 0.6 Minesweeper).",
+        description="Discount between attempts; None: LaMer's released value for the environment "
+        "(`Env.trajectory_discount`: 0.9 Sokoban, 0.6 Minesweeper).",
     )
     formula: Literal["paper", "released"] = Field(
         "paper",
@@ -131,15 +124,14 @@ class LamerTrainConfig(TrainConfig):
 
     @model_validator(mode="after")
     def _published_gamma_traj(self) -> LamerTrainConfig:
-        if self.gamma_traj is None and self.env not in GAMMA_TRAJ:
-            raise ValueError(
-                f"LaMer published no gamma_traj for {self.env!r} (only {', '.join(sorted(GAMMA_TRAJ))}):"
-                " give --gamma-traj"
-            )
+        if self.gamma_traj is None and ENVS.get(self.env).trajectory_discount is None:
+            raise ValueError(f"LaMer published no gamma_traj for {self.env!r}: give --gamma-traj")
         return self
 
     def discount_across(self) -> float:
-        return GAMMA_TRAJ[self.env] if self.gamma_traj is None else self.gamma_traj
+        """γ_traj: the one given, else LaMer's released value for the environment (step_gamma is 0.95 in both of
+        its scripts)."""
+        return ENVS.get(self.env).trajectory_discount if self.gamma_traj is None else self.gamma_traj
 
     @property
     def uses_gigpo(self) -> bool:
@@ -408,7 +400,7 @@ class LamerTrainer(Trainer):
         super().__init__(config, progress=progress, policy=policy)
 
     def next_command(self) -> str:
-        final = self.out / "final"
+        final = self.final
         acting = f" --free-text {self.config.reply_tokens} --retries 0" if self.config.actions == "text" else ""
         return (
             f"play it with: ttlearn run {self.config.env} --tasks 10 --memory lamer --policy {final}"

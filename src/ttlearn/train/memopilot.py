@@ -315,7 +315,7 @@ class MemoPilotTrainer(Trainer):
         self._no_memory: dict[tuple[str, int], float] = {}
 
     def next_command(self) -> str:
-        final = self.out / "final"
+        final = self.final
         return f"play it with: ttlearn run {self.config.env} --memory memopilot --writer {final}"
 
     def load_policy(self) -> HFPolicy:

@@ -2,8 +2,10 @@
 
 `build_report(OUT)` reads the run directories under OUT/runs (their configs and unit records, via `Run.open`) and
 OUT/arena.json (the arena config and git commit recorded when it started) — nothing else, so a copied arena folder
-can be re-reported offline. Every number is a function of those records and a fixed bootstrap seed, rounded to
-`DIGITS` decimals, and nothing of the build itself (time, host, absolute paths) enters it.
+can be re-reported offline. Ratings, scores and curves read each unit's score; success, invalid steps and costs are
+each run's `RunSummary` (what `ttlearn show` prints), pooled per method. Every number is a function of those records
+and a fixed bootstrap seed, rounded to `DIGITS` decimals, and nothing of the build itself (time, host, absolute
+paths) enters it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ttlearn.eval.metrics import cumulative_performance, mbb_per_hand, mean_ci, paired_sign_flip_p, success_at_k
+from ttlearn.eval.metrics import cumulative_performance, mbb_per_hand, mean_ci, paired_sign_flip_p
 from ttlearn.eval.rating import (
     GameResult,
     battles_from_results,
@@ -27,9 +29,9 @@ from ttlearn.eval.rating import (
     rank_with_ties,
     win_matrix,
 )
-from ttlearn.eval.summary import unit_cost
+from ttlearn.eval.summary import RunSummary, pooled_invalid, summarize
 from ttlearn.runs import ARENA_FILE, NO_OPPONENT, RUNS_DIR, Run, RunConfig, RunDir, arena_runs, run_files
-from ttlearn.types import Episode, count_causes
+from ttlearn.types import Episode
 from ttlearn.untrusted import read_json
 
 ELO_SCALE, ELO_ANCHOR = 400.0, 1000.0
@@ -49,21 +51,18 @@ class RecordedRun:
     dir: str
     config: RunConfig
     episodes: tuple[Episode, ...]
+    summary: RunSummary
     config_file: str
     records_file: str
 
 
 def unit_episodes(run: Run) -> tuple[Episode, ...]:
-    """Each unit of a run as one episode: its last attempt, numbered by unit, with the unit's LLM cost and wall time
-    in its info (what the cost table sums)."""
-    episodes = []
-    for record in run.records:
-        if record["type"] != "task":
-            continue
-        last = Episode.from_json(record["attempts"][-1])
-        info = {**last.info, **unit_cost(record), "wall_s": record.get("wall_s", 0.0)}
-        episodes.append(dataclasses.replace(last, index=record["index"], info=info))
-    return tuple(episodes)
+    """Each unit of a run as one episode: its last attempt (whose score is the unit's), numbered by unit."""
+    return tuple(
+        dataclasses.replace(Episode.from_json(record["attempts"][-1]), index=record["index"])
+        for record in run.records
+        if record["type"] == "task"
+    )
 
 
 def load_runs(out_dir: Path) -> list[RecordedRun]:
@@ -71,7 +70,7 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
     out_dir = Path(out_dir)
     runs = []
     for path in arena_runs(out_dir):
-        run = Run.open(path, repair=False)
+        run = Run.open(path)
         config_file, records_file = run_files(path)
         runs.append(
             RecordedRun(
@@ -81,6 +80,7 @@ def load_runs(out_dir: Path) -> list[RecordedRun]:
                 dir=path.relative_to(out_dir).as_posix(),
                 config=run.config,
                 episodes=unit_episodes(run),
+                summary=summarize(run),
                 config_file=config_file,
                 records_file=records_file,
             )
@@ -267,54 +267,45 @@ def curves_section(runs: Sequence[RecordedRun]) -> dict[str, dict[str, dict[str,
 
 
 def success_section(runs: Sequence[RecordedRun]) -> dict[str, list[float]]:
-    """success@k per method over multi-attempt trials: the share of trials solved within the first k attempts.
-
-    Hook: a trial is the games of one sequence that carry the same `info["instance"]` (with a success flag), in
-    game order. The session does not record instances yet, so this is empty until an env or session does. It is
-    never built from pass@k: pass@k assumes independent attempts, while here each attempt has seen the earlier ones."""
-    trials: dict[str, dict[tuple, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    """success@k per method whose units have several attempts: each run's (`RunSummary.success_at_k`), pooled over
+    its runs by their units (a share of the units, so the pooled share is the weighted mean)."""
+    pooled: dict[str, list[RunSummary]] = defaultdict(list)
     for r in runs:
-        for e in r.episodes:
-            if "instance" in e.info and e.success is not None:
-                trials[r.method][(r.opponent, r.seed, e.info["instance"])].append(bool(e.success))
-    if not any(len(t) > 1 for by_trial in trials.values() for t in by_trial.values()):
-        return {}
-    k_max = max(len(t) for by_trial in trials.values() for t in by_trial.values())
+        if r.summary.success_at_k is not None and r.config.attempts and r.config.attempts > 1:
+            pooled[r.method].append(r.summary)
     return {
         method: [
-            _round(x)
-            for x in success_at_k(
-                [next((i + 1 for i, ok in enumerate(t) if ok), None) for t in by_trial.values()], k_max
-            )
+            _round(sum(s.success_at_k[k] * s.tasks for s in summaries) / sum(s.tasks for s in summaries))
+            for k in range(min(len(s.success_at_k) for s in summaries))
         ]
-        for method, by_trial in sorted(trials.items())
+        for method, summaries in sorted(pooled.items())
     }
 
 
 def costs_section(runs: Sequence[RecordedRun]) -> list[dict[str, Any]]:
-    """Per method: invalid-action rate (invalid steps / steps) and its causes, success rate, tokens, LLM calls, LLM
-    and wall time."""
-    by_method: dict[str, list[Episode]] = defaultdict(list)
+    """Per method, its runs' summaries pooled: units, steps, invalid steps (share and causes), the share of units
+    solved (None where the environment defines no success), tokens, LLM calls, LLM and wall time."""
+    by_method: dict[str, list[RunSummary]] = defaultdict(list)
     for r in runs:
-        by_method[r.method].extend(r.episodes)
+        by_method[r.method].append(r.summary)
     rows = []
-    for method, episodes in sorted(by_method.items()):
-        steps = sum(len(e.steps) for e in episodes)
-        tokens = sum(e.info.get("tokens", 0) for e in episodes)
-        flags = [e.success for e in episodes]
+    for method, summaries in sorted(by_method.items()):
+        units = [row for s in summaries for row in s.units]
+        invalid = pooled_invalid(units, [s.invalid.causes for s in summaries if s.invalid])
+        solved = [row.solved for row in units]
+        tokens = sum(row.tokens for row in units)
         rows.append(
             {
                 "method": method,
-                "games": len(episodes),
-                "steps": steps,
-                "invalid_rate": _round(sum(e.invalid_actions for e in episodes) / steps) if steps else None,
-                "invalid_causes": count_causes(s for e in episodes for s in e.steps),
-                "success_rate": _round(sum(map(bool, flags)) / len(flags)) if flags and None not in flags else None,
+                "units": len(units),
+                "steps": sum(row.steps for row in units),
+                "invalid": None if invalid is None else {"rate": _round(invalid.rate), "causes": invalid.causes},
+                "success_rate": _round(sum(map(bool, solved)) / len(solved)) if solved and None not in solved else None,
                 "tokens": tokens,
-                "tokens_per_game": _round(tokens / len(episodes)) if episodes else None,
-                "llm_calls": sum(e.info.get("llm_calls", 0) for e in episodes),
-                "llm_s": _round(sum(e.info.get("llm_s", 0.0) for e in episodes)),
-                "wall_s": _round(sum(e.info.get("wall_s", 0.0) for e in episodes)),
+                "tokens_per_unit": _round(tokens / len(units)) if units else None,
+                "llm_calls": sum(row.llm_calls for row in units),
+                "llm_s": _round(sum(row.llm_s for row in units)),
+                "wall_s": _round(sum(row.wall_s for row in units)),
             }
         )
     return rows
@@ -369,7 +360,7 @@ def build_report(out_dir: Path) -> dict[str, Any]:
                 "dir": r.dir,
                 "config_file": r.config_file,
                 "records_file": r.records_file,
-                "games": r.config.units,
+                "units": r.config.units,
                 "scores": [_round(e.score) for e in r.episodes],
                 "summary": RunDir(Path(out_dir) / r.dir).summary.exists(),
             }

@@ -1,0 +1,143 @@
+"""The summary maths, by hand: success@k, pass@k, trajectory entropy, instance ceilings, the paired comparison of
+two runs and the memory's gain against the greedy control."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from fakes import FakeLLM
+from typer.testing import CliRunner
+
+import ttlearn
+from ttlearn.cli import app
+from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
+from ttlearn.eval.report.sections import DIGITS, build_report
+from ttlearn.eval.summary import (
+    MemoryGain,
+    RunSummary,
+    compare_trials,
+    greedy_control_applies,
+    memory_gain,
+    summarize_units,
+)
+from ttlearn.runs import NO_OPPONENT, RunConfig, RunDir, arena_run
+from ttlearn.types import Completion, Episode, Step
+
+
+def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -> dict:
+    attempts = [
+        Episode(i, 0, "t", tuple(Step("o", a, -0.1) for a in actions), 1.0 if ok else -1.0, ok).to_json()
+        for i, (actions, ok) in enumerate(actions_and_success, start=1)
+    ]
+    first = next((i for i, (_, ok) in enumerate(actions_and_success, start=1) if ok), None)
+    score = attempts[-1]["score"]
+    return {"index": 1, "type": "task", "epoch": 1, "first_success": first, "score": score, "calls": [],
+            "attempts": attempts, "instance": instance, "wall_s": 2.0}
+
+
+def test_summary_numbers_by_hand() -> None:
+    up, down = ["up"], ["down"]
+    records = [
+        _record([(up, False), (up, True), (down, False)], {"optimal_length": 5, "budget": 21}),
+        _record([(up, True), (up, True), (up, True)], {"optimal_length": 9, "budget": 21}),
+        _record([(up, False), (up, False), (up, False)], {"optimal_length": 12, "budget": 21}),
+        _record([(down, False), (down, False), (down, True)], {"optimal_length": 30, "budget": 21}),
+    ]
+    summary = summarize_units(records, RunConfig(env="sokoban", memory="none", units=4, attempts=3))
+    assert summary.success_at_k == pytest.approx([1 / 4, 2 / 4, 3 / 4])  # first successes 2, 1, never, 3
+    assert summary.success_at_k_ci95 == [wilson_interval(c, 4) for c in (1, 2, 3)]
+    # c = 1, 3, 0, 1 of n = 3: pass@1 = mean(c/n); pass@2 = mean(1 - C(n-c, 2)/C(3, 2)) = (2/3 + 1 + 0 + 2/3)/4
+    assert summary.pass_at_k == pytest.approx([5 / 12, 7 / 12, 3 / 4])
+    h = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))  # task 1: two "up" runs, one "down"
+    assert summary.trajectory_entropy == pytest.approx(h / 4)
+    assert summary.instances["optimal_length"] == {"mean": 14.0, "min": 5.0, "max": 30.0}
+    assert summary.instances["within_budget_rate"] == 0.75
+    lamer = summarize_units(records, RunConfig(env="sokoban", memory="lamer", units=4, attempts=3))
+    assert lamer.pass_at_k is None  # sequential attempts with feedback are not independent samples
+
+
+def test_paired_comparison_counts_discordant_tasks_by_seed() -> None:
+    def runs(firsts: list[int | None], seeds: list[int]) -> list[dict]:
+        return [{"epoch": 1, "seed": s, "first_success": f} for f, s in zip(firsts, seeds)]
+
+    a = runs([1, 2, None, 3, 2], [10, 11, 12, 13, 14])
+    b = runs([1, None, None, None, 3, 1], [10, 11, 12, 13, 14, 99])  # task 99 is not in A: left out
+    rows = compare_trials(a, b, attempts=3).rows
+    assert compare_trials(a, b, attempts=3).tasks == 5
+    assert [(r.a, r.b, r.only_a, r.only_b) for r in rows] == [
+        (0.2, 0.2, 0, 0),
+        (0.6, 0.2, 2, 0),
+        (0.8, 0.4, 2, 0),
+    ]
+    assert rows[2].p_value == mcnemar_exact(2, 0) == 0.5
+    with pytest.raises(ValueError, match="share no finished task"):
+        compare_trials(a, runs([1], [42]), attempts=3)
+
+
+def test_paired_comparison_of_attempt_scores_by_hand() -> None:
+    def task(seed: int, scores: list[float], first: int | None) -> dict:
+        return {"epoch": 1, "seed": seed, "first_success": first, "attempts": [{"score": x} for x in scores]}
+
+    a = [task(1, [-2.5, 0.5, 0.5], None), task(2, [-5.1, -7.0, -4.1], None), task(3, [1.0, 12.0], 2)]
+    b = [task(1, [-2.5, -2.5, -2.5], None), task(2, [-5.1, -5.1, -5.1], None), task(3, [1.0, 1.0, 1.0], None)]
+    comparison = compare_trials(a, b, attempts=3)
+    third = comparison.scores[2]  # task 3 was solved at attempt 2: its 12.0 stands for attempt 3
+    assert (third.a, third.b) == pytest.approx(((0.5 - 4.1 + 12.0) / 3, (-2.5 - 5.1 + 1.0) / 3))
+    assert (third.a_higher, third.b_higher) == (3, 0)
+    # differences 3.0, 1.0, 11.0: only the all-positive and all-negative of the 8 sign patterns reach |15.0|
+    assert third.p_value == pytest.approx(2 / 8)
+    # differences 3.0, -1.9, 11.0: |±3 ±1.9 ±11| >= 12.1 for ±(3, -1.9, 11), ±(3, 1.9, 11)
+    second = comparison.scores[1]
+    assert (second.a_higher, second.b_higher, second.p_value) == (2, 1, pytest.approx(4 / 8))
+    assert comparison.scores[0].p_value == 1.0  # the first attempts are the same
+    assert compare_trials([{"epoch": 1, "seed": 1, "first_success": 1}], b, attempts=3).scores is None
+
+
+def test_memory_gain_against_the_greedy_control_by_hand() -> None:
+    # first successes 1, 2, never, 3, 1 of 3 attempts: the control (attempt 1 repeated) solves 2 of 5, the memory
+    # adds 2 more; McNemar with b = 2, c = 0: p = 2 · C(2, 0) / 2² = 0.5
+    gain = memory_gain([1, 2, None, 3, 1], 3)
+    assert gain == MemoryGain(k=3, control=0.4, with_memory=0.8, solved_only_with_memory=2, p_value=0.5)
+    assert memory_gain([1, 2, 3], 2).solved_only_with_memory == 1  # a success after attempt k does not count
+    assert greedy_control_applies(RunConfig(env="code", memory="lamer", player="qwen-coder"))
+    assert not greedy_control_applies(RunConfig(env="code", memory="lamer", player="qwen-coder", temperature=0.7))
+    assert not greedy_control_applies(RunConfig(env="code", memory="none", player="qwen-coder"))
+    assert not greedy_control_applies(RunConfig(env="code", memory="lamer", player="scripted:random"))
+
+
+class CountingFake(FakeLLM):
+    """Names a cell on most turns and writes nothing useful on some, with token counts, so a run has successes,
+    invalid steps and tokens to report."""
+
+    def complete(self, messages, **kwargs):
+        reply = super().complete(messages, **kwargs).text
+        return Completion(reply, prompt_tokens=len(messages[-1]["content"]) // 4, completion_tokens=len(reply))
+
+
+def test_show_the_report_and_results_give_the_same_figures_for_a_run_of_three_attempts(tmp_path) -> None:
+    """One summary, read everywhere: success (within the attempts), invalid steps and tokens of a 3-attempt run are
+    the same in `ttlearn show`, in the arena report and in the summary file `ttlearn results` reads."""
+    turn = iter(range(10_000))
+
+    def reply(prompt: str) -> str:
+        cells = [line for line in prompt.split("Legal actions: ")[-1].split(", ") if line.startswith("reveal")]
+        return "I am not sure." if next(turn) % 5 == 0 else cells[(7 * next(turn)) % len(cells)]
+
+    fields = {"memory": "none", "player": "smollm2", "retries": 0}  # the player is the fake
+    config = RunConfig(env="minesweeper", **fields, units=4, attempts=3, seed=1)
+    run_dir = arena_run(tmp_path, "none", NO_OPPONENT, config.seed)
+    summary = ttlearn.run(config, run_dir, llm_factory=lambda spec: CountingFake(reply))
+    assert summary.config.attempts == 3 and summary.tokens > 0 and summary.invalid.rate > 0
+    assert summary.success is not None and 0 < summary.mean_attempts <= 3
+    assert RunSummary.from_json(json.loads(RunDir(run_dir).summary.read_text()), summary.config) == summary
+
+    (costs,) = build_report(tmp_path)["costs"]
+    assert costs["success_rate"] == round(summary.success, DIGITS)
+    assert costs["invalid"] == {"rate": round(summary.invalid.rate, DIGITS), "causes": summary.invalid.causes}
+    assert costs["tokens"] == summary.tokens and costs["steps"] == sum(row.steps for row in summary.units)
+
+    shown = CliRunner().invoke(app, ["show", str(run_dir)], env={"COLUMNS": "200"}).output
+    assert f"3  {summary.success:<11.3f}" in shown  # success@3: solved within the three attempts
+    assert f"invalid {summary.invalid.text()}" in shown and f"{summary.tokens} tokens" in shown

@@ -1,0 +1,163 @@
+"""The README and docs/ name only code that exists: every back-ticked `module.name`, `Class.attribute` and `file.py`
+they mention, and every relative link, resolves in this checkout — so prose cannot drift from the code again."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+from ttlearn.envs.base import ENVS
+from ttlearn.llm.base import LLMS
+from ttlearn.memory.base import MEMORIES
+from ttlearn.players.base import PLAYERS
+from ttlearn.train.base import TRAINERS
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "ttlearn"
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+ENTRY_POINT_GROUPS = {registry.group for registry in (ENVS, MEMORIES, LLMS, PLAYERS, TRAINERS)}
+"""Names of entry-point groups (`ttlearn.memories`), which look like modules and are not."""
+OTHER_PROJECTS = {
+    "TextWorldExpressEnv.step",  # textworld-express (docs/household.md)
+    "memory.k_retrieve",  # MemRL's released configs (docs/memrl.md)
+    "rl_config.sim_threshold",
+    "rl_config.tau",
+    "rl_config.topk",
+    "main.py",  # the file HumanEval's harness writes (docs/code.md)
+    "verl/trainer/ppo/core_gigpo.py",  # LaMer's released code (docs/estimators.md)
+}
+"""Names of other projects' code that the docs quote, which share the look of ttlearn's."""
+
+DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+$")
+PY_FILE = re.compile(r"^[\w./-]+\.py$")
+NOT_CODE = {"json", "jsonl", "yaml", "md", "gz", "sqlite", "txt", "html", "toml", "safetensors", "pt", "gguf", "sh"} | {
+    "cpp"
+}
+"""Last parts of a dotted span that make it a data file's name, not a code reference."""
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def module_name(path: Path) -> str:
+    parts = ("ttlearn", *path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in SRC.rglob("*.py")}
+
+
+def instance_attributes(path: Path) -> dict[str, set[str]]:
+    """Class name → the attributes its methods assign on `self` (which the class object does not hold)."""
+    found: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef):
+            names = found.setdefault(node.name, set())
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self":
+                    names.add(inner.attr)
+    return found
+
+
+CLASSES: dict[str, list[str]] = {}
+ASSIGNED: dict[tuple[str, str], set[str]] = {}
+for _name, _path in MODULES.items():
+    for _class, _attributes in instance_attributes(_path).items():
+        CLASSES.setdefault(_class, []).append(_name)
+        ASSIGNED[(_name, _class)] = _attributes
+
+
+def has_attribute(obj: object, name: str) -> bool:
+    """`obj.name` exists: on the object or its class, as a field (pydantic, dataclass), or as an attribute a class
+    of its MRO assigns on `self`."""
+    fields = {**(getattr(obj, "model_fields", None) or {}), **(getattr(obj, "__dataclass_fields__", None) or {})}
+    if hasattr(obj, name) or name in fields:
+        return True
+    return isinstance(obj, type) and any(
+        name in ASSIGNED.get((klass.__module__, klass.__name__), set()) for klass in obj.__mro__
+    )
+
+
+def resolves(module: str, attributes: list[str]) -> bool:
+    """`module` imports and each attribute (or submodule) of the chain exists."""
+    try:
+        obj: object = importlib.import_module(module)
+    except ImportError:
+        return False
+    for depth, attribute in enumerate(attributes):
+        inner = ".".join([module, *attributes[: depth + 1]])
+        if inner in MODULES:
+            obj = importlib.import_module(inner)
+        elif has_attribute(obj, attribute):
+            obj = getattr(obj, attribute, None)
+        else:
+            return False
+    return True
+
+
+def dotted_exists(name: str) -> bool | None:
+    """Whether a back-ticked `a.b.c` names code of this package (a module path from `ttlearn` or from one of its
+    modules, `module.name`, `Class.attribute`); None for another installed package's name."""
+    parts = name.split(".")
+    if name in ENTRY_POINT_GROUPS or name in OTHER_PROJECTS:
+        return None
+    if parts[0] == "ttlearn":
+        prefixes = [".".join(parts[:k]) for k in range(len(parts), 0, -1)]
+        return any(resolves(prefix, parts[prefix.count(".") + 1 :]) for prefix in prefixes if prefix in MODULES)
+    modules = [m for m in MODULES if m.rsplit(".", 1)[-1] == parts[0]]
+    if modules:
+        return any(resolves(m, parts[1:]) for m in modules)
+    if parts[0] in CLASSES:
+        return any(resolves(m, parts) for m in CLASSES[parts[0]])
+    return None if importlib.util.find_spec(parts[0]) is not None else False
+
+
+def file_exists(name: str) -> bool:
+    """A back-ticked `path/to/file.py`: from the repository, the package (`envs/base.py`), or a bare file name found
+    anywhere in the repository (`first_run.py`, of benchmarks/)."""
+    if name in OTHER_PROJECTS:
+        return True
+    if any((base / name).is_file() for base in (ROOT, SRC, SRC.parent)):
+        return True
+    return "/" not in name and any(p.is_file() for p in ROOT.glob(f"**/{name}") if ".git" not in p.parts)
+
+
+def stale_references(text: str) -> list[str]:
+    """The back-ticked code references of a markdown text (outside fenced blocks) that name nothing in this
+    checkout."""
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    stale = []
+    for span in dict.fromkeys(m.group(1).strip() for m in re.finditer(r"`([^`\n]+)`", prose)):
+        if PY_FILE.match(span):
+            if not file_exists(span):
+                stale.append(span)
+        elif DOTTED.match(span) and span.rsplit(".", 1)[1] not in NOT_CODE and dotted_exists(span) is False:
+            stale.append(span)
+    return stale
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_code_reference_of_the_docs_exists(doc: Path) -> None:
+    assert stale_references(doc.read_text()) == []
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_relative_link_of_the_docs_exists(doc: Path) -> None:
+    targets = [t for t in LINK.findall(doc.read_text()) if "://" not in t and not t.startswith("mailto:")]
+    assert [t for t in targets if not (doc.parent / t).exists()] == []
+
+
+def test_a_stale_name_is_caught() -> None:
+    """The check itself: names of code that is gone fail, names of code that exists and other projects' pass."""
+    gone = "`runs.py` keeps `rollout.units.unit_seeds`; `trials.instance_facts`; `RunDir.record_everything`"
+    stale = ["runs.py", "rollout.units.unit_seeds", "trials.instance_facts", "RunDir.record_everything"]
+    assert stale_references(gone) == stale
+    here = (
+        "`runs/layout.py`, `rollout.unit.unit_seeds`, `ttlearn.run`, `RunDir.record_played`, `RunConfig.units`, "
+        "`HFPolicy.device`, `first_run.py`, `numpy.mean`, `run.json`, `ttlearn.memories`\n```\n`not.checked`\n```"
+    )
+    assert stale_references(here) == []
