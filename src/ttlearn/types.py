@@ -1,4 +1,4 @@
-"""Plain data shared by every room of the house: environments, LLMs, memories, sessions, evaluation.
+"""Plain data shared by every room of the house: environments, LLMs, memories, runs, evaluation.
 
 Everything here is a frozen dataclass that serialises to JSON with `asdict`, so a run directory can be replayed and
 re-evaluated without importing the code that produced it.

@@ -6,7 +6,7 @@ HumanEval). `reset(seed)` starts a new episode instance, `restart()` replays the
 the seed, unless the class declares `deterministic = False` (a real simulator; `check_env` then checks the rest).
 
 Required: `describe, reset, restart, step, legal_actions, score`. Everything below the line "optional capabilities"
-has a working default; an environment overrides what it has. These are all the play loop, the trial runner, the
+has a working default; an environment overrides what it has. These are all the play loop, the unit player, the
 scripted players and the reports may rely on — nothing is looked up by name elsewhere.
 
 Rules the runners rely on:

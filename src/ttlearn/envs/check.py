@@ -2,7 +2,7 @@
 
 For each seed it plays one episode (random legal moves, an unusable free-text reply, or the oracle's moves), replays
 the same moves on a twin built from the same options and, after each of `restarts` `restart()`s, on the environment
-itself, and finally resets the first seed again; it checks what the play loop, the trial runner, the memories and the
+itself, and finally resets the first seed again; it checks what the play loop, the unit player, the memories and the
 reports rely on. Write a new environment, then run `check_env(make_env("mine"))`, or `ttlearn check mine` for the
 report of every rule — the test suite does it for every registered one. Several seeds and restarts catch
 non-determinism that one episode may not show (a simulator that lists a room's contents in another order only in

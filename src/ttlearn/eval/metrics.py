@@ -17,7 +17,7 @@ import numpy as np
 def cumulative_performance(scores: Sequence[float]) -> np.ndarray:
     """Running average of per-game scores: c_t = (1/t) · Σ_{i=1..t} s_i for t = 1..T.
 
-    The learning curve of a session: a learner's curve rises towards its per-game ceiling, a non-learner's stays flat.
+    The learning curve of a run's units: a learner's curve rises towards its per-game ceiling, a non-learner's stays flat.
     """
     s = np.asarray(scores, dtype=float)
     if s.ndim != 1 or s.size == 0:

@@ -2,16 +2,16 @@
 
 `results/table.json` lists the rows in order; each names the result folder(s) it reads and how:
 
-    control      a trial run with `--control`: success@1 of memory vs its paired control (McNemar from its summary), in
+    control      a run with `--control`: success@1 of memory vs its paired control (McNemar from its summary), in
                  the control's epoch (the last one) when the run has several
     pooled       several `control` results pooled (`results`): the paired tasks added up, McNemar on the summed
                  discordant counts
-    memory_gain  a trial run with attempts: success@N with memory vs attempt 1 repeated (the greedy control)
-    runs         two trial runs on the same instances: success@N of `result` vs `against`; their discordant counts
-                 come from the row (`discordant`, with its `source`) where the task records were never committed
+    memory_gain  a run of units with attempts: success@N with memory vs attempt 1 repeated (the greedy control)
+    runs         two runs on the same instances: success@N of `result` vs `against`; their discordant counts
+                 come from the row (`discordant`, with its `source`) where the unit records were never committed
     arena        an arena report: the Elo of `method` vs `against`, and the sequences each did better on with the exact
                  paired sign-flip p (reports from before the paired section: whether their ranks differ)
-    scores       two trial runs on the same instances whose success is too rare to compare: the mean score of
+    scores       two runs on the same instances whose success is too rare to compare: the mean score of
                  attempt `attempt` (default the last) of `result` vs `against`, the tasks where each scored higher,
                  the exact paired sign-flip p (from the unit records, committed compressed or not)
 

@@ -2,7 +2,7 @@
 
 A memory answers `context(query)` with the text the player sees (the query describes the current situation, so
 retrieval memories can use it), learns in `observe(episode)`, and round-trips its whole state through JSON with
-`state()` / `load()` so every game's memory can be snapshotted, forked and rolled back.
+`state()` / `load()` so the memory after every unit can be snapshotted, forked and rolled back.
 """
 
 from __future__ import annotations
@@ -46,21 +46,22 @@ class Memory(ABC):
         MEMORIES.name_class(cls)  # a class of the package takes its name from the table
 
     needs_llm: ClassVar[bool] = False
-    """True when `observe` writes with an LLM (the session then hands it a recorded writer)."""
+    """True when `observe` writes with an LLM (the builder then hands it a recorded writer, `rollout.parts`)."""
     keeps_files: ClassVar[bool] = False
     """True when the memory lives in files of its own under the run directory (MemRL's store): one per run, so two
     copies in flight would overwrite each other's state."""
     learns_across_tasks: ClassVar[bool] = False
-    """True when the method learns from task to task (MemRL, MemP, RAG, ExpeL, Dynamic Cheatsheet): a trial run then
-    carries it from each task to the next, one attempt per task (MemRL's protocol), unless told not to."""
+    """True when the method learns from task to task (MemRL, MemP, RAG, ExpeL, both Dynamic Cheatsheets): a run then
+    carries it from each unit to the next, one attempt per unit (MemRL's protocol), unless told not to
+    (`RunConfig.resolved`; `ttlearn list` marks these memories)."""
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
     """Named settings (`-m preset=NAME`); a preset named like the environment is that family's default."""
     carries_over: ClassVar[bool] = True
     """False when `context` never depends on what was observed (`none`): its episodes are then independent and may
     be played concurrently."""
     needs_trials: ClassVar[bool] = False
-    """True when the memory only makes sense between attempts at the same instance (LaMer's reflections): it then
-    runs in trial runs only, never in a session of different games."""
+    """True when the memory only makes sense between attempts at the same instance (LaMer's reflections): a run of
+    it needs more than one attempt per unit (`RunConfig.check`)."""
 
     def __init__(self, llm: LLM | None = None) -> None:
         self.llm = llm

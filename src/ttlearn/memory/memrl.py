@@ -37,7 +37,7 @@ at a time and above a similarity bar that rejects neighbours, matters (the `sql`
 
 Provenance. Every item and logged retrieval records the run (`run_id`), the run's unit it came from — the task or
 game, 1-based, that the unit player puts in `episode.info["unit"]` — and the attempt at it (`Episode.index`,
-stored as `episode`), so a trial run's log does not mix its tasks' first attempts. Episodes that carry no unit
+stored as `episode`), so a run's log does not mix its units' first attempts. Episodes that carry no unit
 (trainers, states saved before units were recorded) record None; such states load and replay as before.
 
 Settings come from `PRESETS` (what the official repository's runners run for the paper's benchmarks, each value

@@ -26,7 +26,7 @@ LAMER_ATTEMPTS = 3
 """Attempts per unit when none are asked for and nothing carries from unit to unit: LaMer's protocol."""
 
 Seeding = Literal["unit", "trials-v1", "session-v1"]
-"""How a run derives its seeds (`rollout.units.unit_seeds`): "unit" for runs made today; the two rules of the
+"""How a run derives its seeds (`rollout.unit.unit_seeds`): "unit" for runs made today; the two rules of the
 directories written before one config existed keep them replaying exactly (`runs.legacy`)."""
 
 
@@ -104,8 +104,8 @@ class RunConfig(PartsConfig):
 
     units: int = Field(6, ge=1)
     attempts: int | None = Field(None, ge=1)
-    """Attempts per unit; None: 1 when the memory carries from unit to unit (a game of a session, MemRL's runtime
-    learning), else LaMer's 3."""
+    """Attempts per unit; None: 1 when the memory carries from unit to unit (games, MemRL's runtime learning), else
+    LaMer's 3."""
     carry_memory: bool | None = None
     """The memory (and a learning player) carries from unit to unit instead of starting fresh for each (always so
     with `epochs` > 1 or held-out validation). None: as the memory declares (`Memory.learns_across_tasks`);

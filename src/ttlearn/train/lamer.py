@@ -83,7 +83,7 @@ class LamerTrainConfig(TrainConfig):
         "reflection", description="What later attempts see: reflections, the history of attempts, or both."
     )
     policy: str = Field("smollm2", description="HF source of the policy, or a ttlearn adapter folder to continue.")
-    tasks: int = Field(16, ge=1, description="Training instance pool (held out from the trial runner's instances).")
+    tasks: int = Field(16, ge=1, description="Training instance pool (held out from the instances a run plays).")
     tasks_per_step: int = Field(2, ge=1, description="Instances per step.")
     group: int = Field(4, ge=2, description="Trials per instance (the advantage group).")
     attempts: int = Field(3, ge=1, description="Attempts per trial.")
