@@ -14,6 +14,22 @@ from ttlearn.eval.summary import RunSummary
 from ttlearn.runs import Run, RunConfig
 
 
+def scripted_config(**overrides: Any) -> RunConfig:
+    """A session of 4 RPS games of 10 rounds against cycle3 by the scripted learner with a history memory: a run that
+    plays in a second, with a memory and a player that both carry over."""
+    base: dict[str, Any] = {
+        "env": "rps",
+        "env_options": {"opponent": "cycle3", "rounds": 10},
+        "memory": "history",
+        "player": "scripted:learner",
+        "units": 4,
+        "attempts": 1,
+        "carry_memory": True,
+        "seed": 3,
+    }
+    return RunConfig(**{**base, **overrides})
+
+
 def play_run(out: Path, config: RunConfig | None = None, **options: Any) -> RunSummary:
     """`ttlearn.run(config, out, **options)`, the Python entry point, with the directory first as the tests name it."""
     return ttlearn.run(config, out, **options)

@@ -79,7 +79,10 @@ def test_row_cells_by_hand(tmp_path):
             "tasks": 43,
             "success_at_k": [17 / 43],
             "success_at_k_ci95": [[0.2637, 0.5442]],
-            "control": {"rows": [{"k": 1, "a": 17 / 43, "b": 19 / 43, "only_a": 5, "only_b": 7, "p_value": 0.7744}]},
+            "control": {
+                "tasks": 43,
+                "rows": [{"k": 1, "a": 17 / 43, "b": 19 / 43, "only_a": 5, "only_b": 7, "p_value": 0.7744}],
+            },
         },
     )
     cells = row_cells({"kind": "control", "result": "paired"}, tmp_path)

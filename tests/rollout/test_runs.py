@@ -8,26 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from runhelp import cli
+from runhelp import cli, scripted_config
 
 from ttlearn.rollout.run import play as play_units
 from ttlearn.rollout.run import prepare
 from ttlearn.runs import Run, RunConfig, canonical_hash, latest_state
 from ttlearn.types import Episode
-
-
-def scripted_config(**overrides) -> RunConfig:
-    base = dict(
-        env="rps",
-        env_options={"opponent": "cycle3", "rounds": 10},
-        memory="history",
-        player="scripted:learner",
-        units=4,
-        attempts=1,
-        carry_memory=True,
-        seed=3,
-    )
-    return RunConfig(**{**base, **overrides})
 
 
 def episodes(run: Run) -> list[Episode]:

@@ -10,27 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from runhelp import cli, play_run
+from runhelp import cli, play_run, scripted_config
 from typer.testing import CliRunner
 
 from ttlearn.cli import app
 from ttlearn.rollout.run import play as play_units
-from ttlearn.runs import Run, RunBusyError, RunConfig, RunDir
+from ttlearn.runs import Run, RunBusyError, RunDir
 from ttlearn.types import Episode
-
-
-def scripted_config(**overrides) -> RunConfig:
-    base = dict(
-        env="rps",
-        env_options={"opponent": "cycle3", "rounds": 10},
-        memory="history",
-        player="scripted:learner",
-        units=4,
-        attempts=1,
-        carry_memory=True,
-        seed=3,
-    )
-    return RunConfig(**{**base, **overrides})
 
 
 def scores(run: Run) -> list[float]:

@@ -12,6 +12,7 @@ two runs (`compare_trials`).
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -124,7 +125,7 @@ class Protocol:
     last_epoch_success: float
     cumulative_success: float
     validation_success: list[float]
-    best_validation_success: float | None
+    best_validation_success: float | None = None
 
     def lines(self, summary: RunSummary) -> list[str]:
         rates = " ".join(f"{r:.2f}" for r in self.epoch_success)
@@ -148,6 +149,17 @@ class Control:
     epoch: int
     memory_invalid: Invalid | None = None
     control_invalid: Invalid | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Control:
+        """As summary.json holds it, or older files (one `invalid_rate` per arm)."""
+        arms = {}
+        if isinstance(data.get("invalid_rate"), dict):
+            arms = {f"{arm}_invalid": Invalid(rate) for arm, rate in data["invalid_rate"].items()}
+        for arm in ("memory_invalid", "control_invalid"):
+            if data.get(arm) is not None:
+                arms[arm] = Invalid(**data[arm])
+        return cls(data["tasks"], [PairedRow(**row) for row in data["rows"]], data.get("epoch", 1), **arms)
 
     def lines(self, summary: RunSummary) -> list[str]:
         epoch = f", epoch {self.epoch}" if summary.protocol else ""
@@ -259,7 +271,7 @@ class RunSummary:
         file)."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["config"] = self.config.model_dump()
-        for part in ("invalid", "protocol", "control", "memory_gain"):
+        for part in ("invalid", *SECTIONS):
             if data[part] is not None:
                 data[part] = dataclasses.asdict(data[part])
         data["units"] = [dataclasses.asdict(row) for row in self.units]
@@ -283,24 +295,12 @@ class RunSummary:
         values.setdefault("wall_s_per_unit", data.get("wall_s_per_task"))
         if data.get("success_at_k_ci95") is not None:
             values["success_at_k_ci95"] = [tuple(pair) for pair in data["success_at_k_ci95"]]
-        if data.get("protocol") is not None:
-            values["protocol"] = Protocol(**{"best_validation_success": None, **data["protocol"]})
-        if data.get("memory_gain") is not None:
-            values["memory_gain"] = MemoryGain(**data["memory_gain"])
-        if data.get("control") is not None:
-            values["control"] = _control_from_json(data["control"], data.get("tasks", 0))
+        hints = typing.get_type_hints(cls)
+        for name in SECTIONS:
+            if data.get(name) is not None:
+                kind = next(t for t in typing.get_args(hints[name]) if t is not type(None))
+                values[name] = kind.from_json(data[name]) if hasattr(kind, "from_json") else kind(**data[name])
         return cls(**values)
-
-
-def _control_from_json(data: dict[str, Any], tasks: int) -> Control:
-    rows = [PairedRow(**row) for row in data["rows"]]
-    arms = {}
-    if isinstance(data.get("invalid_rate"), dict):  # older: one rate per arm
-        arms = {f"{arm}_invalid": Invalid(rate) for arm, rate in data["invalid_rate"].items()}
-    for arm in ("memory_invalid", "control_invalid"):
-        if data.get(arm) is not None:
-            arms[arm] = Invalid(**data[arm])
-    return Control(data.get("tasks", tasks), rows, data.get("epoch", 1), **arms)
 
 
 def paired_table(rows: Sequence[PairedRow], a: str, b: str) -> str:
@@ -523,7 +523,8 @@ SECTIONS: dict[str, Section] = {
     "validation_by_skill": validation_by_skill_section,
 }
 """The sections a run's records may call for, by their `RunSummary` field, each a pure function of the task units,
-the held-out units and the config that returns the section (with its `lines` for `show`) or None."""
+the held-out units and the config that returns the section or None. A section is a dataclass with its `lines` for
+`show` (and a `from_json` where its summary.json form is not its fields)."""
 
 
 def as_rejudged(record: Record) -> Record:

@@ -34,7 +34,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Sequence
+from typing import IO, Any, ClassVar, Sequence
 
 from ttlearn.runs.durable import SnapshotStore, append_durable
 from ttlearn.types import Episode
@@ -90,9 +90,9 @@ class RunDir:
 
     def records_file(self, name: str) -> Path | None:
         """The records file `name` of this directory, or its compressed copy (a committed result), whichever it
-        holds; None for neither."""
+        holds; None for neither. Whatever stands at a name counts (a link, a FIFO): its reader refuses it."""
         for path in (self.path / name, self.path / (name + self.PACKED)):
-            if path.is_file():
+            if path.exists() or path.is_symlink():
                 return path
         return None
 
@@ -112,10 +112,11 @@ class RunDir:
     def memrl_store(self) -> Path:
         return self.path / self.MEMRL_STORE
 
-    def hold_lock(self, wait: bool = False) -> int:
-        """Take the directory's write lock and return its descriptor (closing it, or the process ending, releases
-        it): one writer per run, so two `resume`s of one directory cannot both append a unit. `wait`: block until
-        the holder is done (an arena worker behind an orphan of a killed arena); else refuse at once."""
+    def hold_lock(self, wait: bool = False) -> IO[bytes]:
+        """Take the directory's write lock and return its open file (closing it, dropping the last reference to it
+        or the process ending releases the lock): one writer per run, so two `resume`s of one directory cannot both
+        append a unit. `wait`: block until the holder is done (an arena worker behind an orphan of a killed arena);
+        else refuse at once."""
         try:
             fd = os.open(self.lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
@@ -131,7 +132,7 @@ class RunDir:
                 f"{self.path} is being written by another process (another run or resume of it holds its lock); "
                 "wait until it ends, or stop it, then resume"
             ) from None
-        return fd
+        return os.fdopen(fd, "wb", buffering=0)
 
     # ---- a trainer's directory ---------------------------------------------------------------------------------
     @property

@@ -12,10 +12,9 @@ from its own seeds, so none is lost or played twice.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 from ttlearn.runs import legacy
 from ttlearn.runs.config import RunConfig, parse_recorded
@@ -67,7 +66,7 @@ class Run:
     def __post_init__(self) -> None:
         self.path = Path(self.path)
         self.dir = RunDir(self.path)
-        self._lock: int | None = None
+        self._lock: IO[bytes] | None = None
 
     # ---- creation and reopening -------------------------------------------------------------------------------
     @classmethod
@@ -119,12 +118,12 @@ class Run:
         return cls._holding(run_dir.hold_lock(wait), create_or_reopen)
 
     @classmethod
-    def _holding(cls, lock: int, make: Callable[[], Run]) -> Run:
+    def _holding(cls, lock: IO[bytes], make: Callable[[], Run]) -> Run:
         """The run `make` returns, holding `lock`; the lock is released when `make` fails."""
         try:
             run = make()
         except BaseException:
-            os.close(lock)
+            lock.close()
             raise
         run._lock = lock
         return run
@@ -142,9 +141,10 @@ class Run:
         return sorted(k for k, v in config.model_dump(exclude=set(UNCOMPARED)).items() if mine.get(k) != v)
 
     def close(self) -> None:
-        """Release the write lock (a reader has none); the records stay readable."""
+        """Release the write lock (a reader has none; dropping a writer releases it too); the records stay
+        readable."""
         if self._lock is not None:
-            os.close(self._lock)
+            self._lock.close()
             self._lock = None
 
     def _check_writer(self) -> None:
