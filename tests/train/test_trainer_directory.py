@@ -18,6 +18,7 @@ transformers = pytest.importorskip("transformers")
 from test_train_lamer import TINY_MINES, tiny_policy  # noqa: E402
 
 from ttlearn.llm.hf import model_dir  # noqa: E402
+from ttlearn.runs import RunDir  # noqa: E402
 from ttlearn.train.lamer import LamerTrainConfig, LamerTrainer  # noqa: E402
 
 torch.set_num_threads(1)
@@ -81,12 +82,12 @@ def test_the_rng_states_and_the_step_come_back_from_a_checkpoint(trained, tmp_pa
     assert np.array_equal(np.random.get_state()[1], np.asarray(saved["numpy_rng"][1]))
 
 
-@pytest.mark.parametrize("which", ["trainer_state.pt", "adapter_model.safetensors", "step_0001", "config.json"])
+@pytest.mark.parametrize("which", ["trainer_state.pt", "adapter_model.safetensors", "step_0001", RunDir.TRAINER_CONFIG])
 def test_links_in_a_trainer_directory_are_refused(trained, tmp_path, tokenizer, which) -> None:
     out = tmp_path / "run"
     shutil.copytree(trained, out)
     outside = tmp_path / "outside"
-    path = out / which if which in ("step_0001", "config.json") else out / "step_0001" / which
+    path = out / which if which in ("step_0001", RunDir.TRAINER_CONFIG) else out / "step_0001" / which
     shutil.move(path, outside)
     path.symlink_to(outside)
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -98,8 +99,8 @@ def test_links_in_a_trainer_directory_are_refused(trained, tmp_path, tokenizer, 
 def test_a_fifo_for_a_trainer_config_is_refused_at_once(trained, tmp_path, tokenizer) -> None:
     out = tmp_path / "run"
     shutil.copytree(trained, out)
-    (out / "config.json").unlink()
-    os.mkfifo(out / "config.json")
+    (out / RunDir.TRAINER_CONFIG).unlink()
+    os.mkfifo(out / RunDir.TRAINER_CONFIG)
     with pytest.raises(ValueError, match="not a regular file"):
         resume(out, tokenizer)
     json.dumps({})  # the FIFO was never opened for a blocking read (the test would hang)
