@@ -231,8 +231,9 @@ def test_a_run_stopped_by_a_dead_server_resumes_to_the_same_scores(proxy, tmp_pa
     broken = prepare(tmp_path / "broken", config())
     with pytest.raises(ServerUnavailable, match="after 2 tries"):
         play_units(broken)
+    broken.close()  # the process that played it ended
     assert Run.open(broken.path).done == 1
     proxy.schedule([])  # the server is back
-    resumed = Run.open(broken.path)
+    resumed = Run.open(broken.path, write=True)
     play_units(resumed)
     assert [r["score"] for r in resumed.records] == [r["score"] for r in clean.records] and resumed.done == 2
