@@ -17,6 +17,7 @@ from ttlearn.eval.report.sections import DIGITS, build_report
 from ttlearn.eval.summary import (
     MemoryGain,
     RunSummary,
+    SkillRow,
     compare_trials,
     greedy_control_applies,
     memory_gain,
@@ -141,3 +142,27 @@ def test_show_the_report_and_results_give_the_same_figures_for_a_run_of_three_at
     shown = CliRunner().invoke(app, ["show", str(run_dir)], env={"COLUMNS": "200"}).output
     assert f"3  {summary.success:<11.3f}" in shown  # success@3: solved within the three attempts
     assert f"invalid {summary.invalid.text()}" in shown and f"{summary.tokens} tokens" in shown
+
+
+def test_success_by_skill_is_a_section_of_the_last_epoch_with_its_control_by_hand() -> None:
+    """Three units tagged with skills (db_bench's instances), each with its control: select 2 units, 1 solved (the
+    control 0); insert 1 unit, solved (the control too). Shown with the most common skill first, and read back."""
+    records = []
+    for index, (skills, solved, control) in enumerate([(["select"], 1, None), (["select", "insert"], None, None),
+                                                      (["insert"], 2, 1)], start=1):  # fmt: skip
+        record = _record([(["up"], solved is not None)], {"skills": skills})
+        records.append({**record, "index": index, "first_success": solved, "control_first_success": control,
+                        "control_steps": 1, "control_invalid_steps": 0})  # fmt: skip
+    config = RunConfig(env="sokoban", memory="history", player="scripted:random", units=3, attempts=2, control=True)
+    summary = summarize_units(records, config)
+    assert summary.by_skill.rows == {
+        "insert": SkillRow(tasks=2, solved=1, success=0.5, control=0.5),
+        "select": SkillRow(tasks=2, solved=1, success=0.5, control=0.0),
+    }
+    assert summary.validation_by_skill is None
+    assert summary.by_skill.lines(summary) == [
+        "success by skill (tasks: success / control):",
+        "  insert     2  0.500 / 0.500",
+        "  select     2  0.500 / 0.000",
+    ]
+    assert RunSummary.from_json(json.loads(json.dumps(summary.to_json())), config) == summary
