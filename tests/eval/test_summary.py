@@ -1,5 +1,5 @@
-"""The summary maths, by hand: success@k, pass@k, trajectory entropy, instance ceilings, the paired comparison of
-two runs and the memory's gain against the greedy control."""
+"""The summary maths, by hand: success@k, pass@k, trajectory entropy, instance ceilings, the memory's gain against
+the greedy control, success by skill — and one summary, read everywhere."""
 
 from __future__ import annotations
 
@@ -12,13 +12,12 @@ from typer.testing import CliRunner
 
 import ttlearn
 from ttlearn.cli import app
-from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
+from ttlearn.eval.metrics import wilson_interval
 from ttlearn.eval.report.sections import DIGITS, build_report
 from ttlearn.eval.summary import (
     MemoryGain,
     RunSummary,
     SkillRow,
-    compare_trials,
     greedy_control_applies,
     memory_gain,
     summarize_units,
@@ -57,43 +56,6 @@ def test_summary_numbers_by_hand() -> None:
     assert summary.instances["within_budget_rate"] == 0.75
     lamer = summarize_units(records, RunConfig(env="sokoban", memory="lamer", units=4, attempts=3))
     assert lamer.pass_at_k is None  # sequential attempts with feedback are not independent samples
-
-
-def test_paired_comparison_counts_discordant_tasks_by_seed() -> None:
-    def runs(firsts: list[int | None], seeds: list[int]) -> list[dict]:
-        return [{"epoch": 1, "seed": s, "first_success": f} for f, s in zip(firsts, seeds)]
-
-    a = runs([1, 2, None, 3, 2], [10, 11, 12, 13, 14])
-    b = runs([1, None, None, None, 3, 1], [10, 11, 12, 13, 14, 99])  # task 99 is not in A: left out
-    rows = compare_trials(a, b, attempts=3).rows
-    assert compare_trials(a, b, attempts=3).tasks == 5
-    assert [(r.a, r.b, r.only_a, r.only_b) for r in rows] == [
-        (0.2, 0.2, 0, 0),
-        (0.6, 0.2, 2, 0),
-        (0.8, 0.4, 2, 0),
-    ]
-    assert rows[2].p_value == mcnemar_exact(2, 0) == 0.5
-    with pytest.raises(ValueError, match="share no finished task"):
-        compare_trials(a, runs([1], [42]), attempts=3)
-
-
-def test_paired_comparison_of_attempt_scores_by_hand() -> None:
-    def task(seed: int, scores: list[float], first: int | None) -> dict:
-        return {"epoch": 1, "seed": seed, "first_success": first, "attempts": [{"score": x} for x in scores]}
-
-    a = [task(1, [-2.5, 0.5, 0.5], None), task(2, [-5.1, -7.0, -4.1], None), task(3, [1.0, 12.0], 2)]
-    b = [task(1, [-2.5, -2.5, -2.5], None), task(2, [-5.1, -5.1, -5.1], None), task(3, [1.0, 1.0, 1.0], None)]
-    comparison = compare_trials(a, b, attempts=3)
-    third = comparison.scores[2]  # task 3 was solved at attempt 2: its 12.0 stands for attempt 3
-    assert (third.a, third.b) == pytest.approx(((0.5 - 4.1 + 12.0) / 3, (-2.5 - 5.1 + 1.0) / 3))
-    assert (third.a_higher, third.b_higher) == (3, 0)
-    # differences 3.0, 1.0, 11.0: only the all-positive and all-negative of the 8 sign patterns reach |15.0|
-    assert third.p_value == pytest.approx(2 / 8)
-    # differences 3.0, -1.9, 11.0: |±3 ±1.9 ±11| >= 12.1 for ±(3, -1.9, 11), ±(3, 1.9, 11)
-    second = comparison.scores[1]
-    assert (second.a_higher, second.b_higher, second.p_value) == (2, 1, pytest.approx(4 / 8))
-    assert comparison.scores[0].p_value == 1.0  # the first attempts are the same
-    assert compare_trials([{"epoch": 1, "seed": 1, "first_success": 1}], b, attempts=3).scores is None
 
 
 def test_memory_gain_against_the_greedy_control_by_hand() -> None:

@@ -9,7 +9,8 @@ from fakes import FakeLLM
 from runhelp import play_run, unit_records
 
 from ttlearn.envs.base import make_env
-from ttlearn.eval.summary import Control, Invalid, PairedRow
+from ttlearn.eval.paired import PairedRow
+from ttlearn.eval.summary import Control, Invalid
 from ttlearn.memory.base import make_memory
 from ttlearn.players.basic import RandomPlayer
 from ttlearn.players.llm import LLMPlayer

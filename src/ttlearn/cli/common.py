@@ -20,7 +20,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ttlearn.eval.summary import Comparison, RunSummary, paired_table
+from ttlearn.eval.paired import Comparison, success_table
+from ttlearn.eval.summary import RunSummary
 from ttlearn.llm.base import LLMError
 from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.memory.base import MEMORY_KEY_ENV
@@ -255,7 +256,7 @@ def invalid_reason(step: dict[str, Any]) -> str:
 
 def format_comparison(comparison: Comparison, name_a: str, name_b: str) -> str:
     header = f"paired on {comparison.tasks} shared tasks · A = {name_a} · B = {name_b}"
-    text = header + "\n" + paired_table(comparison.rows, "A", "B")
+    text = header + "\n" + success_table(comparison.rows, "A", "B")
     if comparison.scores is not None:
         text += "\n\nscore of attempt k (a task solved earlier keeps its solving attempt's)\n"
         lines = [f"{'k':<3}{'A':<10}{'B':<10}{'diff':<10}{'A higher':<10}{'B higher':<10}sign-flip p"]

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 
 from ttlearn.cli.common import console, format_comparison, format_unit, parse_options, print_call, print_summary
-from ttlearn.eval.summary import compare_trials, summarize
+from ttlearn.eval.paired import compare_trials
+from ttlearn.eval.summary import summarize
 from ttlearn.runs import Run
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from ttlearn.eval.metrics import mcnemar_exact, wilson_interval
-from ttlearn.eval.summary import RunSummary, compare_trials
+from ttlearn.eval.paired import compare_trials
+from ttlearn.eval.summary import RunSummary
 from ttlearn.runs import REPORT_JSON, Run, RunDir, holds_run, read_config
 from ttlearn.untrusted import read_json
 
