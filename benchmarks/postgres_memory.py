@@ -85,7 +85,8 @@ url, key, items, worker, requests, seconds, topics = sys.argv[1], sys.argv[2], i
     int(sys.argv[5]), float(sys.argv[6]), sys.argv[7].split(",")
 rng, log, acked = random.Random(worker), [], 0
 with httpx2.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as http:
-    end = time.monotonic() + seconds
+    start = time.monotonic()
+    end = start + seconds
     while len(log) < requests and time.monotonic() < end:
         i = rng.randrange(items)
         began = time.perf_counter()
@@ -98,7 +99,7 @@ with httpx2.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, tim
             answer = http.post("/v1/namespaces/latency/feedback", json={"ids": ids, "reward": rng.choice([1.0, -1.0])})
             log.append(["feedback", time.perf_counter() - began, answer.status_code])
             acked += len(ids) if answer.status_code == 200 else 0
-print(json.dumps({"log": log, "acked_ids": acked}))
+print(json.dumps({"log": log, "acked_ids": acked, "elapsed_s": time.monotonic() - start}))
 """
 
 
@@ -367,10 +368,9 @@ def _load(location: str, replicas: int, folder: Path, items: int, clients: int, 
             )
             for c in range(clients)
         ]  # fmt: skip
-        began = time.perf_counter()
         results = [json.loads(p.communicate(timeout=seconds + 600)[0]) for p in procs]
-        wall = time.perf_counter() - began
     log = [entry for result in results for entry in result["log"]]
+    wall = max(result["elapsed_s"] for result in results)  # the clients' sending window
     out: dict = {"replicas": replicas, "clients": clients, "ready_s": round(ready_s, 1), "wall_s": round(wall, 1)}
     for op in ("retrieve", "feedback"):
         mine = [entry for entry in log if entry[0] == op]
