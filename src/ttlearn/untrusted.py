@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +24,18 @@ MAX_DOCUMENT_BYTES = 64 << 20
 """The largest whole-file JSON document read (configs, summaries, forks, old per-game snapshots)."""
 MAX_DEPTH = 100
 """The deepest nesting of lists and objects accepted in a record (real records nest fewer than 20 levels)."""
+
+
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""What a terminal acts on instead of showing: C0 controls but newline and tab (ESC starts every escape sequence:
+OSC 52 writes the clipboard, OSC 8 hides a link, CSI 2J clears the screen), DEL, C1 controls (0x9B is CSI in one
+byte), and the bidirectional overrides and isolates that reorder what is shown."""
+
+
+def printable(text: str) -> str:
+    """`text` with every control character written as its escape (`\\x1b`, `\\u202e`), so that printing what a file
+    or a model said cannot act on the terminal. Idempotent: an escape holds no control character."""
+    return _CONTROLS.sub(lambda m: repr(m[0])[1:-1], text)
 
 
 class UntrustedFileError(ValueError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -200,6 +201,43 @@ def test_markup_in_a_config_or_a_memory_is_printed_literally(real_run, tmp_path)
     assert result.exit_code == 0 and "[/] intent [bold]x" in result.output and "[link=https" in result.output
 
 
+# ---- issue 41, item 8: terminal escape sequences are printed escaped ----------------------------------------------
+OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # writes the clipboard
+OSC8 = "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # a link whose target is hidden
+CSI = "\x1b[2J\x9b31m"  # clears the screen; the same introducer as one C1 byte
+RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""What a terminal may act on: C0 controls but newline and tab, DEL, C1 controls."""
+
+
+def test_escape_sequences_from_a_run_or_a_store_reach_the_terminal_escaped(real_run, tmp_path):
+    run = crafted(real_run, tmp_path, tmp_path / "marker")
+    edit_config(run, player=f"scripted:random{OSC52}", env_options={"rounds": 4, "x": OSC8})
+    lines = (run / "units.jsonl").read_text().splitlines()
+    unit = json.loads(lines[0])
+    unit["attempts"][0]["steps"][0]["action"] = f"rock{CSI}"
+    (run / "units.jsonl").write_text("\n".join([json.dumps(unit), *lines[1:]]) + "\n")
+    from ttlearn.memory.embed import make_embedder
+    from ttlearn.memory.items import NewItem
+    from ttlearn.memory.store import MemoryStore
+
+    store = tmp_path / "m.sqlite"
+    with MemoryStore(store) as memory:
+        namespace = memory.namespace("default", make_embedder("hash"))
+        namespace.add(NewItem(f"intent {OSC52}", f"experience {OSC8} {CSI}", 0.0, "run", 1, unit=1))
+        log = namespace.log_retrieval(f"query {CSI}", [], [], explored=False, run_id="run")
+        namespace.assign_episode([log], 1, 1)
+    edit_config(run, memory_options={"store": str(store)})
+    for args, shown in (
+        (["show", str(run)], "scripted:random\\x1b]52;c;ZWNobyBwd25lZA==\\x07"),
+        (["show", str(run), "--unit", "1", "--prompts"], "rock\\x1b[2J\\x9b31m"),
+        (["memory", "inspect", str(run)], "\\x1b]8;;https://evil.example\\x1b\\click"),
+        (["memory", "explain", str(run), "--unit", "1"], "query \\x1b[2J\\x9b31m"),
+    ):
+        result = invoke(*args)
+        assert result.exit_code == 0 and shown in result.output, (args, result.output)
+        assert not RAW_CONTROL.search(result.output), (args, result.output)
+
+
 # ---- the corpus: every crafted directory through every command that reads one --------------------------------------
 def chunk_cycle(run: Path) -> None:
     key = last_hash(run)
@@ -274,6 +312,16 @@ def append(path: Path, records: list[dict]) -> None:
         fh.write("".join(json.dumps(r) + "\n" for r in records))
 
 
+def terminal_escapes(run: Path) -> None:
+    """A player name, an environment option and a recorded move that would act on the terminal."""
+    edit_config(run, player=f"scripted:random{OSC52}", env_options={"rounds": 4, "x": OSC8})
+    path = records_file(run)
+    lines = path.read_text().splitlines()
+    unit = json.loads(lines[0])
+    unit["attempts"][0]["steps"][0]["action"] = f"rock{CSI}"
+    path.write_text("\n".join([json.dumps(unit), *lines[1:]]) + "\n")
+
+
 def other_store(run: Path) -> None:
     other = run.parent / "outside" / "victim.sqlite"
     with sqlite3.connect(other) as conn:
@@ -296,6 +344,7 @@ CORPUS = {
     "records a FIFO": fifo,
     "malformed record": malformed,
     "store elsewhere": other_store,
+    "terminal escapes": terminal_escapes,
 }
 
 COMMANDS = [
@@ -388,6 +437,7 @@ def test_every_command_survives_a_crafted_run_directory(real_run, tmp_path, layo
     for outcome in json.loads(done.stdout):
         command = " ".join(outcome["args"][:2])
         assert outcome["crash"] is None, f"{case} / {command}: {outcome['crash']}\n{outcome['output'][-2000:]}"
+        assert not RAW_CONTROL.search(outcome["output"]), f"{case} / {command}: {outcome['output'][-2000:]!r}"
         assert outcome["s"] < LIMIT_S, f"{case} / {command} took {outcome['s']:.1f}s"
         if outcome["code"] != 0:
             errors = [line for line in outcome["output"].splitlines() if line.startswith("error:")]

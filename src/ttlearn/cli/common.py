@@ -15,21 +15,40 @@ from typing import Any
 import typer
 import yaml
 from pydantic import ValidationError
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
 from ttlearn.eval.paired import Comparison, success_table
 from ttlearn.eval.summary import RunSummary
 from ttlearn.llm.base import LLMError
-from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.memory.base import MEMORY_KEY_ENV
+from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.types import REJECTED, Step
+from ttlearn.untrusted import printable
 
-console = Console(markup=False)
+
+class EscapingConsole(Console):
+    """A console whose every printed character is shown, not acted on: the text of each segment it renders has its
+    control characters escaped (`untrusted.printable`), while the style and control codes rich adds itself (colours,
+    the progress bar's cursor moves) are untouched. A run directory, a store or a model's reply may hold an OSC 52
+    (clipboard write), an OSC 8 (hidden link) or a CSI 2J: they print as `\\x1b]52;…`. Strings are escaped before
+    rich reads them too, so the few controls it drops (BEL, backspace, CR) are shown as well."""
+
+    def render_str(self, text: str, **options: Any) -> Text:
+        return super().render_str(printable(text), **options)
+
+    def render(self, renderable: RenderableType, options: ConsoleOptions | None = None):  # type: ignore[override]
+        for segment in super().render(renderable, options):
+            yield segment if segment.control else Segment(printable(segment.text), segment.style)
+
+
+console = EscapingConsole(markup=False)
 """Markup off: every string printed — a path, a config value, a model's reply, an error naming a file — is literal
-text, so a `[/]` or `[link=…]` read from a run directory is just text. Styles come from `styled` (`Text`)."""
+text, so a `[/]` or `[link=…]` read from a run directory is just text; and control characters are escaped
+(`EscapingConsole`). Styles come from `styled` (`Text`)."""
 USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError)
 """Errors a user can cause or fix (bad input, a missing file, server or optional dependency); one red line each."""
 
