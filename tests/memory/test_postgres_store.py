@@ -172,8 +172,9 @@ def test_the_schema_migrates_from_an_older_version_and_refuses_a_newer(postgres_
 
 
 def test_an_unreachable_database_is_one_clear_error() -> None:
-    with pytest.raises(ConnectionError, match=r"cannot reach the PostgreSQL memory store postgresql://u:\*\*\*@"):
+    with pytest.raises(ConnectionError, match=r"cannot reach the PostgreSQL memory store postgresql://u@127") as refused:
         MemoryStore("postgresql://u:secret@127.0.0.1:1/none", timeout_s=2)
+    assert "secret" not in str(refused.value)
 
 
 def test_commit_order_reconstructs_the_fold_and_spots_a_lost_update() -> None:

@@ -24,7 +24,7 @@ from rich.text import Text
 from ttlearn.eval.paired import Comparison, success_table
 from ttlearn.eval.summary import RunSummary
 from ttlearn.llm.base import LLMError
-from ttlearn.memory.base import MEMORY_KEY_ENV
+from ttlearn.memory.base import MEMORY_KEY_ENV, STORE_PASSWORD_ENV, url_password, without_password
 from ttlearn.registry import PluginShadowWarning, UnknownNameError, load_plugins
 from ttlearn.types import REJECTED, Step
 from ttlearn.untrusted import printable
@@ -118,10 +118,22 @@ def parse_options(pairs: list[str], flag: str) -> dict[str, Any]:
 
 def keep_key_out(options: dict[str, Any]) -> dict[str, Any]:
     """`-m key=KEY` is a credential: it becomes this process's TTLEARN_MEMORY_KEY and leaves the options, which a
-    run records in its directory."""
+    run records in its directory; so does the password of `-m store=postgresql://user:PASSWORD@…` (PGPASSWORD, as
+    libpq reads it), the URL staying without it."""
     if "key" in options:
         os.environ[MEMORY_KEY_ENV] = str(options.pop("key"))
+    if isinstance(options.get("store"), str):
+        options["store"] = keep_password_out(options["store"])
     return options
+
+
+def keep_password_out(location: str) -> str:
+    """A store location named on the command line, as it may be recorded and shown: a database URL's password
+    becomes this process's PGPASSWORD (libpq reads it there) and the URL is returned without it."""
+    password = url_password(location)
+    if password is not None:
+        os.environ[STORE_PASSWORD_ENV] = password
+    return without_password(location)
 
 
 def csv(text: str | None) -> list[str] | None:

@@ -10,12 +10,15 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from ttlearn.cli.common import console, friendly, reads_runs
+from ttlearn.cli.common import console, friendly, keep_password_out, reads_runs
 from ttlearn.eval.retrievals import q_effect
 from ttlearn.runs import Run, RunDir, read_config
 
 
-TRUST_STORE_HELP = "The run's memory database (postgresql://…) when you trust it; a SQLite file needs no flag."
+TRUST_STORE_HELP = (
+    "The run's memory database (postgresql://…) when you trust it, its password here or in PGPASSWORD; a SQLite file "
+    "needs no flag."
+)
 
 memory_app = typer.Typer(help="Inspect, fork and compare the memory snapshots of a run.", no_args_is_help=True)
 
@@ -61,7 +64,7 @@ def _memrl_store(run_dir: Path, trust_store: list[str]) -> tuple[Any, str, str]:
     options = read_config(run_dir).memory_options
     location = str(options.get("store") or run.memrl_store)
     if is_database_url(location):
-        if location not in trust_store:
+        if location not in [keep_password_out(store) for store in trust_store]:
             raise ValueError(
                 f"{run_dir} keeps its memories in a database, and a run directory does not choose where ttlearn "
                 "connects; if that database is yours, name it again: --trust-store URL"
@@ -168,6 +171,7 @@ def memory_export(
     to move it between SQLite and PostgreSQL with `ttlearn memory import`."""
     from ttlearn.memory.store import MemoryStore, is_database_url
 
+    store = keep_password_out(store)
     if not is_database_url(store) and not Path(store).exists():
         raise FileNotFoundError(f"no store at {store}")
     if out.exists():
@@ -189,6 +193,7 @@ def memory_import(
     """Add the namespaces of an export to a store that does not hold them yet (ids are kept where free)."""
     from ttlearn.memory.store import MemoryStore
 
+    store = keep_password_out(store)
     data = json.loads(dump.read_text())
     with MemoryStore(store) as target:
         count = target.import_all(data)

@@ -18,6 +18,7 @@ from ttlearn.cli.common import (
     console,
     friendly,
     keep_key_out,
+    keep_password_out,
     parse_options,
     print_summary,
     progress_bar,
@@ -34,7 +35,10 @@ from ttlearn.runs import games as session_of
 
 TRUST_HELP = "A URL of the run (-m url=, openai:URL) that may receive TTLEARN_MEMORY_KEY / OPENAI_API_KEY; repeatable."
 DEFAULT_UNITS = RunConfig.model_fields["units"].default
-STORE_HELP = "The run's memory store file (-m store=) when it lies outside the run directory: it will be written."
+STORE_HELP = (
+    "The run's memory store (-m store=) when it lies outside the run directory: it will be written. A database's "
+    "password may be given here (postgresql://USER:PASSWORD@…) or in PGPASSWORD; it is never recorded."
+)
 
 
 def play_with_progress(
@@ -244,7 +248,8 @@ def resume(
     named again with --trust-url: the run directory may have been written by anyone."""
     if keep_key_out(parse_options(memory_opt, "--memory-opt")):
         raise ValueError("resume takes only -m key=KEY; the run's other memory options are in its directory")
-    check_trusted(read_config(run_dir), trust_url, run_dir, stores=trust_store)  # before anything else is read
+    stores = [keep_password_out(store) for store in trust_store]
+    check_trusted(read_config(run_dir), trust_url, run_dir, stores=stores)  # before anything else is read
     play_with_progress(run_dir, None, concurrency, how="resumed")
 
 
@@ -257,7 +262,8 @@ def replay(
     """Re-run a recorded run without calling any model, and check that every outcome is
     reproduced."""
     out = out or replay_dir(run_dir)
-    check_trusted(read_config(run_dir), trust_url, run_dir, stores=trust_store)  # before anything else is read
+    stores = [keep_password_out(store) for store in trust_store]
+    check_trusted(read_config(run_dir), trust_url, run_dir, stores=stores)  # before anything else is read
     source = Run.open(run_dir)
     if not source.finished:
         raise ValueError(f"{run_dir} is unfinished ({source.done} of {source.total} units); resume it first")

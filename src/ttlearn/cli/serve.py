@@ -74,6 +74,9 @@ def serve(
         from ttlearn.serve.auth import read_admin_key
     except ImportError as exc:
         raise ValueError(f"ttlearn serve needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
+    from ttlearn.cli.common import keep_password_out
+
+    store = keep_password_out(store)  # a database's password goes to PGPASSWORD, never into a message
     admin_key = read_admin_key(admin_key_file)
     limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota, auth_rate=auth_rate, auth_burst=auth_burst)
     guards = dict(

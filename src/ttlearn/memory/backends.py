@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ttlearn.memory.base import without_password
 from ttlearn.memory.embed import make_embedder
 from ttlearn.memory.items import Candidate, Namespace, NewItem
 from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
@@ -142,9 +143,7 @@ class SharedStoreMemories(LocalMemories):
     loading one restores only the pending retrievals, never overwriting what other workers learnt."""
 
     def state(self) -> dict[str, Any]:
-        from ttlearn.memory.postgres import redact
-
-        return {"store": redact(str(self.path)), "namespace": self.namespace, "log_ids": list(self.log_ids)}
+        return {"store": without_password(str(self.path)), "namespace": self.namespace, "log_ids": list(self.log_ids)}
 
     def load(self, state: dict[str, Any]) -> dict[int, int]:
         if "memories" in state:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 from ttlearn.llm.base import LLM
 from ttlearn.registry import Registry
@@ -17,6 +18,23 @@ from ttlearn.types import Episode
 
 MEMORY_KEY_ENV = "TTLEARN_MEMORY_KEY"
 """Where the key of a memory service namespace lives (`-m key=` sets it): never in a config or run directory."""
+STORE_PASSWORD_ENV = "PGPASSWORD"
+"""Where a PostgreSQL store's password lives (libpq reads it, or ~/.pgpass): never in a config or run directory."""
+
+
+def url_password(url: str) -> str | None:
+    """The password a URL carries (`scheme://user:PASSWORD@host/…`), None when it holds none or is no URL."""
+    return urlsplit(url).password if "://" in url else None
+
+
+def without_password(url: str) -> str:
+    """`url` as it may be recorded and shown: without its password (`scheme://user@host/…`), anything else as is."""
+    if url_password(url) is None:
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc.rpartition("@")[2]
+    user = parts.netloc.rpartition("@")[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc}"))
 
 MEMORIES: Registry[type["Memory"]] = Registry(
     "memory method",

@@ -46,8 +46,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
+from ttlearn.memory.base import without_password
 from ttlearn.memory.vector_index import VectorIndex
 
 try:
@@ -169,16 +169,6 @@ _RETRYABLE = (pg_errors.DeadlockDetected, pg_errors.SerializationFailure, pg_err
 violation is two processes creating the same namespace, or keeping the same snapshot id, at once."""
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and snapshots (libpq also reads PGPASSWORD and ~/.pgpass)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class _Inserted:
     """What an INSERT answers: the new row's id, as sqlite3's cursor does."""
 
@@ -234,7 +224,7 @@ class _Connection:
             except psycopg.OperationalError as exc:
                 if time.monotonic() > deadline:
                     raise ConnectionError(
-                        f"lost the PostgreSQL memory store {redact(self.url)}: {_first_line(exc)}"
+                        f"lost the PostgreSQL memory store {without_password(self.url)}: {_first_line(exc)}"
                     ) from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -252,10 +242,11 @@ def connect(url: str, timeout_s: float = 60.0) -> _Connection:
     try:
         pg = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)))
     except psycopg.OperationalError as exc:
-        raise ConnectionError(f"cannot reach the PostgreSQL memory store {redact(url)}: {_first_line(exc)}") from None
+        where = without_password(url)
+        raise ConnectionError(f"cannot reach the PostgreSQL memory store {where}: {_first_line(exc)}") from None
     with pg.transaction():
         pg.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        migrate(pg, redact(url))
+        migrate(pg, without_password(url))
     return _Connection(url, pg, timeout_s)
 
 
@@ -284,7 +275,7 @@ class PostgresDialect:
     unit_column = "unit"
 
     def __init__(self, url: str, *, timeout_s: float) -> None:
-        self.location = redact(url)
+        self.location = without_password(url)
         self.timeout_s = timeout_s
         self.conn = connect(url, timeout_s)
         self._writes = 0
@@ -448,10 +439,13 @@ class LocalServer:
 
 
 @contextmanager
-def temporary_server(settings: dict[str, str] | None = None, bin_dir: Path = BIN_DIR) -> Iterator[LocalServer]:
+def temporary_server(
+    settings: dict[str, str] | None = None, bin_dir: Path = BIN_DIR, password: str | None = None
+) -> Iterator[LocalServer]:
     """A fresh PostgreSQL listening on a free loopback port, deleted on exit. `settings` are server options (e.g.
-    {"fsync": "off"} for tests). As root, its folder (under /tmp, which the postgres user can reach) belongs to that
-    user, and the programs run as it."""
+    {"fsync": "off"} for tests); with `password`, the `postgres` user must give it (scram-sha-256; the URL does not
+    hold it), else every local connection is trusted. As root, its folder (under /tmp, which the postgres user can
+    reach) belongs to that user, and the programs run as it."""
     missing = server_missing(bin_dir)
     if missing:
         raise FileNotFoundError(missing)
@@ -468,8 +462,14 @@ def temporary_server(settings: dict[str, str] | None = None, bin_dir: Path = BIN
         if done.returncode:
             raise RuntimeError(f"{Path(args[0]).name} failed: {(done.stderr or done.stdout).strip()[-600:]}")
 
+    auth = ["-A", "trust"]
+    if password is not None:
+        (root / "pw").write_text(password)
+        if as_root:
+            shutil.chown(root / "pw", SERVER_USER)
+        auth = ["-A", "scram-sha-256", f"--pwfile={root / 'pw'}"]
     try:
-        run(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
+        run(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", *auth, "-E", "UTF8", "--no-sync")
         port = _free_port()
         run(
             str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "start",

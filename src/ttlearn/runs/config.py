@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ttlearn.envs.base import ENVS, recorded_defaults
 from ttlearn.llm.base import DEFAULT_LLM
-from ttlearn.memory.base import MEMORIES, MEMORY_KEY_ENV
+from ttlearn.memory.base import MEMORIES, MEMORY_KEY_ENV, STORE_PASSWORD_ENV, url_password
 from ttlearn.registry import PLUGINS_VAR, PluginError, UnknownNameError, loaded_plugins
 from ttlearn.types import NoteAt
 from ttlearn.version import __version__
@@ -57,7 +57,7 @@ class PartsConfig(BaseModel):
     """What every way of playing shares: the environment, the memory, the player and writer LLMs, seed and
     temperature. `rollout.run.validate` checks the names against the registries before any model loads."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)  # an input may hold a credential
 
     env: str
     env_options: dict[str, Any] = Field(default_factory=dict)
@@ -86,12 +86,20 @@ class PartsConfig(BaseModel):
     @field_validator("memory_options")
     @classmethod
     def _no_credentials(cls, options: dict[str, Any]) -> dict[str, Any]:
-        """A config is written into run directories and snapshots: a memory service key must never be in it."""
+        """A config is written into run directories and snapshots: a memory service key or a store's password must
+        never be in it."""
         if "key" in options:
             raise ValueError(
                 f"memory option key= is a credential and is never recorded in a run: set {MEMORY_KEY_ENV} instead "
                 "(ttlearn run/resume take -m key=KEY and keep it out of the run directory)"
             )
+        for name in ("store", "url"):
+            if isinstance(options.get(name), str) and url_password(options[name]) is not None:
+                where = STORE_PASSWORD_ENV if name == "store" else MEMORY_KEY_ENV
+                raise ValueError(
+                    f"memory option {name}= holds a password, a credential that is never recorded in a run: drop it "
+                    f"from the URL and set {where} instead (ttlearn run -m {name}=… keeps it out of the directory)"
+                )
         return options
 
 
