@@ -104,13 +104,15 @@ def test_lines_past_the_limit_and_snapshot_expansions_are_refused(tmp_path, monk
     (tmp_path / "f").write_bytes(b"123456789\n" + b"x" * 11 + b"\n")
     with open(tmp_path / "f", "rb") as fh, pytest.raises(untrusted.UntrustedFileError, match=r"f:2: a line longer"):
         list(untrusted.lines(fh, tmp_path / "f"))
-    # a state {"memory": [["ab", "ab"]]}: 1 (state) + 1 (chunked list) + 2 × (1 + 2) for the string = 8
+    from ttlearn.runs.durable import ELEMENT_WEIGHT
+
+    # a state {"memory": ["ab", "ab"]}: the state (64) and its key (6), the chunked list (64), two strings (64 + 2)
     objects = {"k": {"memory": {CHUNKS: ["c"]}}, "c": ["s", "s"], "s": "ab"}
-    assert expanded_size(objects, "k", tmp_path) == 1 + 1 + 2 * 3
+    assert ELEMENT_WEIGHT == 64 and expanded_size(objects, "k", tmp_path) == 64 + 6 + 64 + 2 * (64 + 2) == 266
     bomb = {"s": "x" * 100}  # a list of 64 chunks of 64 references to the level below, three levels: 64^6 strings
     for level, below in enumerate(["s", "l0", "l1"]):
         bomb[f"c{level}"], bomb[f"l{level}"] = [below] * 64, {CHUNKS: [f"c{level}"] * 64}
-    assert expanded_size(bomb, "l0", tmp_path) == 1 + 64 * 64 * 101  # one level: 413,697
+    assert expanded_size(bomb, "l0", tmp_path) == 64 + 64 * 64 * (64 + 100)  # one level: 671,808
     with pytest.raises(ValueError, match=f"more than {MAX_EXPANDED:,}"):
         expanded_size(bomb, "l2", tmp_path)
     with pytest.raises(ValueError, match="cycle"):
@@ -199,6 +201,69 @@ def test_markup_in_a_config_or_a_memory_is_printed_literally(real_run, tmp_path)
     edit_config(run, memory_options={"store": str(store)})
     result = invoke("memory", "inspect", str(run))
     assert result.exit_code == 0 and "[/] intent [bold]x" in result.output and "[link=https" in result.output
+
+
+# ---- issue 41, item 6: the limit on a snapshot's expansion counts the work -----------------------------------------
+def nested_bomb(run: Path, leaf: object, width: int, repeats: int) -> int:
+    """Point the last unit at a state {"memory": [...]} whose list is `repeats` copies of a list of `width` × 64 × 64
+    copies of `leaf`, stored in a few KB (chunks of chunks); returns the number of leaves."""
+    ref = lambda name: name.ljust(64, "0")  # noqa: E731
+    records = [{"hash": ref("leaf"), "value": leaf}, {"hash": ref("k0"), "value": [ref("leaf")] * 64},
+               {"hash": ref("l1"), "value": {CHUNKS: [ref("k0")] * 64}},  # 4,096 leaves
+               {"hash": ref("k1"), "value": [ref("l1")] * width},
+               {"hash": ref("l2"), "value": {CHUNKS: [ref("k1")] * 64}},  # width × 64 × 4,096 leaves
+               {"hash": ref("k2"), "value": [ref("l2")] * repeats}]  # fmt: skip
+    records.append({"hash": last_hash(run), "value": {"memory": {CHUNKS: [ref("k2")]}}})
+    append(run / "snapshots.jsonl", records)
+    return repeats * width * 64 * 4096
+
+
+PEAK = """
+import atexit, resource, runpy, sys
+atexit.register(lambda: sys.stderr.write(f"\\npeak-rss-kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n"))
+sys.argv = ["ttlearn", *sys.argv[1:]]
+runpy.run_module("ttlearn", run_name="__main__")
+"""
+
+
+def run_command(args: list[str], cwd: Path, timeout: float = LIMIT_S) -> tuple[subprocess.CompletedProcess, float, int]:
+    """`ttlearn ARGS` in a fresh process: (its result, wall seconds, its peak RSS in MB), under `timeout`."""
+    import time
+
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", PEAK, *args], env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    peak = re.findall(r"peak-rss-kb (\d+)", done.stderr)
+    return done, time.perf_counter() - start, int(peak[-1]) // 1024 if peak else -1
+
+
+def test_a_small_snapshot_that_expands_to_84_million_elements_is_refused_at_once(real_run, tmp_path):
+    """16 KB of chunks that expand to 84 M integers, under the old limit of 10⁸ elements plus characters: `memory
+    fork` ran for minutes and took gigabytes. The limit now weighs each element as 64 characters."""
+    run = crafted(real_run, tmp_path, tmp_path / "marker")
+    assert nested_bomb(run, 0, 20, 16) == 83_886_080 and (run / "snapshots.jsonl").stat().st_size < 40_000
+    for args in (["memory", "fork", str(run), "--unit", "2", "--out", str(tmp_path / "fork")],
+                 ["memory", "diff", str(run), "--from", "1", "--to", "2"]):  # fmt: skip
+        done, seconds, _ = run_command(args, tmp_path)
+        assert done.returncode == 2 and "expands to more than" in done.stdout, done.stdout + done.stderr
+        assert seconds < 10, seconds
+
+
+def test_the_largest_snapshot_under_the_limit_is_read_in_seconds(real_run, tmp_path):
+    """The worst a crafted state can be under the limit — 786 k tiny elements, or 42 M characters of shared text in
+    262 k strings — forks and diffs in seconds and well under a gigabyte."""
+    from ttlearn.runs.durable import ELEMENT_WEIGHT, MAX_EXPANDED
+
+    for leaf, width, repeats in ((0, 3, 1), ("x" * 160, 1, 1)):
+        run = crafted(real_run, tmp_path / f"{width}", tmp_path / "marker")
+        leaves = nested_bomb(run, leaf, width, repeats)
+        weight = leaves * (ELEMENT_WEIGHT + (len(leaf) if isinstance(leaf, str) else 0))
+        assert 0.5 * MAX_EXPANDED < weight < MAX_EXPANDED
+        for args in (["memory", "fork", str(run), "--unit", "2", "--out", str(tmp_path / f"{width}" / "fork")],
+                     ["memory", "diff", str(run), "--from", "1", "--to", "2"]):  # fmt: skip
+            done, seconds, peak_mb = run_command(args, tmp_path)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            assert seconds < LIMIT_S and peak_mb < 1500, (args[1], seconds, peak_mb)
 
 
 # ---- issue 41, item 8: terminal escape sequences are printed escaped ----------------------------------------------
@@ -345,6 +410,7 @@ CORPUS = {
     "malformed record": malformed,
     "store elsewhere": other_store,
     "terminal escapes": terminal_escapes,
+    "84 M integers": lambda run: nested_bomb(run, 0, 20, 16),
 }
 
 COMMANDS = [

@@ -67,6 +67,13 @@ def friendly(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def print_plain(text: str) -> None:
+    """Long plain text (a diff of two memories) written as it is, control characters escaped, without rich's layout:
+    rich lays out a line in about 0.1 ms, and a diff may have a million lines."""
+    console.file.write(printable(text) + "\n")
+    console.file.flush()
+
+
 def styled(*parts: str) -> Text:
     """Text from (text, style) pairs given flat: `styled("error:", "bold red", " the rest")`; never markup."""
     pairs = [(parts[i], parts[i + 1] if i + 1 < len(parts) else "") for i in range(0, len(parts), 2)]

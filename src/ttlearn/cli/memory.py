@@ -10,7 +10,7 @@ from typing import Any, Optional
 import typer
 from rich.table import Table
 
-from ttlearn.cli.common import console, friendly, keep_password_out, reads_runs
+from ttlearn.cli.common import console, friendly, keep_password_out, print_plain, reads_runs
 from ttlearn.eval.retrievals import q_effect
 from ttlearn.runs import Run, RunDir, read_config
 
@@ -51,7 +51,7 @@ def memory_diff(
     run = Run.open(run_dir)
     before, after = (json.dumps(run.snapshot(u)["state"], indent=1, sort_keys=True).splitlines() for u in (a, b))
     lines = list(difflib.unified_diff(before, after, f"after unit {a}", f"after unit {b}", lineterm=""))
-    console.print("\n".join(lines) if lines else "no change", markup=False, highlight=False)
+    print_plain("\n".join(lines) if lines else "no change")
 
 
 def _memrl_store(run_dir: Path, trust_store: list[str]) -> tuple[Any, str, str]:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ttlearn.untrusted import MAX_DEPTH, UntrustedFileError, lines, loads, open_regular
+from ttlearn.untrusted import MAX_DEPTH, MAX_DOCUMENT_BYTES, UntrustedFileError, lines, loads, open_regular
 
 
 def canonical_hash(data: Any) -> str:
@@ -64,17 +64,22 @@ CHUNK = 64
 """Element references per stored piece of a list."""
 CHUNKS = "$chunks"
 """The key of a list stored as pieces (the only key of its dict)."""
-MAX_EXPANDED = 100_000_000
-"""The largest state a snapshot may expand to (elements plus characters of text): pieces are shared, so a crafted
-store of a few KB could otherwise expand to gigabytes."""
+ELEMENT_WEIGHT = 64
+"""What one element (a list, a dict, a number, a string) of an expanded state weighs against the limit, in characters:
+about what it costs a reader as a Python object, in JSON text and in a diff line. Text weighs its characters."""
+MAX_EXPANDED = MAX_DOCUMENT_BYTES
+"""The most a snapshot's state may weigh expanded (elements × ELEMENT_WEIGHT + characters of text and keys): as much
+as a whole document may hold, so at most a million elements, or 64 M characters of (shared) text. Pieces are
+shared, so a crafted store of a few KB could otherwise expand to gigabytes; under the limit every reader (fork, diff,
+resume) ends in seconds. The largest committed state weighs 0.12 M (an SQL run's memory, results/)."""
 
 
 def expanded_size(objects: Mapping[str, Any], key: str, where: Path) -> int:
-    """The size (elements plus characters) of the state stored under `key` once its pieces are expanded, checking
-    that the pieces form a DAG (no cycle, no missing piece) whose expansion nests no deeper than MAX_DEPTH and is
-    no larger than MAX_EXPANDED; each error one line naming the file. A piece is measured once, so a shared piece
-    costs its size on every use without being walked again."""
-    measured: dict[str, tuple[int, int] | None] = {}  # piece → (size, height); None while being measured
+    """The weight of the state stored under `key` once its pieces are expanded (each element ELEMENT_WEIGHT, each
+    character of text or of a key 1), checking that the pieces form a DAG (no cycle, no missing piece) whose
+    expansion nests no deeper than MAX_DEPTH and weighs no more than MAX_EXPANDED; each error one line naming the
+    file. A piece is measured once, so a shared piece costs its weight on every use without being walked again."""
+    measured: dict[str, tuple[int, int] | None] = {}  # piece → (weight, height); None while being measured
 
     def refs(value: Any) -> list[str]:
         if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
@@ -99,16 +104,22 @@ def expanded_size(objects: Mapping[str, Any], key: str, where: Path) -> int:
     def measure(value: Any, depth: int) -> tuple[int, int]:
         if depth > MAX_DEPTH:
             raise UntrustedFileError(f"{where}: a snapshot nests deeper than {MAX_DEPTH} levels; refused")
+        keys = 0
         if isinstance(value, dict) and CHUNKS in value:
             parts = [piece(e, depth + 1) for c in refs(value[CHUNKS]) for e in refs(objects[c])]
-        elif isinstance(value, (dict, list)):
-            parts = [measure(v, depth + 1) for v in (value.values() if isinstance(value, dict) else value)]
+        elif isinstance(value, dict):
+            parts, keys = [measure(v, depth + 1) for v in value.values()], sum(len(str(k)) for k in value)
+        elif isinstance(value, list):
+            parts = [measure(v, depth + 1) for v in value]
         else:
-            return (len(value) + 1 if isinstance(value, str) else 1), 0
-        size = 1 + sum(p[0] for p in parts)
-        if size > MAX_EXPANDED:
-            raise UntrustedFileError(f"{where}: a snapshot expands to more than {MAX_EXPANDED:,} elements; refused")
-        return size, 1 + max((p[1] for p in parts), default=0)
+            return ELEMENT_WEIGHT + (len(value) if isinstance(value, str) else 0), 0
+        weight = ELEMENT_WEIGHT + keys + sum(p[0] for p in parts)
+        if weight > MAX_EXPANDED:
+            raise UntrustedFileError(
+                f"{where}: a snapshot expands to more than {MAX_EXPANDED:,} (elements weigh {ELEMENT_WEIGHT} "
+                "characters each); refused"
+            )
+        return weight, 1 + max((p[1] for p in parts), default=0)
 
     if key not in objects:
         raise FileNotFoundError(f"no memory snapshot {key[:12]} in {where}")
