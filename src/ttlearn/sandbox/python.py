@@ -8,7 +8,9 @@ What a sandboxed program gets, on Linux:
   given on stdin;
 - resource limits, set before any of its code runs: CPU seconds, address space, file size, open files, processes, no
   core dumps;
-- a wall-time limit; when it ends or times out, its whole process group (it runs in a new session) is killed;
+- a wall-time limit; when it ends or times out, or the caller is interrupted (an exception, SIGINT), its whole
+  process group (it runs in a new session) is killed; and if the caller dies outright (SIGTERM, SIGKILL), the
+  kernel kills the sandbox's processes that it started (PR_SET_PDEATHSIG, `_bootstrap.py`);
 - output capped: stdout and stderr together, plus the report stream on file descriptor 3, each read up to a byte
   budget and the rest discarded.
 
@@ -38,6 +40,7 @@ allow. Its report stream is its own to write: a verdict that must not be forged 
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import os
 import secrets
@@ -80,157 +83,8 @@ SECCOMP_SYSCALLS = {
 extended attributes, namespaces, mounts, tracing, keyrings, BPF or io_uring; `clone` only without namespace flags and
 `clone3` answers ENOSYS (its flags sit behind a pointer), so the C library falls back to `clone`."""
 
-# The child's first statements, run by a bare interpreter (standard library only, none of our imports). As root:
-# fresh mount, network, PID, IPC and UTS namespaces; this process stays outside the new PID namespace to report how
-# the program ended (a wait status on STATUS) while a fork becomes its PID 1, mounts a /proc that shows only its own
-# processes and a size-capped tmpfs over its directory, and drops to the fresh uid. Then, for everyone: limits,
-# no-new-privileges, Landlock, seccomp, the program. Numbers are the kernel's uapi (sched.h, mount.h, landlock.h,
-# seccomp.h, filter.h).
-_BOOTSTRAP = r"""
-import ctypes, os, resource, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-
-def _check(result, what):
-    if result != 0:
-        raise OSError(ctypes.get_errno(), what)
-
-def _isolate(uid, disk, status, files):
-    with open("main.py", "rb") as source:
-        program = source.read()
-    folder = os.getcwd().encode()
-    # NEWNS | NEWUTS | NEWIPC | NEWPID | NEWNET
-    _check(libc.unshare(0x20000 | 0x4000000 | 0x8000000 | 0x20000000 | 0x40000000), "unshare")
-    _check(libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None), "make mounts private")  # MS_REC | MS_PRIVATE
-    pid = os.fork()
-    if pid:  # the reporter: outside the new PID namespace, holding nothing of the program's
-        null = os.open("/dev/null", os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.closerange(3, status)
-        os.closerange(status + 1, 1 << 16)
-        os.write(status, str(os.waitpid(pid, 0)[1]).encode())
-        os._exit(0)
-    os.close(status)
-    _check(libc.prctl(1, 9, 0, 0, 0), "parent-death signal")  # PR_SET_PDEATHSIG, SIGKILL
-    _check(libc.mount(b"proc", b"/proc", b"proc", 2 | 4 | 8, None), "mount /proc")  # NOSUID | NODEV | NOEXEC
-    options = f"size={disk},nr_inodes={max(64, disk // 4096)},mode=0700,uid={uid},gid={uid}".encode()
-    _check(libc.mount(b"tmpfs", folder, b"tmpfs", 2 | 4, options), "mount tmpfs")
-    os.chdir(folder)
-    with open("main.py", "wb") as copy:
-        copy.write(program)
-    os.chown("main.py", uid, uid)
-    for name, path in files.items():  # read-only bind mounts: MS_BIND, then MS_BIND | MS_REMOUNT | MS_RDONLY
-        open(name, "wb").close()
-        _check(libc.mount(path.encode(), name.encode(), None, 0x1000, None), f"bind {path}")
-        _check(libc.mount(None, name.encode(), None, 0x1000 | 0x20 | 0x1, None), f"read-only {path}")
-
-def _readable(files, own_proc):
-    # (path, rights) the program may read beyond its directory, 1 EXECUTE | 4 READ_FILE | 8 READ_DIR: this
-    # interpreter's standard library but never a site-packages below it (its directories listable, nothing in a
-    # site-packages readable), the shared libraries extension modules load, a few devices, FILES' targets, and
-    # /proc when it is its own (a PID namespace's)
-    stdlib = [p for p in sys.path if os.path.isdir(p)]
-    found = {p: 8 for p in stdlib}
-    for folder in stdlib:
-        for entry in os.scandir(folder):
-            if entry.name not in ("site-packages", "dist-packages"):
-                found.setdefault(entry.path, 13 if entry.is_dir(follow_symlinks=False) else 5)
-    found.update((p, 5) for p in sys.path if os.path.isfile(p))  # python3X.zip
-    mapped = set()
-    with open("/proc/self/maps") as maps:
-        mapped.update(line.split(None, 5)[5].strip() for line in maps if len(line.split(None, 5)) == 6)
-    libraries = {"/lib64", "/usr/lib64", "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-                 "/usr/lib/aarch64-linux-gnu"}
-    for path in mapped - {"[heap]", "[stack]", "[vdso]", "[vvar]", "[vsyscall]"}:
-        if path.startswith("/") and os.path.isfile(path):
-            found.setdefault(path, 5)
-            libraries.add(os.path.dirname(path))
-    for folder in libraries:  # a folder above the standard library (a pyenv's lib/) holds site-packages: not it
-        if os.path.isdir(folder) and not any(p.startswith(folder.rstrip("/") + "/") for p in stdlib):
-            found.setdefault(os.path.realpath(folder), 13)
-    for path in ("/etc/ld.so.cache", "/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", *files.values()):
-        if os.path.exists(path):
-            found.setdefault(path, 5)
-    if own_proc:
-        found["/proc"] = 13
-    return found
-
-def _landlock(readable):
-    abi = libc.syscall(444, None, 0, 1)
-    if abi < 1:
-        return
-    # every filesystem right this ABI knows: 0 EXECUTE, 1 WRITE_FILE, 2 READ_FILE, 3 READ_DIR, 4 REMOVE_DIR ..
-    # 12 MAKE_SYM, 13 REFER (ABI 2), 14 TRUNCATE (ABI 3), 15 IOCTL_DEV (ABI 5): writes only in its directory, reads
-    # there and in `readable` only
-    bits = list(range(0, 13)) + [13] * (abi >= 2) + [14] * (abi >= 3) + [15] * (abi >= 5)
-    fs = sum(1 << b for b in bits)
-    net = 0b11 if abi >= 4 else 0  # BIND_TCP | CONNECT_TCP, with no rule allowing any port
-    scoped = 0b11 if abi >= 6 else 0  # ABSTRACT_UNIX_SOCKET | SIGNAL
-    class Ruleset(ctypes.Structure):
-        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-    class PathBeneath(ctypes.Structure):
-        _pack_ = 1
-        _fields_ = [("allowed", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
-    size = 8 if abi < 4 else 16 if abi < 6 else 24
-    ruleset = libc.syscall(444, ctypes.byref(Ruleset(fs, net, scoped)), size, 0)
-    here = os.open(".", os.O_PATH | os.O_DIRECTORY)
-    if ruleset < 0 or libc.syscall(445, ruleset, 1, ctypes.byref(PathBeneath(fs, here)), 0) != 0:
-        raise OSError(ctypes.get_errno(), "landlock ruleset")
-    for path, rights in readable.items():
-        try:
-            fd = os.open(path, os.O_PATH)
-        except OSError:
-            continue
-        try:
-            _check(libc.syscall(445, ruleset, 1, ctypes.byref(PathBeneath(rights, fd)), 0), f"landlock rule {path}")
-        finally:
-            os.close(fd)
-    _check(libc.syscall(446, ruleset, 0), "landlock restrict_self")
-    os.close(here)
-    os.close(ruleset)
-
-def _seccomp(denied, clone, clone3):
-    # x86_64 only (SECCOMP_SYSCALLS): any other architecture, and the x32 ABI, is killed outright
-    class Filter(ctypes.Structure):
-        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
-    class Program(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
-    load, equal, greater_equal, test, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, kill, eperm, enosys = 0x7FFF0000, 0x80000000, 0x50000 | 1, 0x50000 | 38
-    code = [(load, 0, 0, 4), (equal, 1, 0, 0xC000003E), (ret, 0, 0, kill), (load, 0, 0, 0),
-            (greater_equal, 0, 1, 0x40000000), (ret, 0, 0, kill), (equal, 0, 1, clone3), (ret, 0, 0, enosys),
-            (equal, 0, 3, clone), (load, 0, 0, 16), (test, 0, len(denied) + 1, 0x7E020000), (ret, 0, 0, eperm)]
-    code += [(equal, len(denied) - i, 0, nr) for i, nr in enumerate(denied)]  # each jumps to the final EPERM
-    code += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    rules = (Filter * len(code))(*(Filter(*c) for c in code))
-    _check(libc.prctl(22, 2, ctypes.byref(Program(len(code), rules)), 0, 0), "seccomp")  # SET_SECCOMP, FILTER
-
-if REPORT[0] != REPORT[1]:
-    os.dup2(*REPORT)
-    os.close(REPORT[0])
-_read = _readable(FILES, UID is not None and ISOLATE) if sys.platform == "linux" else {}
-if UID is not None and ISOLATE:
-    _isolate(UID, DISK, STATUS, FILES)
-for _name, _value in LIMITS:
-    resource.setrlimit(getattr(resource, _name), (_value, _value))
-if UID is not None:
-    os.setgroups([])
-    os.setgid(UID)
-    os.setuid(UID)
-if sys.platform == "linux":
-    _check(libc.prctl(38, 1, 0, 0, 0), "no-new-privileges")
-    _landlock(_read)
-    if SECCOMP:
-        _seccomp(*SECCOMP)
-del _check, _isolate, _readable, _landlock, _seccomp, _name, _value, _read, libc
-del REPORT, LIMITS, UID, ISOLATE, DISK, STATUS, SECCOMP, FILES
-sys.argv = ["main.py"]
-with open("main.py", encoding="utf-8") as _source:
-    _code = compile(_source.read(), "main.py", "exec")
-del _source
-exec(_code, {"__name__": "__main__", "__builtins__": __builtins__})
-"""
+_BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
+"""The child's own code: it locks itself down, then runs the program (see its docstring)."""
 
 @dataclass(frozen=True)
 class Limits:
@@ -427,14 +281,14 @@ def run_python(
             "STATUS": status_write,
             "SECCOMP": seccomp,
             "FILES": files,
+            "PARENT": os.getpid(),
         }
-        bootstrap = "".join(f"{name} = {value!r}\n" for name, value in config.items()) + _BOOTSTRAP
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": folder, "TMPDIR": folder, "LANG": "C.UTF-8"}
         started = time.perf_counter()
         try:
             with open(Path(folder, "stdin"), "rb") as data:
                 process = subprocess.Popen(
-                    [interpreter, "-I", "-S", "-u", "-c", bootstrap],
+                    [interpreter, "-I", "-S", "-u", str(_BOOTSTRAP), json.dumps(config)],
                     cwd=folder,
                     env=env,
                     stdin=data,
@@ -450,15 +304,16 @@ def run_python(
         streams = {process.stdout.fileno(): _Capped(limits.output_bytes), report_read: _Capped(limits.output_bytes)}
         try:
             timed_out = not _pump(streams, started + limits.wall_s, process)
-            _kill_group(process.pid)
+            _end(process, uid)
             returncode = process.wait()
-            if uid is not None:
-                _kill_uid(uid)
             elapsed = time.perf_counter() - started
             _pump(streams, time.perf_counter() + 1.0, None)  # what the killed processes left in the pipes
             if isolate and not timed_out:  # the program's own wait status, as its reporter saw it
                 status = os.read(status_read, 64)
                 returncode = os.waitstatus_to_exitcode(int(status)) if status else returncode
+        except BaseException:  # a signal (SIGINT, SIGTERM) or an error on the way: the sandbox ends with us
+            _end(process, uid)
+            raise
         finally:
             os.close(report_read)
             os.close(status_read)
@@ -556,6 +411,15 @@ def _pump(streams: dict[int, _Capped], deadline: float, process: subprocess.Pope
 def _exited(pid: int) -> bool:
     """Whether the process has ended, without reaping it: its process group id stays ours until we kill the group."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _end(process: subprocess.Popen[bytes], uid: int | None) -> None:
+    """Kill the sandbox: its process group (it runs in a session of its own), then, as root, every process still
+    running as its uid (those that left the group); reaps the child."""
+    _kill_group(process.pid)
+    process.wait()
+    if uid is not None:
+        _kill_uid(uid)
 
 
 def _kill_group(pgid: int) -> None:
