@@ -114,6 +114,67 @@ def test_a_process_that_leaves_the_group_is_killed_too():
         assert live_pids(range(int(result.report), int(result.report) + 1)) == []
 
 
+CALLER = """
+import sys
+from ttlearn.sandbox.python import Limits, run_python
+run_python("while True:\\n    pass\\n", Limits(wall_s=600, cpu_s=10**6))
+"""
+
+
+def test_a_sandbox_dies_with_a_caller_killed_outright():
+    """A caller killed by SIGKILL runs no cleanup: its sandbox (and, as root, the reporter outside its PID namespace)
+    once kept running under PID 1 with the CPU limit it was given. Each process of a sandbox with a parent of ours now
+    dies with that parent (PR_SET_PDEATHSIG)."""
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    caller = subprocess.Popen([sys.executable, "-c", CALLER], env={**os.environ, "PYTHONPATH": src})
+    try:
+        deadline, below = time.monotonic() + 60, set()
+        while time.monotonic() < deadline and len(below) < (2 if ISOLATION["namespaces"] else 1):
+            time.sleep(0.1)
+            below = descendants(caller.pid)
+        assert below, "the sandbox did not start"
+        caller.send_signal(signal.SIGKILL)
+        caller.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while any(map(running, below)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in below if running(pid)], "a sandbox process outlived its caller"
+    finally:
+        for pid in below if caller.poll() is not None else ():
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` now, as the host sees them."""
+    from pathlib import Path
+
+    found, todo = set(), [pid]
+    while todo:
+        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
+            try:
+                children = {int(c) for c in (task / "children").read_text().split()} - found
+            except OSError:
+                continue
+            todo += children
+            found |= children
+    return found
+
+
+def running(pid: int) -> bool:
+    from pathlib import Path
+
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 @needs_file_protection
 def test_files_outside_survive_deletion_and_overwriting(marker):
     result = run(

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import json
 import os
+import signal
 import sqlite3
 import warnings
 from collections.abc import Callable, Iterator
@@ -101,6 +102,21 @@ def reads_runs(command: Callable[..., Any]) -> Callable[..., Any]:
             ) from None
 
     return wrapper
+
+
+@contextlib.contextmanager
+def stops_at_once() -> Iterator[None]:
+    """SIGTERM ends the command as SIGINT does, with an exception in the main thread: what it started (a sandboxed
+    query, `sandbox.python.run_python`) is killed on the way out instead of outliving it."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def load_plugin_flags(specs: list[str]) -> None:

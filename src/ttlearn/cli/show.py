@@ -7,7 +7,15 @@ from typing import Optional
 
 import typer
 
-from ttlearn.cli.common import console, format_comparison, format_unit, parse_options, print_call, print_summary
+from ttlearn.cli.common import (
+    console,
+    format_comparison,
+    format_unit,
+    parse_options,
+    print_call,
+    print_summary,
+    stops_at_once,
+)
 from ttlearn.eval.paired import compare_trials
 from ttlearn.eval.summary import summarize
 from ttlearn.runs import Run
@@ -65,7 +73,8 @@ def rejudge(
     with Run.open(run_dir, write=True) as run:
         if not run.finished:
             raise ValueError(f"{run_dir} is not finished ({run.done} of {run.total}); resume it first")
-        records = rejudge_run(run, parse_options(env_option, "-e"))
+        with stops_at_once():  # SIGINT / SIGTERM: the sandboxed query in progress ends with it, at once
+            records = rejudge_run(run, parse_options(env_option, "-e"))
         changed = sum(
             r["rejudged"].get(key) != r.get(key)
             for r in records

@@ -204,6 +204,9 @@ class SQLEnv(Env):
     default_player = "qwen-coder"
     reply_tokens = 256
     legacy_options = {"metric": "strict", "prefill": False}
+    MAX_TIMEOUT_MS = 30_000
+    """The longest a query may run: a config (a run directory anyone may have written) names no longer one, so a
+    replay, resume or rejudge of endless queries ends within this per query."""
 
     def __init__(
         self,
@@ -226,8 +229,8 @@ class SQLEnv(Env):
             raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
         if turns < 1:
             raise ValueError(f"turns must be at least 1, got {turns}")
-        if timeout_ms < 1:
-            raise ValueError(f"timeout_ms must be positive, got {timeout_ms}")
+        if not 1 <= timeout_ms <= self.MAX_TIMEOUT_MS:
+            raise ValueError(f"timeout_ms must be between 1 and {self.MAX_TIMEOUT_MS}, got {timeout_ms}")
         self.dataset, self.split, self.database, self.task_id, self.turns = dataset, split, database, task, turns
         self.metric, self.prefill = metric, prefill
         self.reply_prefix = "```sql\n" if prefill else ""

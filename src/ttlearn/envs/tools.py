@@ -67,6 +67,8 @@ class Tools(Env):
     """
 
     reply_tokens = 96
+    MAX_CALL_TIMEOUT_S = 60.0
+    """The longest one API call may run: a config (a run directory anyone may have written) names no longer one."""
 
     def __init__(
         self,
@@ -84,8 +86,8 @@ class Tools(Env):
             raise ValueError(f"categories must be some of {', '.join(CATEGORIES)}, got {list(categories)}")
         if answer_chars < 100:
             raise ValueError(f"answer_chars must be >= 100, got {answer_chars}")
-        if call_timeout_s <= 0:
-            raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s}")
+        if not 0 < call_timeout_s <= self.MAX_CALL_TIMEOUT_S:
+            raise ValueError(f"call_timeout_s must be > 0 and at most {self.MAX_CALL_TIMEOUT_S}, got {call_timeout_s}")
         self.split, self.categories = split, tuple(c for c in CATEGORIES if c in categories)
         self.answer_chars, self.call_timeout_s = answer_chars, call_timeout_s
         self.seed = seed  # the run passes its seed to every env; tasks are chosen by reset(seed) alone
