@@ -22,6 +22,9 @@ MAX_LINE_BYTES = 64 << 20
 """The longest record line read (a trial task with every LLM call of its attempts is a few MB at most)."""
 MAX_DOCUMENT_BYTES = 64 << 20
 """The largest whole-file JSON document read (configs, summaries, forks, old per-game snapshots)."""
+MAX_INFLATED_BYTES = MAX_DOCUMENT_BYTES
+"""The most a compressed record file (`units.jsonl.gz`, committed where large) may inflate to: the largest committed
+one inflates to 1.4 MB, and a 1 MB file could otherwise inflate to a gigabyte."""
 MAX_DEPTH = 100
 """The deepest nesting of lists and objects accepted in a record (real records nest fewer than 20 levels)."""
 
@@ -154,3 +157,4 @@ def lines(fh: IO[bytes], path: Path) -> Iterator[bytes]:
         if len(line) > MAX_LINE_BYTES:
             raise UntrustedFileError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES >> 20} MiB; refused")
         yield line
+

@@ -9,6 +9,7 @@ in a fresh process per directory (so no import from an earlier case hides one), 
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -266,6 +267,48 @@ def test_the_largest_snapshot_under_the_limit_is_read_in_seconds(real_run, tmp_p
             assert seconds < LIMIT_S and peak_mb < 1500, (args[1], seconds, peak_mb)
 
 
+# ---- issue 41, item 7: `results` reads committed records under the file rules -------------------------------------
+def inflating_gzip(path: Path, inflated: int) -> None:
+    """A gzip file of `inflated` spaces: about a thousandth of that on disk."""
+    import zlib
+
+    packer, block = zlib.compressobj(9, zlib.DEFLATED, 31), b" " * (1 << 20)
+    with open(path, "wb") as fh:
+        for _ in range(inflated >> 20):
+            fh.write(packer.compress(block))
+        fh.write(packer.flush())
+
+
+@pytest.mark.parametrize("case", ["/dev/zero", "a FIFO", "a link outside", "a 1 MB gzip of 1 GiB", "a deep line"])
+def test_results_reads_committed_records_under_the_file_rules(real_run, tmp_path, case):
+    """`ttlearn results` of a row comparing two runs' records (kind `scores`): units.jsonl as a link to /dev/zero read
+    2.7 GB, a FIFO hung, a 1 MB units.jsonl.gz inflated to gigabytes. Each is now one error line at once."""
+    root = tmp_path / "results"
+    for name in ("a", "b"):
+        shutil.copytree(real_run, root / name)
+    (root / "table.json").write_text(json.dumps({"rows": [
+        {"experiment": "x", "comparison": "y", "kind": "scores", "result": "a", "against": "b"}]}))  # fmt: skip
+    records = root / "a" / "units.jsonl"
+    (tmp_path / "victim.jsonl").write_text(records.read_text())
+    records.unlink()
+    if case == "/dev/zero":
+        records.symlink_to("/dev/zero")
+    elif case == "a FIFO":
+        os.mkfifo(records)
+    elif case == "a link outside":
+        records.symlink_to(tmp_path / "victim.jsonl")
+    elif case == "a deep line":
+        with gzip.open(f"{records}.gz", "wt") as fh:
+            fh.write('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    else:
+        inflating_gzip(Path(f"{records}.gz"), 1 << 30)
+        assert Path(f"{records}.gz").stat().st_size < 1_200_000
+    done, seconds, peak_mb = run_command(["results", "--root", str(root)], tmp_path)
+    errors = [line for line in done.stdout.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout
+    assert seconds < 10 and peak_mb < 500, (seconds, peak_mb)
+
+
 # ---- issue 41, item 8: terminal escape sequences are printed escaped ----------------------------------------------
 OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # writes the clipboard
 OSC8 = "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # a link whose target is hidden
@@ -480,7 +523,7 @@ def test_every_command_survives_a_crafted_run_directory(real_run, tmp_path, layo
     results_root = tmp_path / "results"
     results_root.mkdir()
     (results_root / "table.json").write_text(json.dumps(
-        {"rows": [{"experiment": "x", "comparison": "y", "kind": "control", "result": "run"}]}))
+        {"rows": [{"experiment": "x", "comparison": "y", "kind": "scores", "result": "run", "against": "run"}]}))
     (results_root / "run").symlink_to(run)  # a results folder naming the crafted run
     arena = tmp_path / "arena"
     (arena / "runs" / "history" / "default").mkdir(parents=True)

@@ -7,10 +7,21 @@ import gzip
 import hashlib
 import json
 import os
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from ttlearn.untrusted import MAX_DEPTH, MAX_DOCUMENT_BYTES, UntrustedFileError, lines, loads, open_regular
+from ttlearn.untrusted import (
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    MAX_INFLATED_BYTES,
+    UntrustedFileError,
+    lines,
+    loads,
+    open_regular,
+)
 
 
 def canonical_hash(data: Any) -> str:
@@ -35,13 +46,15 @@ def read_durable(
     which `ends_block` holds). A torn or unfinished tail is skipped, and cut off when `repair` — only the writer
     may repair: a reader of a live run would cut a block being appended. Lines and nesting are bounded
     (`ttlearn.untrusted`); a line that is not a JSON object is an error naming it. A compressed file (.gz, a
-    committed result) is read the same way and never repaired."""
+    committed result) is read the same way, inflated to at most MAX_INFLATED_BYTES, and never repaired."""
     records: list[dict[str, Any]] = []
     kept, good_end, offset = 0, 0, 0
     packed = Path(path).suffix == ".gz"
-    with open_regular(path) as raw, (gzip.GzipFile(fileobj=raw) if packed else raw) as fh:
+    with open_regular(path) as raw, (gzip.GzipFile(fileobj=raw) if packed else raw) as fh, _whole_gzip(path):
         for number, line in enumerate(lines(fh, path), start=1):
             offset += len(line)
+            if packed and offset > MAX_INFLATED_BYTES:
+                raise UntrustedFileError(f"{path} inflates to more than {MAX_INFLATED_BYTES >> 20} MiB; refused")
             if not line.endswith(b"\n"):
                 break
             try:
@@ -58,6 +71,15 @@ def read_durable(
         with open_regular(path, "r+b") as fh:
             fh.truncate(good_end)
     return records[:kept]
+
+@contextmanager
+def _whole_gzip(path: Path) -> Iterator[None]:
+    """A gzip stream that is cut or corrupt is one line naming the file, not a traceback."""
+    try:
+        yield
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise UntrustedFileError(f"{path} is not a whole gzip file ({exc}); refused") from None
+
 
 # ---- memory snapshots, stored once by content ----------------------------------------------------------------------
 CHUNK = 64
