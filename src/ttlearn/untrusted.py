@@ -63,6 +63,29 @@ def _open(path: Path, flags: int) -> int:
     return fd
 
 
+STORE_SIDE_FILES = ("-wal", "-shm", "-journal")
+"""The files SQLite opens by name beside a store: its write-ahead log, shared memory and rollback journal."""
+
+
+def check_store_files(path: Path) -> None:
+    """Refuse a run directory's SQLite store — or a WAL, shared-memory or journal file beside it — that is a link
+    (symbolic or hard) or not a regular file: SQLite opens them by name and would write through a link into someone
+    else's files. Missing ones are fine (SQLite creates them)."""
+    for candidate in (Path(path), *(Path(f"{path}{suffix}") for suffix in STORE_SIDE_FILES)):
+        try:
+            info = os.lstat(candidate)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            raise UntrustedFileError(f"{candidate} is a symbolic link; a run's memory store is a file of its own")
+        if not stat.S_ISREG(info.st_mode):
+            raise UntrustedFileError(f"{candidate} is not a regular file (a FIFO, device or directory); refused")
+        if info.st_nlink > 1:
+            raise UntrustedFileError(
+                f"{candidate} has {info.st_nlink} hard links; a run's memory store is a file of its own: refused"
+            )
+
+
 def regular_directory(path: Path) -> None:
     """Refuse `path` unless it is a directory (not a link to one) holding regular files only (a trainer's
     checkpoint, read by libraries that open its files by name)."""

@@ -204,6 +204,100 @@ def test_markup_in_a_config_or_a_memory_is_printed_literally(real_run, tmp_path)
     assert result.exit_code == 0 and "[/] intent [bold]x" in result.output and "[link=https" in result.output
 
 
+# ---- issue 41, items 1 and 9: a store reached through the run directory ------------------------------------------
+@pytest.fixture(scope="module")
+def memrl_run(tmp_path_factory) -> Path:
+    """A real MemRL run of two games; its memories in the run's own store, memrl.sqlite."""
+    path = tmp_path_factory.mktemp("memrl") / "run"
+    result = invoke("run", "rps", "--llm", "scripted:random", "--memory", "memrl", "-m", "write=trajectory", "-m",
+                    "embedder=hash", "--games", "2", "--rounds", "4", "--out", str(path))  # fmt: skip
+    assert result.exit_code == 0 and (path / "memrl.sqlite").is_file(), result.output
+    return path
+
+
+def victim_store(where: Path) -> Path:
+    """Someone else's store, with a namespace "default" of its own (closed: in WAL mode, without side files)."""
+    from ttlearn.memory.embed import make_embedder
+    from ttlearn.memory.items import NewItem
+    from ttlearn.memory.store import MemoryStore
+
+    store = where / "victim" / "store.sqlite"
+    store.parent.mkdir()
+    with MemoryStore(store) as memory:
+        memory.namespace("default", make_embedder("hash")).add(NewItem("their intent", "their experience", 0.5, "v", 1))
+    assert not Path(f"{store}-wal").exists() and not Path(f"{store}-shm").exists()
+    return store
+
+
+def folder_state(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("link", ["symbolic link", "hard link", "hard-linked -wal", "symbolic -shm"])
+def test_resume_never_writes_another_store_through_the_run_directory(memrl_run, tmp_path, link):
+    """The run's memrl.sqlite as a link to someone else's store (with that store's namespace): `resume` ran to the end
+    and the victim's namespace held only the attacker's items; a hard-linked -wal grew a 20-byte victim file. Each
+    is now one line before anything is written."""
+    run = crafted(memrl_run, tmp_path, tmp_path / "marker")
+    (run / "units.jsonl").write_text((run / "units.jsonl").read_text().splitlines(keepends=True)[0])  # 1 unit to play
+    victim = victim_store(tmp_path)
+    own = run / "memrl.sqlite"
+    if link in ("symbolic link", "hard link"):
+        own.unlink()
+        own.symlink_to(victim) if link == "symbolic link" else os.link(victim, own)
+    else:
+        side = Path(f"{victim}.side")
+        side.write_bytes(b"twenty bytes of data")
+        target = run / ("memrl.sqlite-wal" if "-wal" in link else "memrl.sqlite-shm")
+        os.link(side, target) if "hard" in link else target.symlink_to(side)
+    before = folder_state(victim.parent)
+    result = invoke("resume", str(run))
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2 and len(errors) == 1 and "memrl.sqlite" in errors[0], result.output
+    assert folder_state(victim.parent) == before, "someone else's store (or a file beside it) changed"
+
+
+def test_read_only_commands_create_nothing_beside_a_store(memrl_run, tmp_path):
+    """`memory inspect` of a config naming an outside store in WAL mode created its -wal and -shm files; a hard-linked
+    memrl.sqlite-shm in the run directory was overwritten. A store is now read as an immutable file, or from a
+    private copy where its WAL holds what the file does not yet."""
+    run = crafted(memrl_run, tmp_path, tmp_path / "marker")
+    victim = victim_store(tmp_path)
+    edit_config(run, memory_options={**json.loads((run / "run.json").read_text())["memory_options"],
+                                      "store": str(victim)})  # fmt: skip
+    before = folder_state(victim.parent)
+    for command in ("inspect", "explain"):
+        result = invoke("memory", command, str(run))
+        assert result.exit_code == 0, result.output
+    assert "their experience" in invoke("memory", "inspect", str(run)).output
+    assert folder_state(victim.parent) == before, "a read-only command wrote beside the store"
+
+    edit_config(run, memory_options=json.loads((memrl_run / "run.json").read_text())["memory_options"])
+    side = tmp_path / "victim" / "shm-victim"
+    side.write_bytes(b"twenty bytes of data")
+    os.link(side, run / "memrl.sqlite-shm")
+    result = invoke("memory", "inspect", str(run))
+    assert result.exit_code == 0 and side.read_bytes() == b"twenty bytes of data", result.output
+
+
+def test_a_live_store_is_read_whole_from_a_private_copy(memrl_run, tmp_path):
+    """While a writer holds it open, a store's newest items are only in its WAL: read-only commands still see them."""
+    from ttlearn.memory.embed import make_embedder
+    from ttlearn.memory.items import NewItem
+    from ttlearn.memory.store import MemoryStore
+
+    run = crafted(memrl_run, tmp_path, tmp_path / "marker")
+    with MemoryStore(run / "memrl.sqlite") as writer:
+        namespace = writer.namespace("default", make_embedder("hash"))
+        namespace.add(NewItem("fresh intent", "only in the WAL", 0.0, "w", 1))
+        wal = Path(f"{run / 'memrl.sqlite'}-wal")
+        assert wal.stat().st_size > 0
+        before = folder_state(run)
+        result = invoke("memory", "inspect", str(run))
+        assert result.exit_code == 0 and "only in the WAL" in result.output, result.output
+        assert folder_state(run) == before
+
+
 # ---- issue 41, item 6: the limit on a snapshot's expansion counts the work -----------------------------------------
 def nested_bomb(run: Path, leaf: object, width: int, repeats: int) -> int:
     """Point the last unit at a state {"memory": [...]} whose list is `repeats` copies of a list of `width` × 64 × 64
@@ -420,6 +514,28 @@ def append(path: Path, records: list[dict]) -> None:
         fh.write("".join(json.dumps(r) + "\n" for r in records))
 
 
+def store_linked(kind: str):
+    """The run's own store (memory memrl, no store= option) linked to a SQLite file outside: itself by a symbolic or
+    a hard link, or its -shm by a hard link."""
+
+    def edit(run: Path) -> None:
+        other = run.parent / "outside" / "victim.sqlite"
+        with sqlite3.connect(other) as conn:
+            conn.execute("CREATE TABLE mine (x)")
+        edit_config(run, memory="memrl", memory_options={"embedder": "hash"})
+        if kind == "symbolic":
+            (run / "memrl.sqlite").symlink_to(other)
+        elif kind == "hard":
+            os.link(other, run / "memrl.sqlite")
+        else:  # a real store of the run in WAL mode: SQLite opens its -shm, here someone else's file
+            from ttlearn.memory.store import MemoryStore
+
+            MemoryStore(run / "memrl.sqlite").close()
+            os.link(run.parent / "outside" / "victim.txt", run / "memrl.sqlite-shm")
+
+    return edit
+
+
 def terminal_escapes(run: Path) -> None:
     """A player name, an environment option and a recorded move that would act on the terminal."""
     edit_config(run, player=f"scripted:random{OSC52}", env_options={"rounds": 4, "x": OSC8})
@@ -452,6 +568,9 @@ CORPUS = {
     "records a FIFO": fifo,
     "malformed record": malformed,
     "store elsewhere": other_store,
+    "store a symbolic link": store_linked("symbolic"),
+    "store a hard link": store_linked("hard"),
+    "store -shm a hard link": store_linked("shm"),
     "terminal escapes": terminal_escapes,
     "84 M integers": lambda run: nested_bomb(run, 0, 20, 16),
 }

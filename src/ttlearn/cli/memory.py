@@ -13,6 +13,10 @@ from rich.table import Table
 from ttlearn.cli.common import console, friendly, keep_password_out, print_plain, reads_runs
 from ttlearn.eval.retrievals import q_effect
 from ttlearn.runs import Run, RunDir, read_config
+from ttlearn.untrusted import read_json
+
+MAX_EXPORT_BYTES = 256 << 20
+"""The largest export `memory import` reads (a namespace at the memory service's default quota exports ~100 MB)."""
 
 
 TRUST_STORE_HELP = (
@@ -191,10 +195,12 @@ def memory_import(
     dump: Path = typer.Argument(..., help="A file written by `ttlearn memory export`."),
 ) -> None:
     """Add the namespaces of an export to a store that does not hold them yet (ids are kept where free)."""
+    from ttlearn.memory.snapshot import prepared_export
     from ttlearn.memory.store import MemoryStore
 
     store = keep_password_out(store)
-    data = json.loads(dump.read_text())
+    data = read_json(dump, limit=MAX_EXPORT_BYTES)  # a regular file, bounded in size and nesting
+    prepared_export(data)  # checked whole before the store is even opened (or created)
     with MemoryStore(store) as target:
         count = target.import_all(data)
     console.print(f"imported {count} namespaces from {dump} → {store}")

@@ -22,6 +22,7 @@ from ttlearn.memory.embed import make_embedder
 from ttlearn.memory.items import Candidate, Namespace, NewItem
 from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore, is_database_url
+from ttlearn.untrusted import check_store_files
 
 
 class MemoryBackend(Protocol):
@@ -78,10 +79,13 @@ class LocalMemories(MemoryBackend):
         """Retrievals logged during the unfinished episode; they learn its index when it ends."""
         self._store: MemoryStore | None = None
         self._ns: Namespace | None = None
+        self._run_store = False
+        """Whether the store is the run directory's own file: it must then be a file of its own (no link)."""
 
     def bind_run(self, store: Path) -> None:
         if self.path is None:
             self.path = str(store)
+            self._run_store = True
 
     @property
     def store(self) -> MemoryStore:
@@ -89,6 +93,8 @@ class LocalMemories(MemoryBackend):
             if self.path is None:
                 handle, self.path = tempfile.mkstemp(prefix="ttlearn-memrl-", suffix=".sqlite")
                 os.close(handle)  # an empty file is an empty SQLite database
+            if self._run_store:  # a run directory may come from anyone: never write through a link it holds
+                check_store_files(Path(self.path))
             self._store = MemoryStore(self.path)
         return self._store
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ttlearn.memory.dialect import Dialect
 from ttlearn.memory.items import MAX_COUNT, EmbedderMismatchError
@@ -28,6 +28,12 @@ MAX_MAGNITUDE = 1e12
 """The largest |value| of a snapshot's numbers: Q statistics over them cannot overflow (time stamps are ~2e9)."""
 _Finite = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_MAGNITUDE, le=MAX_MAGNITUDE)]
 _Count = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]
+MAX_ID = 2**40
+"""The largest id a restore keeps: a real store never comes near (a trillion rows), and a restore moves an id sequence
+(PostgreSQL's, SQLite's rowid) only up to the largest id it wrote, so a crafted 2⁶³ − 1 can no longer end the
+sequence for every namespace of the database, and every id the store issues afterwards stays below 2⁵³, exact in
+every JSON reader."""
+_Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 UNIT_TOLERANCE = 1e-3
 """How far from 1 an imported intent vector's norm may be: retrieval ranks by dot products of unit vectors."""
 
@@ -37,7 +43,7 @@ class _Strict(BaseModel):
 
 
 class IntentRecord(_Strict):
-    id: _Count
+    id: _Id
     text: str
     embedding: str
     """The unit vector as base64 of little-endian float32 values, so a restore needs no embedder."""
@@ -45,8 +51,8 @@ class IntentRecord(_Strict):
 
 
 class ItemRecord(_Strict):
-    id: _Count
-    intent_id: _Count
+    id: _Id
+    intent_id: _Id
     experience: str
     q_value: _Finite
     visits: int = Field(ge=0, le=MAX_COUNT)
@@ -67,6 +73,51 @@ class NamespaceSnapshot(_Strict):
     intents: Annotated[list[IntentRecord], Field(fail_fast=True)]
     items: Annotated[list[ItemRecord], Field(fail_fast=True)]
     """fail_fast: a broken snapshot is refused at its first bad record, not after listing every one."""
+
+
+class CandidateRecord(BaseModel):
+    """One candidate of a logged retrieval: its item id, then what the log holds of it (similarity, Q, score)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    id: _Id
+
+
+class RetrievalRecordIn(_Strict):
+    """A logged retrieval as `export_all` writes it (`items.RetrievalRecord`)."""
+
+    id: _Id
+    run_id: str | None
+    episode: _Count | None
+    query: str
+    candidates: Annotated[list[CandidateRecord], Field(fail_fast=True)]
+    chosen: Annotated[list[_Id], Field(fail_fast=True)]
+    explored: bool
+    created: _Finite
+    unit: _Count | None = None
+
+
+class NamespaceExport(NamespaceSnapshot):
+    """One namespace of a store export: its name, its memories and its retrieval log."""
+
+    name: str = Field(min_length=1)
+    retrievals: Annotated[list[RetrievalRecordIn], Field(fail_fast=True)]
+
+
+class StoreExport(_Strict):
+    """What `ttlearn memory export` writes and `import` reads: every namespace of a store."""
+
+    format: Literal["ttlearn-memrl-store/1"]
+    namespaces: Annotated[list[NamespaceExport], Field(fail_fast=True)]
+
+
+def validated(model: type[_Strict], data: Any, what: str) -> Any:
+    """`data` as `model`, or a ValueError in one line naming the first bad field (and never echoing its value)."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise ValueError(f"{what}: {where}: {error['msg']}" if where else f"{what}: {error['msg']}") from None
 
 
 ITEM_RECORD_BYTES = 256
@@ -144,12 +195,10 @@ def read_namespace(dialect: Dialect, ns_id: int) -> dict[str, Any]:
     }
 
 
-def restore_namespace(dialect: Dialect, name: str, data: Any) -> tuple[int, dict[int, int]]:
-    """Replace namespace `name`'s memories by a snapshot's (see `MemoryStore.import_namespace`), in one transaction;
-    returns the namespace's id and each snapshot item id's id here."""
-    if not name:
-        raise ValueError("a memory namespace needs a non-empty name")
-    snapshot = NamespaceSnapshot.model_validate(data)
+def prepared(data: Any) -> tuple[NamespaceSnapshot, list[np.ndarray]]:
+    """A snapshot checked whole before anything is written: its records, its vectors (finite unit vectors of its
+    dim), ids not repeated, every item's intent key in it."""
+    snapshot = validated(NamespaceSnapshot, data, "a memory snapshot")
     vectors = [_decode_vector(intent.embedding, snapshot.dim, intent.id) for intent in snapshot.intents]
     intent_ids = [intent.id for intent in snapshot.intents]
     if len(set(intent_ids)) != len(intent_ids) or len({item.id for item in snapshot.items}) != len(snapshot.items):
@@ -157,68 +206,101 @@ def restore_namespace(dialect: Dialect, name: str, data: Any) -> tuple[int, dict
     dangling = sorted({item.intent_id for item in snapshot.items} - set(intent_ids))
     if dangling:
         raise ValueError(f"snapshot items refer to intent keys {dangling[:5]} that the snapshot does not hold")
+    return snapshot, vectors
 
-    def restore(conn: Any) -> tuple[int, dict[int, int]]:
-        row = conn.execute("SELECT id, embedder, dim FROM namespaces WHERE name = ?", (name,)).fetchone()
-        if row is not None:
-            dialect.lock_intents(conn, row[0])
-        if row is None:
-            ns_id = conn.execute(
-                "INSERT INTO namespaces (name, embedder, dim, created) VALUES (?, ?, ?, ?)",
-                (name, snapshot.embedder, snapshot.dim, time.time()),
-            ).lastrowid
-        elif (row[1], row[2]) != (snapshot.embedder, snapshot.dim):
-            raise EmbedderMismatchError(
-                f"namespace {name!r} embeds with {row[1]!r} ({row[2]}-d) but the snapshot with "
-                f"{snapshot.embedder!r} ({snapshot.dim}-d); restore it into a new namespace, or re-embed one side"
+
+def restore_namespace(dialect: Dialect, name: str, data: Any) -> tuple[int, dict[int, int]]:
+    """Replace namespace `name`'s memories by a snapshot's (see `MemoryStore.import_namespace`), in one transaction;
+    returns the namespace's id and each snapshot item id's id here."""
+    if not name:
+        raise ValueError("a memory namespace needs a non-empty name")
+    snapshot, vectors = prepared(data)
+    return dialect.write(lambda conn: _restore(conn, dialect, name, snapshot, vectors))
+
+
+def prepared_export(data: Any) -> list[tuple[NamespaceExport, NamespaceSnapshot, list[np.ndarray]]]:
+    """A store export (`StoreExport`) checked whole, before anything is written: every namespace `prepared`, names
+    not repeated."""
+    if not isinstance(data, dict) or data.get("format") != STORE_EXPORT_FORMAT:
+        raise ValueError(f"not a store export (format {STORE_EXPORT_FORMAT!r}); make one with ttlearn memory export")
+    export = validated(StoreExport, data, "the store export")
+    names = [ns.name for ns in export.namespaces]
+    if len(set(names)) != len(names):
+        raise ValueError("the store export holds a namespace twice; export the store again")
+    return [(ns, *prepared(ns)) for ns in export.namespaces]
+
+
+def restore_store(dialect: Dialect, data: Any) -> list[int]:
+    """Add every namespace of a store export, with its retrieval log, to a store that holds none of them: the whole
+    export is checked first (`prepared_export`), then written in one transaction, so on any error the store is as it
+    was. Returns the namespaces' ids."""
+    ready = prepared_export(data)
+    names = [ns.name for ns, _, _ in ready]
+
+    def write(conn: Any) -> list[int]:
+        clashes = [n for n in names if conn.execute("SELECT 1 FROM namespaces WHERE name = ?", (n,)).fetchone()]
+        if clashes:
+            raise ValueError(
+                f"{dialect.location} already has namespaces {clashes}; import into an empty store or drop them"
             )
-        else:
-            ns_id = row[0]
-        conn.execute("DELETE FROM items WHERE namespace_id = ?", (ns_id,))
-        conn.execute("DELETE FROM intents WHERE namespace_id = ?", (ns_id,))
-        intent_map = _insert_keeping_ids(
-            conn,
-            "intents",
-            ("namespace_id", "text", "embedding", "created"),
-            [(i.id, (ns_id, i.text, v.tobytes(), i.created)) for i, v in zip(snapshot.intents, vectors)],
-        )
-        item_map = _insert_keeping_ids(
-            conn,
-            "items",
-            ITEM_COLUMNS,
-            [(m.id, (ns_id, intent_map[m.intent_id], *_item_values(m))) for m in snapshot.items],
-        )
-        dialect.ids_kept(conn, "intents")
-        dialect.ids_kept(conn, "items")
-        conn.execute("UPDATE namespaces SET generation = generation + 1 WHERE id = ?", (ns_id,))
-        return int(ns_id), item_map
-
-    return dialect.write(restore)
-
-
-def restore_retrievals(dialect: Dialect, ns_id: int, records: list[dict[str, Any]], moved: dict[int, int]) -> None:
-    """Add an `export_all` dump's retrieval log to namespace `ns_id`, its item ids renamed by `moved`."""
-
-    def new(i: int) -> int:
-        return moved.get(i, i)
-
-    rows = [
-        (
-            r["id"],
-            (
-                ns_id, r["run_id"], r["episode"], r["query"],
-                json.dumps([{**c, "id": new(c["id"])} for c in r["candidates"]]),
-                json.dumps([new(i) for i in r["chosen"]]), int(r["explored"]), r["created"], r.get("unit"),
-            ),
-        )
-        for r in records
-    ]  # fmt: skip
-
-    def write(conn: Any) -> None:
-        _insert_keeping_ids(conn, "retrievals", RETRIEVAL_COLUMNS, rows)
+        ids = []
+        for ns, snapshot, vectors in ready:
+            ns_id, moved = _restore(conn, dialect, ns.name, snapshot, vectors)
+            rows = [_retrieval_row(record, ns_id, moved) for record in ns.retrievals]
+            _insert_keeping_ids(conn, "retrievals", RETRIEVAL_COLUMNS, rows)
+            ids.append(ns_id)
         dialect.ids_kept(conn, "retrievals")
+        return ids
 
-    dialect.write(write)
+    return dialect.write(write)
+
+
+def _restore(
+    conn: Any, dialect: Dialect, name: str, snapshot: NamespaceSnapshot, vectors: list[np.ndarray]
+) -> tuple[int, dict[int, int]]:
+    """Inside a write transaction: namespace `name` (created when new) holds exactly the snapshot's memories."""
+    row = conn.execute("SELECT id, embedder, dim FROM namespaces WHERE name = ?", (name,)).fetchone()
+    if row is not None:
+        dialect.lock_intents(conn, row[0])
+    if row is None:
+        ns_id = conn.execute(
+            "INSERT INTO namespaces (name, embedder, dim, created) VALUES (?, ?, ?, ?)",
+            (name, snapshot.embedder, snapshot.dim, time.time()),
+        ).lastrowid
+    elif (row[1], row[2]) != (snapshot.embedder, snapshot.dim):
+        raise EmbedderMismatchError(
+            f"namespace {name!r} embeds with {row[1]!r} ({row[2]}-d) but the snapshot with "
+            f"{snapshot.embedder!r} ({snapshot.dim}-d); restore it into a new namespace, or re-embed one side"
+        )
+    else:
+        ns_id = row[0]
+    conn.execute("DELETE FROM items WHERE namespace_id = ?", (ns_id,))
+    conn.execute("DELETE FROM intents WHERE namespace_id = ?", (ns_id,))
+    intent_map = _insert_keeping_ids(
+        conn,
+        "intents",
+        ("namespace_id", "text", "embedding", "created"),
+        [(i.id, (ns_id, i.text, v.tobytes(), i.created)) for i, v in zip(snapshot.intents, vectors)],
+    )
+    item_map = _insert_keeping_ids(
+        conn,
+        "items",
+        ITEM_COLUMNS,
+        [(m.id, (ns_id, intent_map[m.intent_id], *_item_values(m))) for m in snapshot.items],
+    )
+    dialect.ids_kept(conn, "intents")
+    dialect.ids_kept(conn, "items")
+    conn.execute("UPDATE namespaces SET generation = generation + 1 WHERE id = ?", (ns_id,))
+    return int(ns_id), item_map
+
+
+def _retrieval_row(record: RetrievalRecordIn, ns_id: int, moved: dict[int, int]) -> tuple[int, tuple[Any, ...]]:
+    """A logged retrieval as a row of namespace `ns_id`, its item ids renamed by `moved` (those that took new ids)."""
+    candidates = [{**c.model_dump(), "id": moved.get(c.id, c.id)} for c in record.candidates]
+    chosen = [moved.get(i, i) for i in record.chosen]
+    values = (ns_id, record.run_id, record.episode, record.query, json.dumps(candidates), json.dumps(chosen),
+              int(record.explored), record.created, record.unit)  # fmt: skip
+    return record.id, values
 
 
 def _item_values(item: ItemRecord) -> tuple[Any, ...]:

@@ -18,7 +18,9 @@ or nothing. `PRAGMA data_version` tells a reader that another connection committ
 from __future__ import annotations
 
 import random
+import shutil
 import sqlite3
+import tempfile
 import time
 import warnings
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from ttlearn.memory.vector_index import VectorIndex
-from ttlearn.untrusted import UntrustedFileError
+from ttlearn.untrusted import UntrustedFileError, open_regular
 
 T = TypeVar("T")
 
@@ -96,20 +98,35 @@ UNTRUSTED_READ_S = 20.0
 """The longest a read-only command reads a store it was handed: a crafted file's views can recurse forever."""
 
 
-def _open_untrusted(path: Path, timeout_s: float) -> sqlite3.Connection:
-    """A read-only connection to a store named by a run directory (`memory inspect`, `explain`): a regular file,
-    opened with `mode=ro` and `query_only` (nothing written, not even a journal-mode switch), functions in its
-    schema not trusted, and every statement aborted after UNTRUSTED_READ_S."""
+def _open_untrusted(path: Path, timeout_s: float) -> tuple[sqlite3.Connection, Path | None]:
+    """A read-only connection to a store named by a run directory (`memory inspect`, `explain`), and the private
+    folder it reads from, if any. A regular file, opened so that nothing is written anywhere — not the store, not a
+    journal-mode switch, not a -wal or -shm beside it (a read-only connection to a WAL store creates both): as an
+    immutable file (`mode=ro&immutable=1`), or, when its -wal holds commits not yet in the file, from a private copy
+    of the two. `query_only`, functions in its schema not trusted, every statement aborted after UNTRUSTED_READ_S."""
     if path.is_symlink() or not path.is_file():
         raise UntrustedFileError(f"{path} is not a regular file (a link, FIFO or device); refused")
-    conn = sqlite3.connect(
-        f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False
-    )
+    wal = Path(f"{path}-wal")
+    private = None
+    try:
+        if wal.is_symlink() or wal.exists() and wal.stat().st_size > 0:
+            private = Path(tempfile.mkdtemp(prefix="ttlearn-store-"))
+            for source, copy in ((path, private / "store.sqlite"), (wal, private / "store.sqlite-wal")):
+                with open_regular(source) as fh, open(copy, "wb") as out:
+                    shutil.copyfileobj(fh, out)
+            uri = f"{(private / 'store.sqlite').as_uri()}?mode=rw"  # its WAL is read through a -shm of its own
+        else:
+            uri = f"{path.resolve().as_uri()}?mode=ro&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    except BaseException:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+        raise
     conn.execute("PRAGMA query_only = ON")
     conn.execute("PRAGMA trusted_schema = OFF")
     deadline = time.monotonic() + UNTRUSTED_READ_S
     conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
-    return conn
+    return conn, private
 
 
 class SqliteDialect:
@@ -123,8 +140,9 @@ class SqliteDialect:
     def __init__(self, path: str | Path, *, timeout_s: float, read_only: bool) -> None:
         self.location = str(path)
         self.timeout_s = timeout_s
+        self._private: Path | None = None
         if read_only:
-            self.conn = _open_untrusted(Path(path), timeout_s)
+            self.conn, self._private = _open_untrusted(Path(path), timeout_s)
             self._check_version(self.conn)
             return
         Path(self.location).parent.mkdir(parents=True, exist_ok=True)
@@ -227,3 +245,5 @@ class SqliteDialect:
 
     def close(self) -> None:
         self.conn.close()
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)

@@ -26,7 +26,7 @@ from ttlearn.memory.snapshot import (
     export_size,
     read_namespace,
     restore_namespace,
-    restore_retrievals,
+    restore_store,
 )
 from ttlearn.memory.sqlite import SqliteDialect
 from ttlearn.untrusted import loads
@@ -259,20 +259,13 @@ class MemoryStore:
 
     def import_all(self, data: dict[str, Any]) -> int:
         """Add the namespaces of an `export_all` dump (none of which this store may hold yet); returns how many.
-        Ids are kept where free, and retrieval logs follow the items that had to take new ids."""
-        if not isinstance(data, dict) or data.get("format") != STORE_EXPORT_FORMAT:
-            raise ValueError(
-                f"not a store export (format {STORE_EXPORT_FORMAT!r}); make one with ttlearn memory export"
-            )
-        names = [ns["name"] for ns in data["namespaces"]]
-        clashes = sorted({n for n in names if self.embedder_of(n) is not None})
-        if clashes:
-            raise ValueError(f"{self.path} already has namespaces {clashes}; import into an empty store or drop them")
-        for ns in data["namespaces"]:
-            snapshot = {k: v for k, v in ns.items() if k not in ("name", "retrievals")}
-            moved = self.import_namespace(ns["name"], snapshot)
-            restore_retrievals(self.dialect, self._namespace_id(ns["name"]), ns["retrievals"], moved)
-        return len(names)
+        Ids are kept where free, and retrieval logs follow the items that had to take new ids. The whole dump is
+        checked first (`snapshot.StoreExport`: ids from 1 to 2⁴⁰, counters in range, vectors unit), then written in
+        one transaction: on any error the store is as it was."""
+        ns_ids = restore_store(self.dialect, data)
+        for ns_id in ns_ids:
+            self.indexes.forget(ns_id)
+        return len(ns_ids)
 
 
 def _embed_batched(embedder: Embedder, texts: list[str], batch_size: int) -> np.ndarray:

@@ -10,6 +10,7 @@ from typing import Iterable, Mapping
 from ttlearn.llm.base import credential_target
 from ttlearn.memory.base import MEMORY_KEY_ENV
 from ttlearn.runs.config import PartsConfig
+from ttlearn.untrusted import check_store_files
 
 
 def credential_urls(config: PartsConfig) -> dict[str, str]:
@@ -48,6 +49,8 @@ def check_trusted(
     credential set in `env` to a URL the user did not name again in `trusted`, or write into a memory store file
     outside `source` that the user did not name again in `stores`."""
     store = config.memory_options.get("store")
+    if store is not None and "://" not in str(store) and Path(store).expanduser().is_relative_to(Path(source)):
+        check_store_files(Path(store).expanduser())  # a store file of the directory: a file of its own, no link
     if store is not None and not _store_trusted(str(store), Path(source), stores):
         shown = "a database" if "://" in str(store) else str(store)
         raise ValueError(
