@@ -209,9 +209,13 @@ def test_markup_in_a_config_or_a_memory_is_printed_literally(real_run, tmp_path)
 def memrl_run(tmp_path_factory) -> Path:
     """A real MemRL run of two games; its memories in the run's own store, memrl.sqlite."""
     path = tmp_path_factory.mktemp("memrl") / "run"
-    result = invoke("run", "rps", "--llm", "scripted:random", "--memory", "memrl", "-m", "write=trajectory", "-m",
-                    "embedder=hash", "--games", "2", "--rounds", "4", "--out", str(path))  # fmt: skip
-    assert result.exit_code == 0 and (path / "memrl.sqlite").is_file(), result.output
+    done = subprocess.run(  # its own process: the store is closed (no -wal, no -shm left) when it ends
+        [sys.executable, "-m", "ttlearn", "run", "rps", "--llm", "scripted:random", "--memory", "memrl", "-m",
+         "write=trajectory", "-m", "embedder=hash", "--games", "2", "--rounds", "4", "--out", str(path)],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and (path / "memrl.sqlite").is_file(), done.stdout + done.stderr
+    assert not Path(f"{path / 'memrl.sqlite'}-wal").exists()
     return path
 
 
@@ -314,15 +318,17 @@ def nested_bomb(run: Path, leaf: object, width: int, repeats: int) -> int:
 
 
 PEAK = """
-import atexit, resource, runpy, sys
-atexit.register(lambda: sys.stderr.write(f"\\npeak-rss-kb {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}\\n"))
+import atexit, re, runpy, sys
+peak = lambda: re.search(r"VmHWM:\\s+(\\d+)", open("/proc/self/status").read())[1]  # this process's, not its parent's
+atexit.register(lambda: sys.stderr.write(f"\\npeak-rss-kb {peak()}\\n"))
 sys.argv = ["ttlearn", *sys.argv[1:]]
 runpy.run_module("ttlearn", run_name="__main__")
 """
 
 
 def run_command(args: list[str], cwd: Path, timeout: float = LIMIT_S) -> tuple[subprocess.CompletedProcess, float, int]:
-    """`ttlearn ARGS` in a fresh process: (its result, wall seconds, its peak RSS in MB), under `timeout`."""
+    """`ttlearn ARGS` in a fresh process: (its result, wall seconds, its peak RSS in MB), under `timeout`. The peak is
+    VmHWM: getrusage's maxrss keeps the parent's (pytest's) from before the exec."""
     import time
 
     start = time.perf_counter()
