@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeLLM
+from processes import descendants, running
 from runhelp import play_run
 
 from ttlearn.runs import RunConfig
@@ -55,28 +56,6 @@ def rejudge(run: Path, env: dict[str, str]) -> subprocess.Popen:
     )  # fmt: skip
 
 
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid` now (children of children, across PID namespaces as the host sees them)."""
-    found, todo = set(), [pid]
-    while todo:
-        parent = todo.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*"):
-            try:
-                children = {int(c) for c in (task / "children").read_text().split()}
-            except OSError:
-                continue
-            todo += children - found
-            found |= children
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def test_a_recorded_timeout_past_the_environments_maximum_is_refused(endless_run, tmp_path):
     """A recorded timeout_ms of 10⁹ kept rejudge running past 60 s (each endless query ran for ever): now the
     environment refuses it in one line, before any query runs."""
@@ -109,7 +88,7 @@ def test_a_signal_ends_rejudge_and_its_sandboxes_at_once(endless_run, tmp_path, 
         os.kill(process.pid, sig)
         process.communicate(timeout=10)  # at once, not after the query's 30 s
         time.sleep(0.5)
-        assert not [pid for pid in below if alive(pid)], "a sandbox process outlived rejudge"
+        assert not [pid for pid in below if running(pid)], "a sandbox process outlived rejudge"
         assert process.returncode != 0
     finally:
         for pid in {process.pid, *below} if process.poll() is None else below:

@@ -13,6 +13,7 @@ import tempfile
 import textwrap
 
 import pytest
+from processes import descendants, running
 
 from ttlearn.sandbox.python import SANDBOX_UIDS, Limits, isolation, live_pids, remove_tree, run_python
 
@@ -148,31 +149,6 @@ def test_a_sandbox_dies_with_a_caller_killed_outright():
         for pid in below if caller.poll() is not None else ():
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid` now, as the host sees them."""
-    from pathlib import Path
-
-    found, todo = set(), [pid]
-    while todo:
-        for task in Path(f"/proc/{todo.pop()}/task").glob("*"):
-            try:
-                children = {int(c) for c in (task / "children").read_text().split()} - found
-            except OSError:
-                continue
-            todo += children
-            found |= children
-    return found
-
-
-def running(pid: int) -> bool:
-    from pathlib import Path
-
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @needs_file_protection
