@@ -246,6 +246,24 @@ def test_the_round_limit_ends_the_task(engine):
     env.close()
 
 
+def test_a_repeated_operation_on_an_unchanged_table_ends_the_task_when_asked(engine):
+    env = make_env("db_bench", engine=engine, split="all", stop_repeats=True)
+    index = next(i for i, t in enumerate(env.tasks) if t.kind == "insert" and t.rows)
+    env.reset(index)
+    table = f"`{env.current.table}`"
+    nothing = f"Action: Operation\n```sql\nDELETE FROM {table} WHERE 1 = 0\n```"
+    copy = f"Action: Operation\n```sql\nINSERT INTO {table} SELECT * FROM {table} LIMIT 1\n```"
+    assert not env.step(copy).done and not env.step(copy).done  # each run added a row: the table changed
+    assert not env.step(nothing).done
+    done = env.step(nothing)  # the same statement on the table it left as it was: it ends the task, unrun
+    assert done.done and done.info["ended"] == "repeat" and not env.success() and len(env.history) == 4
+    plain = make_env("db_bench", engine=engine, split="all")  # the runner's protocol: no such rule
+    plain.reset(index)
+    assert not plain.step(nothing).done and not plain.step(nothing).done
+    env.close()
+    plain.close()
+
+
 def test_a_select_answer_is_judged_by_the_benchmarks_check(engine):
     env = make_env("db_bench", engine=engine, split="all")
     index = next(i for i, t in enumerate(env.tasks) if t.kind == "select" and t.truth[engine].source == "recorded")

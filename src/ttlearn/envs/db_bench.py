@@ -175,12 +175,13 @@ class SQLiteTable:
         result, changed = run_statements(self.path, list(statements), self.timeout_ms, self.max_rows)
         if changed is not None:
             self.path.write_bytes(changed)
+        touched = changed is not None
         if not result.ok:
-            return Outcome(error=result.error, refused=result.error if result.refused else None)
+            return Outcome(error=result.error, refused=result.error if result.refused else None, changed=touched)
         if len(server_answer(result.rows)) > self.max_bytes:
             limit = f"the result is longer than {self.max_bytes:,} characters"
-            return Outcome(error=limit, refused=limit)
-        return Outcome(rows=result.rows if result.columns else None)
+            return Outcome(error=limit, refused=limit, changed=touched)
+        return Outcome(rows=result.rows if result.columns else None, changed=touched)
 
     def table_hash(self) -> str:
         result = run_query(self.path, f"SELECT * FROM {_sqlite_name(self.task.table)}", self.timeout_ms)
@@ -283,18 +284,23 @@ def _plain(value: Any) -> Any:
 
 @dataclass(frozen=True)
 class Turn:
-    """One reply and what the server answered (None: the reply ended the task)."""
+    """One reply and what the server answered (None: the reply ended the task); for an operation, its statements
+    and whether they changed a row."""
 
     reply: str
     answer: str | None
     refused: str | None = None
+    statements: tuple[str, ...] = ()
+    changed: bool = False
 
 
 class DBBench(Env):
     """LifelongAgentBench's `db_bench` (see the module docstring). Options: `engine` (sqlite | mariadb), `split`
     (train | val | all, the runner's; dev | build: development halves of train), `task` (pin one task id, 0-499),
     `max_round` (the runner's 15), `reply_tokens` (the most one reply may hold), `timeout_ms` (per reply's
-    statements), `max_rows` / `max_bytes` (the most a result may hold before it is refused), `seed`."""
+    statements), `max_rows` / `max_bytes` (the most a result may hold before it is refused), `stop_repeats` (end
+    the task at a reply that repeats the previous operation on a table it left unchanged, judged as at the round
+    limit: a cost control, off in the runner), `seed`."""
 
     default_player = "qwen-coder"
     reply_tokens = 512
@@ -309,6 +315,7 @@ class DBBench(Env):
         timeout_ms: int = 2000,
         max_rows: int = 1000,
         max_bytes: int = 64_000,
+        stop_repeats: bool = False,
         seed: int = 0,
     ) -> None:
         if engine not in ENGINES:
@@ -319,9 +326,11 @@ class DBBench(Env):
                             ("max_rows", max_rows), ("max_bytes", max_bytes)):  # fmt: skip
             if value < 1:
                 raise ValueError(f"{name} must be at least 1, got {value}")
+        if not isinstance(stop_repeats, bool):
+            raise ValueError(f"stop_repeats must be true or false, got {stop_repeats!r}")
         self.engine, self.split, self.task_id, self.max_round = engine, split, task, max_round
         self.reply_tokens, self.timeout_ms, self.max_rows, self.max_bytes = reply_tokens, timeout_ms, max_rows, max_bytes
-        self.seed = seed
+        self.stop_repeats, self.seed = stop_repeats, seed
         self.deterministic = engine == "sqlite"
         """MariaDB returns rows an ORDER BY leaves tied in no fixed order, so an agent's query may see them in another
         order from run to run (the golds whose ties did are left out there); SQLite answers the same every time."""
@@ -351,6 +360,7 @@ class DBBench(Env):
             "timeout_ms": self.timeout_ms,
             "max_rows": self.max_rows,
             "max_bytes": self.max_bytes,
+            "stop_repeats": self.stop_repeats,
             "seed": self.seed,
         }
 
@@ -425,12 +435,15 @@ class DBBench(Env):
             raise ValueError("the reply holds no action the benchmark reads: pass it to invalid_step")
         if parsed.kind == "answer":
             self.history.append(Turn(action, None))
-            return self._finish(parsed.answer)
+            return self._finish(parsed.answer, "answer")
+        if self.stop_repeats and self.repeats(parsed.statements):
+            self.history.append(Turn(action, None, statements=parsed.statements))
+            return self._finish("", "repeat")  # its answer could only be the last one again
         outcome = self.table.execute(parsed.statements) if parsed.statements else Outcome(rows=None)
         answer = outcome.error if outcome.error is not None else server_answer(outcome.rows)
-        self.history.append(Turn(action, answer, outcome.refused))
+        self.history.append(Turn(action, answer, outcome.refused, parsed.statements, outcome.changed))
         if len(self.history) >= self.max_round:
-            return self._finish("")  # the round limit: judged on what the task holds now
+            return self._finish("", "round limit")  # judged on what the task holds now
         info = {"error": outcome.error, "refused": outcome.refused}
         return StepResult(self._observation(), 0.0, False, info, rejected=outcome.refused)
 
@@ -439,10 +452,17 @@ class DBBench(Env):
         if self.done:
             raise ValueError("the task is over; call reset(seed) or restart()")
         self.history.append(Turn(reply, None))
-        return self._finish("")
+        return self._finish("", "unreadable")
 
-    def _finish(self, answer: str) -> StepResult:
-        """The benchmark's verdict: a mutation task by its table's hash now, a SELECT task by the final answer."""
+    def repeats(self, statements: tuple[str, ...]) -> bool:
+        """Whether `statements` are the previous reply's operation, which changed no row: on the same table they can
+        only answer as they did (`stop_repeats`)."""
+        last = self.history[-1] if self.history else None
+        return last is not None and last.answer is not None and last.statements == statements and not last.changed
+
+    def _finish(self, answer: str, ended: str) -> StepResult:
+        """The benchmark's verdict: a mutation task by its table's hash now, a SELECT task by the final answer;
+        `ended` says why the task ended (answer, unreadable, round limit, repeat)."""
         expected = self._task.expected(self.engine)
         if expected.md5 is not None:
             self.verdict = self.table.table_hash() == expected.md5
@@ -450,7 +470,7 @@ class DBBench(Env):
             self.verdict = answer_matches(answer, expected.rows or ())
         self._close_table()
         reward = 1.0 if self.verdict else 0.0
-        return StepResult(self._observation(), reward, True, {"solved": self.verdict})
+        return StepResult(self._observation(), reward, True, {"solved": self.verdict, "ended": ended})
 
     def _close_table(self) -> None:
         if self.table is not None:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -215,12 +215,14 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What one statement did: its rows (None for a statement that returns none), or the error text the benchmark's
-    client shows; `refused` says why the sandbox stopped it (the step is then an invalid one)."""
+    """What a reply's statements did: the last one's rows (None for a statement that returns none), or the error
+    text the benchmark's client shows; `refused` says why the sandbox stopped it (the step is then an invalid one);
+    `changed`: whether any of them changed a row (a repeated statement on an unchanged table answers the same)."""
 
     rows: tuple[tuple, ...] | None = None
     error: str | None = None
     refused: str | None = None
+    changed: bool = False
 
 
 def error_text(exc: Exception) -> str:
@@ -289,12 +291,13 @@ class TaskDatabase:
     def execute(self, statements: Sequence[str]) -> Outcome:
         """The statements in order, each committed, as the benchmark's container runs a reply's SQL (split on ';'):
         the last one's outcome, or the first error (the statements before it stay done)."""
-        outcome = Outcome(rows=())
+        outcome, changed = Outcome(rows=()), False
         for statement in statements:
             outcome = self._one(statement)
+            changed = changed or outcome.changed
             if outcome.error is not None:
                 break
-        return outcome
+        return replace(outcome, changed=changed)
 
     def _one(self, statement: str) -> Outcome:
         import pymysql
@@ -309,7 +312,7 @@ class TaskDatabase:
         try:
             cursor.execute(statement)
             if cursor.description is None:
-                return Outcome(rows=None)
+                return Outcome(rows=None, changed=cursor.rowcount > 0)
             rows = cursor.fetchmany(self.max_rows + 1)
             if len(rows) > self.max_rows:  # the rest would stream on: end the session instead of reading it
                 self._kill(thread, killed)
