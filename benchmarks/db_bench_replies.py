@@ -98,16 +98,17 @@ def _verdict_if_ended_now(env: Any) -> bool:
 
 
 def attempts_of(folder: Path) -> list[Played]:
-    """Every recorded attempt of the run, and its control arm's: a unit record keeps the memory arm's steps; the
-    control's replies are its player calls, recorded after the memory arm's (`rollout/unit.py`)."""
+    """Every unit's first attempt, and its control arm's: a unit record keeps the memory arm's steps; the control's
+    replies are its player calls, recorded after the memory arm's (`rollout/unit.py`)."""
     found = []
     for unit in unit_records(folder):
         calls = [c for c in unit.get("calls", []) if c.get("role") == "player"]
         instance = unit["instance"]
         used = 0
-        for attempt in unit["attempts"]:
+        for number, attempt in enumerate(unit["attempts"]):
             replies = [step.get("raw") or "" for step in attempt["steps"]]
-            found.append(_played(instance, replies, bool(attempt["success"]), calls[used : used + len(replies)], unit))
+            if number == 0:  # the first attempt: what the protocol judges (greedy later ones repeat it)
+                found.append(_played(instance, replies, bool(attempt["success"]), calls[: len(replies)], unit))
             used += len(replies)
         if "control_first_success" in unit:
             control = calls[used:]
