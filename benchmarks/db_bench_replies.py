@@ -106,7 +106,7 @@ def attempts_of(folder: Path) -> list[Played]:
         instance = unit["instance"]
         used = 0
         for number, attempt in enumerate(unit["attempts"]):
-            replies = [step.get("raw") or "" for step in attempt["steps"]]
+            replies = [step.get("raw") or step.get("action") or "" for step in attempt["steps"]]
             if number == 0:  # the first attempt: what the protocol judges (greedy later ones repeat it)
                 found.append(_played(instance, replies, bool(attempt["success"]), calls[: len(replies)], unit))
             used += len(replies)

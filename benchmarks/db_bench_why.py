@@ -72,7 +72,8 @@ def main() -> None:
     scores: dict[str, list[float]] = {name: [] for name in VARIANTS}
     right: dict[str, list[float]] = {name: [] for name in VARIANTS}
     for unit in unit_records(args.run):
-        reply = unit["attempts"][0]["steps"][0]["raw"]
+        first = unit["attempts"][0]["steps"][0]
+        reply = first.get("raw") or first.get("action") or ""
         action = read_reply(reply)
         if action is None or action.kind != "operation":
             continue

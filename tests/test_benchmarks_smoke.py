@@ -26,6 +26,14 @@ SMOKE = {
         True,
         "ratio",
     ),
+    "db_bench_replies.py": (["{tmp}/run", "--replay", "mariadb", "--tasks"], ["pymysql"], False, "ever answered"),
+    "db_bench_speed.py": (
+        ["--tasks", "1", "--llm", "smollm2", "-e", "max_round=2", "--run", "{tmp}/run"],
+        ["llama_cpp", "pymysql"],
+        True,
+        "per turn",
+    ),
+    "db_bench_why.py": (["{tmp}/run", "--llm", "smollm2"], ["llama_cpp"], True, "as sent"),
     "decode_throughput.py": (
         ["--llm", "smollm2", "--sizes", "1", "2", "--tokens", "4", "--repeats", "1"],
         ["llama_cpp"],
@@ -111,7 +119,22 @@ def tiny_project(folder: Path) -> None:
     )
 
 
-PREPARE = {"memopilot_heldout.py": tiny_memopilot_run, "install_time.py": tiny_project}
+def tiny_db_bench_run(folder: Path) -> None:
+    """Two `dev` tasks of db_bench played by the oracle (its gold SQL, then its result as the answer), for the
+    scripts that read a run's replies."""
+    from ttlearn import run
+    from ttlearn.runs import RunConfig
+
+    config = RunConfig(env="db_bench", env_options={"split": "dev"}, memory="none", player="scripted:oracle",
+                       units=2, attempts=1)  # fmt: skip
+    run(config, folder / "run")
+
+
+PREPARE = {
+    "memopilot_heldout.py": tiny_memopilot_run,
+    "install_time.py": tiny_project,
+    **dict.fromkeys(("db_bench_replies.py", "db_bench_speed.py", "db_bench_why.py"), tiny_db_bench_run),
+}
 SPIDER = {"first_run.py", "llamacpp_prefix.py", "similarity_calibration.py"}
 """Scripts that read Spider (`ttlearn data prepare sql`, built once per machine by the `spider_data` fixture)."""
 """Scripts that read a folder: what to put in it (the test's own tmp folder, `{tmp}` in the arguments)."""
