@@ -361,7 +361,8 @@ def test_presets_hold_what_the_released_runners_run(tmp_path: Path) -> None:
            "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.31, "sim_std": 0.10, "join_threshold": 0.9,
            "batch": 25}  # bcb_runner.py:610 applies the updates every 25 tasks
     llb = {"k1": 10, "k2": 5, "delta": 0.5, "epsilon": 0.01, "q_min": -0.8, "q_init": 0.5, "reward_failure": 0.0,
-           **service_stats, "join_threshold": 0.99, "batch": 5}  # run_llb.py never passes the YAML's 0.39 / 0.14
+           **service_stats, "join_threshold": 0.99, "batch": 5,  # run_llb.py never passes the YAML's 0.39 / 0.14
+           "failure_trajectory": False}  # memory_context.py:77 cuts a reflection's failed trajectory for LLB
     hle = {"k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "q_init": 1.0, "q_init_failure": 0.0,
            **service_stats, "batch": 32}  # τ 0.25 is never read; hle_runner.py:956 writes Q 1 / 0
     alfworld = {"k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "q_init": 0.0, "sim_mean": 0.5187,
@@ -382,6 +383,23 @@ def test_presets_hold_what_the_released_runners_run(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="fixes alpha"):
         memory(tmp_path, name="memp", preset="bcb", alpha=0.3)
     assert memory(tmp_path, name="memp", preset="bcb").alpha == 0.0  # a baseline's pin beats the preset
+
+
+def test_the_llb_preset_shows_a_failure_without_its_trajectory(tmp_path: Path) -> None:
+    """MemRL's LLB runner shows a failure's reflection and drops the failed trajectory after it; a success is shown
+    whole. Both items are written whole (the store keeps the trajectory)."""
+    from ttlearn.memory.memrl import without_failed_trajectory
+
+    failure = "Task: count rows\nOutcome: failure (score 0)\nReflection:\nDo better: answer.\nTrajectory:\nuser: q\nNot solved."
+    success = "Task: count rows\nOutcome: success (score 1)\nStrategy:\n1. COUNT(*)\nTrajectory:\nuser: q\nCorrect."
+    assert without_failed_trajectory(failure) == "Task: count rows\nOutcome: failure (score 0)\nReflection:\nDo better: answer."
+    assert without_failed_trajectory(success) == success
+    assert without_failed_trajectory("Task: x\nOutcome: failure (score 0)\n") == "Task: x\nOutcome: failure (score 0)\n"
+    for preset, shows_trajectory in (("llb", False), ("hle", True)):
+        mem = memory(tmp_path / preset, preset=preset, batch=1, write="trajectory", delta=-1.0, epsilon=0.0)
+        mem.observe(episode(0, "opponent plays rock", success=False))
+        assert "Trajectory:" in mem.store.inspect("default")[0].experience
+        assert ("Trajectory:" in mem.context("opponent plays rock")) == shows_trajectory, preset
 
 
 def test_hle_writes_a_success_at_q_1_and_a_failure_at_q_0(tmp_path: Path) -> None:

@@ -102,9 +102,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         # builds the service without sim_norm_*, so its defaults run (memory_service.py:311-312), not the YAML's
         # 0.39 / 0.14 (yaml:50-51, os_interaction; db_bench 0.275 / 0.113 in its comment). The runner's Q floor 0
         # (yaml:85, run_llb.py:217-226) never binds: Q starts at 0.5 and moves toward rewards 0 or 1.
+        # A failure's item is shown without its trajectory: the runner cuts a reflection's "Failed approach:" tail
+        # for LLB (memrl/lifelongbench_eval/memory_context.py:11-27, called at :77).
         "k1": 10, "k2": 5, "delta": 0.5, "epsilon": 0.01, "q_min": -0.8, "alpha": 0.3, "q_init": 0.5,
         "reward_success": 1.0, "reward_failure": 0.0, "sim_mean": 0.1856827586889267,
         "sim_std": 0.09407906234264374, "join_threshold": 0.99, "w_sim": 0.5, "w_q": 0.5, "batch": 5,
+        "failure_trajectory": False,
     },
     "hle": {  # Humanity's Last Exam: configs/rl_hle_config.yaml, run/run_hle.py, memrl/run/hle_runner.py; 10 epochs
         # (yaml:49 num_sections, hle_runner.py:1214). k1 5, k2 3, ε 0, q_min -10, rewards +1 / -1, join 0.9,
@@ -150,12 +153,13 @@ TUNING: dict[str, Any] = {
     "write": "notes",
     "keep": "all",
     "show": "notes",
+    "failure_trajectory": True,
 }
 """Every tunable option and its value when neither the user nor a preset sets it: the released BigCodeBench
 configuration, except the similarity statistics, which belong to the embedder (None: the embedder's calibrated
 `SIMILARITY_STATS`), the batch (1: every task's update lands before the next task, so a short run learns; the
 BigCodeBench runner's 25 is `preset=bcb`), one Q₀ for every new item (`q_init_failure` None), and the paper's items
-(notes on every episode, shown as notes)."""
+(notes on every episode, shown as notes, a failure's with its trajectory)."""
 
 
 def resolve_settings(preset: str | None, given: dict[str, Any], fixed: dict[str, Any]) -> dict[str, Any]:
@@ -206,6 +210,7 @@ class MemRLOptions(BaseModel):
     write: str | None = None
     keep: str | None = None
     show: str | None = None
+    failure_trajectory: bool | None = None
     max_trajectory_chars: int = 1500
     run_id: str | None = None
     seed: int = 0
@@ -223,6 +228,13 @@ def render_answer(task: str, answer: str, verified: bool) -> str:
     environment said of it, nothing else. Shown alone, a paraphrase's verified answer lifted the 0.5B coder model
     from 19 to 29 of 30 Spider questions (the oracle-retrieval probe in docs/memrl.md)."""
     return f"Task: {task}\n{_ANSWER_LABELS[0] if verified else _ANSWER_LABELS[1]}:\n{answer}"
+
+
+def without_failed_trajectory(experience: str) -> str:
+    """A failure's note without the trajectory that follows it (`failure_trajectory=false`): what MemRL's LLB runner
+    shows of a failure, whose long trajectory otherwise dominates the prompt. Other items are shown whole."""
+    head, marker, _ = experience.partition("\nTrajectory:\n")
+    return head if marker and "\nOutcome: failure" in head else experience
 
 
 def verified_exchange(experience: str) -> tuple[str, str] | None:
@@ -293,7 +305,7 @@ class MemRLMemory(Memory):
         if settings["batch"] < 1:
             raise ValueError(f"batch must be at least 1, got {settings['batch']}")
         self.write, self.keep, self.batch = settings["write"], settings["keep"], settings["batch"]
-        self.show = settings["show"]
+        self.show, self.failure_trajectory = settings["show"], settings["failure_trajectory"]
         stats = SIMILARITY_STATS.get(options.embedder, SIMILARITY_STATS["minilm"])
         self.cfg = RetrievalConfig(
             settings["k1"],
@@ -359,8 +371,9 @@ class MemRLMemory(Memory):
                 self._retrieved.append(c.item_id)
         if not chosen:
             return ""
-        text = chosen[0].experience if len(chosen) == 1 else "Relevant past experiences:\n" + "\n\n".join(
-            f"[{n}] {c.experience}" for n, c in enumerate(chosen, 1)
+        shown = [c.experience if self.failure_trajectory else without_failed_trajectory(c.experience) for c in chosen]
+        text = shown[0] if len(shown) == 1 else "Relevant past experiences:\n" + "\n\n".join(
+            f"[{n}] {experience}" for n, experience in enumerate(shown, 1)
         )
         if self.show == "notes":
             return text
