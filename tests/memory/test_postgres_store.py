@@ -37,12 +37,27 @@ def _seed(url: str, namespace: str = "shared") -> None:
             ns.add(NewItem(f"seed item {i}", f"seed {i}", 0.0), join_threshold=2.0)
 
 
-def _start_writers(url: str, count: int, feedbacks: int) -> list[subprocess.Popen]:
+def _start_writers(url: str, count: int, feedbacks: int, gates: Path | None = None) -> list[subprocess.Popen]:
+    """`count` writer processes; with `gates`, each stops at its first, a third and two thirds of its feedbacks until
+    the test lets it on (`_open_gate`), so a restart lands mid-run however loaded the machine is."""
     env = {**os.environ, "PYTHONPATH": SRC}
+    extra = [str(gates)] if gates else []
     return [
-        subprocess.Popen([sys.executable, "-c", _WRITER, url, str(w), str(feedbacks)], stdout=subprocess.PIPE, env=env)
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, url, str(w), str(feedbacks), *extra], stdout=subprocess.PIPE, env=env
+        )
         for w in range(count)
     ]
+
+
+def _open_gate(gates: Path, gate: int, writers: list[subprocess.Popen], timeout_s: float = 180) -> None:
+    """Wait until every writer waits at `gate`, then let them all on."""
+    deadline = time.monotonic() + timeout_s
+    while sum((gates / f"w{w}-at-{gate}").exists() for w in range(len(writers))) < len(writers):
+        assert all(w.poll() is None for w in writers), "a writer ended before reaching its gate"
+        assert time.monotonic() < deadline, f"the writers did not all reach gate {gate} in {timeout_s} s"
+        time.sleep(0.02)
+    (gates / f"open-{gate}").touch()
 
 
 def _check_every_update_once(store: MemoryStore, answers: list[list]) -> dict[int, MemoryItem]:
@@ -104,10 +119,17 @@ from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.retrieval import reinforce
 from ttlearn.memory.items import NewItem
 from ttlearn.memory.store import MemoryStore
+import pathlib, time
 url, worker, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+gates = pathlib.Path(sys.argv[4]) if len(sys.argv) > 4 else None
 ns = MemoryStore(url).namespace("shared", HashEmbedder(32))
 answers = []
 for n in range(count):
+    if gates and n in (0, count // 3, 2 * count // 3):
+        gate = (0, count // 3, 2 * count // 3).index(n)
+        (gates / f"w{worker}-at-{gate}").touch()
+        while not (gates / f"open-{gate}").exists():
+            time.sleep(0.01)
     ids = [1 + (worker + n) % 4, 1 + (worker + n + 1) % 4]
     reward = (-1.0, 0.5, 1.0)[(worker * 7 + n) % 3]
     answers.append([reward, reinforce(ns, ids, reward, 0.3)])
@@ -233,28 +255,17 @@ def own_server():
         yield server
 
 
-def _visits_once_connected(url: str, writers: int) -> int:
-    """The visits so far, or 0 while fewer than `writers` other sessions are connected."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as pg:
-        (others,) = pg.execute(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
-        ).fetchone()
-        return int(pg.execute("SELECT COALESCE(SUM(visits), 0) FROM items").fetchone()[0]) if others >= writers else 0
-
-
-def test_writers_reconnect_through_restarts_losing_nothing_and_applying_nothing_twice(own_server) -> None:
+def test_writers_reconnect_through_restarts_losing_nothing_and_applying_nothing_twice(own_server, tmp_path) -> None:
     """A fast restart (sessions ended, open transactions rolled back) and a crash-like one (`immediate`) while 3
-    writer processes send feedback and add items: every writer finishes, and every update is applied exactly once."""
+    writer processes send feedback and add items: every writer finishes, and every update is applied exactly once.
+    Gates hold the writers at a third and two thirds of their work, and each restart follows the gate's opening at
+    once, so it lands while all three are connected and writing."""
     url = own_server.url
     _seed(url)
-    writers = _start_writers(url, 3, 150)
-    for mode, after in (("fast", 60), ("immediate", 240)):
-        deadline = time.monotonic() + 120
-        while _visits_once_connected(url, len(writers)) < after and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert sum(w.poll() is None for w in writers) >= 2  # mid-run
+    writers = _start_writers(url, 3, 150, gates=tmp_path)
+    _open_gate(tmp_path, 0, writers)
+    for gate, mode in ((1, "fast"), (2, "immediate")):
+        _open_gate(tmp_path, gate, writers)
         own_server.restart(mode)
     answers = [json.loads(w.communicate(timeout=240)[0]) for w in writers]
     assert all(w.returncode == 0 for w in writers)
