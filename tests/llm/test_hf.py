@@ -104,6 +104,41 @@ def test_greedy_is_deterministic_and_independent_of_batching(plain: HFPolicy) ->
     assert batched[1].text.strip() == first.text
 
 
+RULES = (
+    "You play rock-paper-scissors against the same opponent for six rounds. Paper beats rock, rock beats scissors, "
+    "scissors beats paper. Win +1, draw 0, loss -1. Answer with one word."
+)
+SAME_HEAD = [
+    [{"role": "system", "content": RULES}, {"role": "user", "content": question}]
+    for question in ("The opponent played rock three times.", "The opponent played paper, then scissors twice.")
+]
+
+
+def test_rows_sharing_a_prompt_or_its_head_score_and_learn_as_alone(tuned: HFPolicy) -> None:
+    """`_prefill` evaluates a repeated prompt once and the distinct prompts' common head once; the log-probs and
+    the gradient they give are those of each row evaluated alone."""
+    from ttlearn.llm.hf.policy import SHARED_HEAD, common_prefix
+
+    first, second = (tuned.encode(m) for m in SAME_HEAD)
+    assert common_prefix([first, second]) >= SHARED_HEAD  # the head is shared, the questions are not
+    prompts, completions = [first, first, second], [[42, 43, 44], [45], [46, 47]]
+    together, mask = tuned.sequence_logprobs(prompts, completions)
+    together[mask].sum().backward()
+    shared = [p.grad.clone() for p in tuned.trainable_parameters()]
+    tuned.model.zero_grad(set_to_none=True)
+    for row, (prompt, completion) in enumerate(zip(prompts, completions)):
+        alone, _ = tuned.sequence_logprobs([prompt], [completion])
+        assert torch.allclose(together[row, : len(completion)], alone[0], atol=1e-5)
+        alone.sum().backward()
+    for got, expected in zip(shared, (p.grad for p in tuned.trainable_parameters())):
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-4)  # float32 sums in another order (gradients ≤ ~4)
+    tuned.model.zero_grad(set_to_none=True)
+    batched = tuned.sample([SAME_HEAD[0], SAME_HEAD[1], SAME_HEAD[0]], max_new_tokens=6, temperature=0, seed=0)
+    for messages, sample in zip([SAME_HEAD[0], SAME_HEAD[1], SAME_HEAD[0]], batched):
+        (alone,) = tuned.sample([messages], max_new_tokens=6, temperature=0, seed=0)
+        assert sample.completion_ids == alone.completion_ids
+
+
 def test_stop_strings_and_length_limit(plain: HFPolicy) -> None:
     (cut,) = plain.sample([LONG], max_new_tokens=3, temperature=0, seed=0)
     assert len(cut.completion_ids) == 3 and not cut.finished

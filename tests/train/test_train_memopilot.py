@@ -18,7 +18,10 @@ from ttlearn.train.memopilot import (
     MemoPilotTrainConfig,
     MemoPilotTrainer,
     Write,
+    interval,
     micro_batch_weight,
+    move_shares,
+    paired_change,
     policy_update,
     rank_rollouts,
     write_advantages,
@@ -82,6 +85,22 @@ def test_rank_rollouts_split_the_group_evenly() -> None:
         rank_rollouts(3, 0, 2)
 
 
+def test_the_curve_statistics_by_hand() -> None:
+    # two values: mean 2, s = √2, t*(0.975, 1 df) = 12.7062, so the half-width is 12.7062 · √2 / √2
+    assert interval([1.0, 3.0]) == pytest.approx([2.0, 2.0 - 12.7062, 2.0 + 12.7062], abs=1e-4)
+    assert interval([0.5]) == [0.5, 0.5, 0.5]
+    # differences 1, 0, −0.5: the zero carries no sign; of the 4 sign flips of (1, 0.5), all reach |0.5|
+    assert paired_change([0.0, 0.0, 1.0], [1.0, 0.0, 0.5]) == {
+        "gain": pytest.approx(1 / 6, abs=1e-6),
+        "rose": 1,
+        "fell": 1,
+        "p": 1.0,
+    }
+    # five equal gains: only the two all-same-sign flips of 32 reach the observed sum
+    assert paired_change([0.0] * 5, [0.5] * 5)["p"] == pytest.approx(2 / 32)
+    assert move_shares(["paper", None, "paper", "rock"]) == {"paper": 0.5, "none": 0.25, "rock": 0.25}
+
+
 def test_config_refuses_unknown_and_clashing_options() -> None:
     with pytest.raises(ValueError, match="groups"):
         MemoPilotTrainConfig(out="x", groups=3)
@@ -91,6 +110,8 @@ def test_config_refuses_unknown_and_clashing_options() -> None:
         MemoPilotTrainConfig(out="x", games=1)
     with pytest.raises(ValueError, match="note_at"):
         MemoPilotTrainConfig(out="x", note_at="footnote")
+    with pytest.raises(ValueError, match="writer_form"):
+        MemoPilotTrainConfig(out="x", writer_form="essay")
 
 
 def test_only_the_tokens_the_player_sees_are_trained() -> None:
@@ -132,7 +153,8 @@ def trainer(tmp_path_factory) -> MemoPilotTrainer:
 
 @pytest.mark.model
 def test_loss_logprobs_come_from_the_sampling_weights_and_temperature(trainer: MemoPilotTrainer) -> None:
-    writes, rewards, _ = trainer.rollout(0, "cycle3", 11, [0, 1], 1.0, sample_seed=5)
+    (played,) = trainer.play_rollouts([(0, "cycle3", 11)], [0, 1], 1.0, sample_seed=5)
+    writes, rewards = played.writes, played.rewards
     assert len(writes) == 2 and rewards.shape == (2, 1)
     samples = [w.sample for w in writes]
     with torch.no_grad():
@@ -152,7 +174,7 @@ def test_loss_logprobs_come_from_the_sampling_weights_and_temperature(trainer: M
 
 @pytest.mark.model
 def test_one_step_changes_the_adapters_and_lowers_the_loss(trainer: MemoPilotTrainer) -> None:
-    writes, _, _ = trainer.rollout(0, "biased", 12, [0, 1], 1.0, sample_seed=6)
+    writes = trainer.play_rollouts([(0, "biased", 12)], [0, 1], 1.0, sample_seed=6)[0].writes
     advantages = np.array([1.0, -1.0])
     before = lora_weights(trainer)
     first = policy_update(trainer.policy, trainer.optimizer, writes, advantages, trainer.config)
@@ -195,11 +217,33 @@ def test_the_frozen_player_shows_the_memory_where_the_config_says(tmp_path) -> N
 
 
 def test_rollout_games_in_flight_score_as_sequential_ones(trainer: MemoPilotTrainer) -> None:
-    sequential = trainer.rollout(1, "cycle3", 13, [0, 1], 1.0, sample_seed=7)[1]
+    sequential = trainer.play_rollouts([(1, "cycle3", 13)], [0, 1], 1.0, sample_seed=7)[0].rewards
     original = trainer.config
     trainer.config = original.model_copy(update={"concurrency": 2})
     try:
-        concurrent = trainer.rollout(1, "cycle3", 13, [0, 1], 1.0, sample_seed=7)[1]
+        concurrent = trainer.play_rollouts([(1, "cycle3", 13)], [0, 1], 1.0, sample_seed=7)[0].rewards
     finally:
         trainer.config = original
     assert np.array_equal(sequential, concurrent)
+
+
+@pytest.mark.model
+def test_the_development_curve_is_logged_compared_with_step_0_and_drawn(tmp_path) -> None:
+    """Every `eval_every` steps the greedy writer plays the fixed development sequences; step 1's line also holds
+    the evaluation before any update, which later ones are paired with (read back from the log after a resume)."""
+    settings = {"eval_every": 1, "eval_seeds": [3], "writer_form": "counter", "max_completion_length": 12}
+    MemoPilotTrainer(tiny(tmp_path, steps=1, **settings), player=NoteHashPlayer()).train()
+    resumed = MemoPilotTrainer(tiny(tmp_path, steps=2, **settings), player=NoteHashPlayer())
+    second = resumed.train()[0]
+    log = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    start, first = log[0]["eval_start"], log[0]["eval"]
+    assert start["after_step"] == 0 and first["after_step"] == 1 and second["eval"]["after_step"] == 2
+    assert len(start["rewards"]) == 2  # cycle3 and biased × seed 3
+    assert set(start["notes"]) == {"cycle3", "biased"}
+    assert all(note.startswith("The opponent plays mostly") for notes in start["notes"].values() for note in notes)
+    changes = [a - b for a, b in zip(second["eval"]["rewards"], start["rewards"])]
+    assert second["eval"]["vs_start"]["gain"] == pytest.approx(np.mean(changes), abs=1e-6)
+    assert log[1]["note_reward"][1] <= log[1]["note_reward"][0] <= log[1]["note_reward"][2]
+    assert sum(log[1]["suggested"].values()) == pytest.approx(1.0, abs=1e-3) and "kl_to_base" in log[1]
+    svg = (tmp_path / "run" / "curve.svg").read_text()
+    assert 'data-chart="training"' in svg and "training-greedy" in svg

@@ -59,6 +59,13 @@ def one_hot(move: int) -> np.ndarray:
 UNIFORM = np.full(3, 1 / 3)
 
 
+def lean(move: int, strength: float) -> np.ndarray:
+    """A distribution that plays `move` with probability `strength` and each other move with (1 − strength) / 2."""
+    dist = np.full(3, (1 - strength) / 2)
+    dist[move] = strength
+    return dist
+
+
 def parse_pattern(letters: str) -> tuple[int, ...]:
     """'RPS' → (0, 1, 2): cycle patterns are written with move initials so they read at a glance."""
     return tuple("RPS".index(letter) for letter in letters)
@@ -124,6 +131,24 @@ class CycleBot(Bot):
 
     def distribution(self) -> np.ndarray:
         return one_hot(self.pattern[len(self.own) % len(self.pattern)])
+
+
+class SwitchBot(Bot):
+    """T1 sequence: leans towards `first` for the first `after` rounds of every game, then towards `second` (each with
+    probability `strength`, the other moves sharing the rest). Ceiling strength − (1 − strength) / 2 (+0.7 at 0.8).
+    A player that keeps one move all game does best with the move that beats one of the two and draws the other
+    (+0.35 per round over 6 rounds at 0.8, switching after 3): the best response to the game's pooled moves, which
+    is the counter of `first` when `second` beats `first`, and `second` itself when `first` beats `second`."""
+
+    tier = "T1"
+
+    def __init__(self, first: int, second: int, after: int = 3, strength: float = 0.8) -> None:
+        super().__init__()
+        self.first, self.second, self.after, self.strength = first, second, after, strength
+        self.ceiling = float(expected_payoffs(lean(first, strength)).max())
+
+    def distribution(self) -> np.ndarray:
+        return lean(self.first if len(self.own) < self.after else self.second, self.strength)
 
 
 class HalfRandomBot(Bot):
@@ -304,6 +329,12 @@ class ProbeBot(Bot):
 
 
 CYCLES = {3: "RPS", 4: "RRPS", 5: "RPSSP", 6: "RRPPSS", 7: "RPRSPSS", 8: "RSPPRSSP"}
+LEANING_CYCLES = ("RRPS", "PPSR", "SSRP", "RPRSR", "PSPRP", "SRSPS")
+"""Cycles with a most frequent move, one per move for each shape: a player keeping one move all game does best with
+the counter of that move (RRPS over 6 rounds: rock 4, paper 1, scissors 1, so paper scores +0.5 per round, rock 0,
+scissors −0.5), and a note that always names the same move scores 0 on average over the three."""
+SWITCHES = {f"{MOVES[a]}-{MOVES[b]}": (a, b) for a in range(3) for b in range(3) if a != b}
+"""`switch-FIRST-SECOND` opponents (`SwitchBot`): every ordered pair of distinct moves."""
 
 
 def _cycle_factory(letters: str) -> Callable[[int], Bot]:
@@ -315,7 +346,11 @@ BOTS: dict[str, Callable[[int], Bot]] = {
     "constant": lambda seed: ConstantBot(),
     "biased": lambda seed: BiasedBot((0.6, 0.2, 0.2)),
     "biased-40": lambda seed: BiasedBot((0.4, 0.3, 0.3)),
+    **{f"biased-{MOVES[m]}": (lambda seed, m=m: BiasedBot(lean(m, 0.6))) for m in (PAPER, SCISSORS)},
+    **{f"biased-{MOVES[m]}-50": (lambda seed, m=m: BiasedBot(lean(m, 0.5))) for m in range(3)},
     **{f"cycle{period}": _cycle_factory(letters) for period, letters in CYCLES.items()},
+    **{f"cycle-{letters.lower()}": _cycle_factory(letters) for letters in LEANING_CYCLES},
+    **{f"switch-{pair}": (lambda seed, pair=pair: SwitchBot(*SWITCHES[pair])) for pair in SWITCHES},
     "half-random": lambda seed: HalfRandomBot(),
     "beat-last": lambda seed: BeatLastBot(),
     "copy-last": lambda seed: CopyLastBot(),

@@ -8,6 +8,7 @@ writer is used here by giving `--writer runs/x/final` (an `hf:` spec). The first
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ttlearn.llm.base import LLM, Message
@@ -15,24 +16,60 @@ from ttlearn.memory.base import Memory
 from ttlearn.memory.text import bound_memory, episode_log
 from ttlearn.types import Episode
 
-WRITER_PROMPT = (
-    "You keep the notes a player reads before the next game.\n\n"
-    "Current notes:\n{memory}\n\n"
-    "The game that was just played:\n{log}\n\n"
-    "Rewrite the notes for the next game: what the opponent does and exactly which move to play. "
-    "At most {words} words. Write only the notes."
-)
+
+@dataclass(frozen=True)
+class WriterForm:
+    """How G_θ is asked for a note: the user message (fields `memory`, `log`, `words`), the note's opening words,
+    written into the writer's answer for it to continue (`prefill`), and whether the note ends at its first line
+    break (`one_line`: then a player that reads a move per line reads one move)."""
+
+    prompt: str
+    prefill: str = ""
+    one_line: bool = False
 
 
-def writer_messages(rules: str, memory: str, episode: Episode, words: int) -> list[Message]:
-    """The input of G_θ: the game's rules, the previous memory m_{t−1} and the trajectory e_t."""
-    return [
-        {"role": "system", "content": rules},
-        {
-            "role": "user",
-            "content": WRITER_PROMPT.format(memory=memory or "(none yet)", log=episode_log(episode), words=words),
-        },
-    ]
+FORMS = {
+    "notes": WriterForm(
+        "You keep the notes a player reads before the next game.\n\n"
+        "Current notes:\n{memory}\n\n"
+        "The game that was just played:\n{log}\n\n"
+        "Rewrite the notes for the next game: what the opponent does and exactly which move to play. "
+        "At most {words} words. Write only the notes."
+    ),
+    "counter": WriterForm(
+        "You keep the notes a player reads before each game against this opponent. After every game you rewrite "
+        'them as one line: "The opponent plays mostly X, so play Y." X is the move the opponent played most; Y is '
+        "the move that beats X.\n\nCurrent notes: {memory}\n\nThe game just played: {log}",
+        prefill="The opponent plays mostly",
+        one_line=True,
+    ),
+}
+"""`notes` asks for free notes (every recorded run before issue 40); `counter` asks for one line naming the
+opponent's most frequent move and its counter, the writer's answer opened with the line's first words: the form
+chosen on development data (docs/memopilot.md) so that SmolLM2-135M, untrained, writes a note a player can read
+(its free notes name no move in about 4 of 5 samples). The instructions come before the game's log, so the prompts
+of one batch share their head (`HFPolicy` evaluates it once)."""
+
+
+def writer_messages(rules: str, memory: str, episode: Episode, words: int, form: str = "notes") -> list[Message]:
+    """The input of G_θ: the game's rules, the previous memory m_{t−1} and the trajectory e_t, in `form`."""
+    shape = FORMS[form]
+    content = shape.prompt.format(memory=memory or "(none yet)", log=episode_log(episode), words=words)
+    messages: list[Message] = [{"role": "system", "content": rules}, {"role": "user", "content": content}]
+    return [*messages, {"role": "assistant", "content": shape.prefill}] if shape.prefill else messages
+
+
+def note_source(form: str, reply: str) -> str:
+    """The note a writer's reply makes in `form`, before the length bound: the prefill and the reply (joined by a
+    space: whitespace is collapsed by `bound_memory` anyway), cut at the first line break for one-line forms."""
+    shape = FORMS[form]
+    text = reply.lstrip().split("\n", 1)[0] if shape.one_line else reply
+    return f"{shape.prefill} {text}" if shape.prefill else text
+
+
+def writer_stop(form: str) -> tuple[str, ...]:
+    """Stop strings of the writer's reply: a one-line note ends at its line break."""
+    return ("\n",) if FORMS[form].one_line else ()
 
 
 def seen_token_count(prefixes: Sequence[str], max_chars: int) -> int:
@@ -61,11 +98,15 @@ class MemoPilotMemory(Memory):
         words: int = 40,
         max_tokens: int = 80,
         temperature: float = 0.0,
+        form: str = "notes",
     ) -> None:
         super().__init__(llm)
         if max_chars < 20 or words < 3 or max_tokens < 8:
             raise ValueError("memopilot needs max_chars >= 20, words >= 3 and max_tokens >= 8")
+        if form not in FORMS:
+            raise ValueError(f"memopilot form must be one of {', '.join(FORMS)}, got {form!r}")
         self.max_chars, self.words, self.max_tokens, self.temperature = max_chars, words, max_tokens, temperature
+        self.form = form
         self.text = ""
 
     def context(self, query: str) -> str:
@@ -73,9 +114,15 @@ class MemoPilotMemory(Memory):
 
     def observe(self, episode: Episode) -> None:
         assert self.llm is not None
-        messages = writer_messages(episode.info.get("rules", episode.task), self.text, episode, self.words)
-        reply = self.llm.complete(messages, max_tokens=self.max_tokens, temperature=self.temperature, seed=episode.seed)
-        self.text = bound_memory(reply.text, self.max_chars)
+        messages = writer_messages(episode.info.get("rules", episode.task), self.text, episode, self.words, self.form)
+        reply = self.llm.complete(
+            messages,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            seed=episode.seed,
+            stop=writer_stop(self.form),
+        )
+        self.text = bound_memory(note_source(self.form, reply.text), self.max_chars)
 
     def state(self) -> dict[str, Any]:
         return {"text": self.text}

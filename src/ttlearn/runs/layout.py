@@ -72,6 +72,8 @@ class RunDir:
     FINAL: ClassVar[str] = "final"
     PLAYED: ClassVar[str] = "episodes.jsonl"
     CHECKPOINT: ClassVar[str] = "step_{step:04d}"
+    TRAINING_CURVE: ClassVar[str] = "curve.svg"
+    """MemoPilot's learning curve, drawn from the metrics at the end of a run."""
 
     def __post_init__(self) -> None:
         self.path = Path(self.path)

@@ -7,19 +7,28 @@ The reward of write t is the per-round score of game t+1; advantages are turn-le
 (`turn_level_advantages` over the G rollouts of the sequence), and the loss is TRL's clipped GRPO loss on the tokens
 of each write, with the sampling-time log-probs as the old policy.
 
+What makes a step cheap without changing what it computes: the step's sequences advance in lockstep, so each turn's
+S·G writes are one batched sampling call (`HFPolicy.sample`, which evaluates the G identical prompts after game 1
+once); the frozen player's greedy decisions are a function of their prompt, so a note that suggests a move some
+other rollout's note suggested replays that game from the embedded runtime's reply cache; and the update scores
+the writes that share a prompt on one evaluation of it (`HFPolicy.sequence_logprobs`).
+
 Only the tokens the player sees are trained: the memory is cut to `memory_chars` after sampling, and the tokens past
 the cut (`seen_token_count`) are dropped from the write, since no reward depends on them.
 
 Data parallel: under `accelerate launch` or `torchrun` (one process per GPU, or several on the CPU) every rank plays
-its share of the G rollouts, the reward matrix is summed across ranks so all ranks compute the same advantages, and
-LoRA gradients are averaged before the optimiser step, so the weights stay identical everywhere. The run directory,
-checkpoints and resume are the trainer base's (`ttlearn.train.base`).
+its share of the G rollouts and the reward matrices are summed across ranks (`Accelerator.reduce`), so all ranks
+compute the same advantages; the scorer and the optimiser are `accelerate`'s prepared ones, so the backward pass
+averages the LoRA gradients across ranks and the weights stay identical everywhere. The run directory, checkpoints
+and resume are the trainer base's (`ttlearn.train.base`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -28,21 +37,25 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from ttlearn.envs.base import Env, make_env
+from ttlearn.eval.metrics import mean_ci, paired_sign_flip_p
 from ttlearn.llm.base import make_llm
-from ttlearn.memory.memopilot import seen_token_count, writer_messages
+from ttlearn.memory.memopilot import FORMS, note_source, seen_token_count, writer_messages, writer_stop
 from ttlearn.memory.text import bound_memory
 from ttlearn.players.base import Player
+from ttlearn.players.llm import suggested_action
 from ttlearn.rollout.inflight import map_in_flight
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
+from ttlearn.runs import RunDir
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
-from ttlearn.train.base import Progress, TrainConfig, Trainer, this_device, world
+from ttlearn.train.base import Progress, TrainConfig, Trainer, read_metrics, this_device
 from ttlearn.train.loss import LOSS_TYPES
-from ttlearn.types import NoteAt
+from ttlearn.types import Episode, NoteAt
 
 if TYPE_CHECKING:
     import torch
+    from accelerate import Accelerator
 
     from ttlearn.llm.hf import HFPolicy, Sample
 
@@ -55,7 +68,7 @@ def fixed_memory(text: str) -> Callable[[str], str]:
 class MemoPilotTrainConfig(TrainConfig):
     """`ttlearn train memopilot` options. Writer length limits default to those of the `memopilot` memory."""
 
-    resumable: ClassVar[frozenset[str]] = TrainConfig.resumable | {"eval_every", "eval_seeds", "concurrency"}
+    resumable: ClassVar[frozenset[str]] = TrainConfig.resumable | {"eval_every", "concurrency"}
 
     env: str = Field("rps", description="Environment of the training games.")
     env_options: dict[str, Any] = Field(
@@ -90,8 +103,11 @@ class MemoPilotTrainConfig(TrainConfig):
     max_completion_length: int = Field(80, ge=8, description="Most tokens a write may sample.")
     memory_words: int = Field(40, ge=3, description="Word limit the writer prompt asks for.")
     memory_chars: int = Field(400, ge=20, description="The memory is cut to this many characters.")
+    writer_form: str = Field(
+        "notes", description=f"How the writer is asked for a note (the memory's `form`): {', '.join(FORMS)}."
+    )
     ppo_epochs: int = Field(1, ge=1, description="Optimiser steps on each batch of writes.")
-    micro_batch: int = Field(4, ge=1, description="Writes per forward/backward pass.")
+    micro_batch: int = Field(8, ge=1, description="Writes per forward/backward pass.")
     player: str = Field("smollm2", description="The frozen player (an LLM spec, e.g. openai:URL#MODEL).")
     player_temperature: float = Field(0.0, ge=0, description="The player's sampling temperature.")
     note_at: NoteAt = Field(
@@ -103,11 +119,20 @@ class MemoPilotTrainConfig(TrainConfig):
         1, ge=1, description="Rollout games in flight against the player (a server's parallel slots); same results."
     )
     writer_base: str = Field("smollm2", description="HF source of the writer G_θ.")
-    eval_every: int = Field(10, ge=0, description="Held-out evaluation every N steps (0: never).")
-    eval_seeds: list[int] = Field(default_factory=lambda: [1000, 1001], description="Seeds of the held-out sequences.")
+    eval_every: int = Field(
+        10,
+        ge=0,
+        description="Every N steps (and before the first) the greedy writer plays every training opponent on the "
+        "development `eval_seeds`; 0: never.",
+    )
+    eval_seeds: list[int] = Field(
+        default_factory=lambda: [1000, 1001], description="Seeds of the development evaluation sequences (fixed)."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> MemoPilotTrainConfig:
+        if self.writer_form not in FORMS:
+            raise ValueError(f"writer_form must be one of {', '.join(FORMS)}, got {self.writer_form!r}")
         clash = {"opponent", "rounds", "seed"} & set(self.env_options)
         if clash:
             raise ValueError(f"env_options may not set {sorted(clash)}: use --opponents, --rounds and --seed")
@@ -123,6 +148,20 @@ class Write:
     rollout: int
     turn: int
     sample: Sample
+
+
+@dataclass
+class Rollouts:
+    """What some rollouts of one sequence played: their writes, rewards [rollouts, T−1] (reward[i, t−1] = per-round
+    score of game t+1), the first game's per-round score (no memory) and the notes the player read (notes[i][t−1])."""
+
+    sequence: int
+    opponent: str
+    seed: int
+    writes: list[Write]
+    rewards: np.ndarray
+    first: float
+    notes: list[list[str]]
 
 
 def write_advantages(writes: Sequence[Write], rewards: dict[int, np.ndarray], scale: str) -> np.ndarray:
@@ -156,37 +195,27 @@ def rank_rollouts(group: int, rank: int, world: int) -> list[int]:
     return list(range(rank, group, world))
 
 
-# ---- distributed helpers (no-ops in one process) -----------------------------------------------------------------
-def _all_sum(array: np.ndarray, device: torch.device) -> np.ndarray:
-    """The element-wise sum over ranks, reduced on `device` (NCCL reduces only GPU tensors, gloo CPU ones)."""
-    import torch
-    import torch.distributed as dist
-
-    if world()[1] == 1:
-        return array
-    tensor = torch.tensor(array, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor)
-    return tensor.cpu().numpy()
+def interval(values: Sequence[float]) -> list[float]:
+    """[mean, low, high]: the mean with its 95 % t-interval (low = high = mean for one value)."""
+    mean, half = mean_ci(values) if len(values) > 1 else (float(np.mean(values)), 0.0)
+    return [round(mean, 6), round(mean - half, 6), round(mean + half, 6)]
 
 
-def _average_gradients(params: Sequence[torch.nn.Parameter]) -> None:
-    import torch.distributed as dist
+def paired_change(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
+    """after − before over paired sequences: the mean gain, how many rose and fell, and the exact sign-flip p."""
+    diffs = [a - b for a, b in zip(after, before, strict=True)]
+    return {
+        "gain": round(float(np.mean(diffs)), 6),
+        "rose": sum(d > 1e-9 for d in diffs),
+        "fell": sum(d < -1e-9 for d in diffs),
+        "p": paired_sign_flip_p(diffs),
+    }
 
-    processes = world()[1]
-    if processes == 1:
-        return
-    for p in params:
-        if p.grad is not None:
-            dist.all_reduce(p.grad)
-            p.grad /= processes
 
-
-def _broadcast(params: Sequence[torch.nn.Parameter]) -> None:
-    import torch.distributed as dist
-
-    if world()[1] > 1:
-        for p in params:
-            dist.broadcast(p.data, src=0)
+def move_shares(moves: Sequence[str | None]) -> dict[str, float]:
+    """Share of each suggested move (None → "none"), in the order first seen, rounded to 4 places."""
+    counts = Counter("none" if m is None else m for m in moves)
+    return {move: round(n / len(moves), 4) for move, n in counts.items()}
 
 
 # ---- the policy update -------------------------------------------------------------------------------------------
@@ -197,14 +226,18 @@ def policy_update(
     advantages: np.ndarray,
     config: MemoPilotTrainConfig,
     *,
+    accelerator: Accelerator | None = None,
+    scorer: torch.nn.Module | None = None,
     global_tokens: int | None = None,
     step: bool = True,
 ) -> dict[str, float]:
     """`ppo_epochs` optimiser steps of `policy_loss` on the writes' completion tokens, old log-probs = sampled ones.
 
-    Returns stats of the first epoch's loss (the number a resumed run must reproduce) and of the last step's
-    gradient. `global_tokens`: completion tokens of the step over all ranks (for "dapo"). `step=False` computes loss
-    and gradients only (tests, benchmarks)."""
+    With an `accelerator` the log-probs come from its prepared `scorer` (the policy's `sequence_logprobs` as a
+    module, data parallel under a launcher) and the gradients are synchronised on the last micro-batch's backward;
+    without one, from the policy directly. Returns stats of the first epoch's loss (the number a resumed run must
+    reproduce) and of the last step's gradient. `global_tokens`: completion tokens of the step over all ranks (for
+    "dapo"). `step=False` computes loss and gradients only (tests, benchmarks)."""
     import torch
 
     from ttlearn.llm.hf import pad_rows
@@ -212,7 +245,8 @@ def policy_update(
 
     if not writes:
         raise ValueError("policy_update needs at least one write")
-    processes = world()[1]
+    processes = accelerator.num_processes if accelerator else 1
+    score = scorer or policy.sequence_logprobs
     params = policy.trainable_parameters()
     tokens = [len(w.sample.completion_ids) for w in writes]
     total_tokens = sum(tokens)
@@ -220,49 +254,48 @@ def policy_update(
     chunks = [range(i, min(i + config.micro_batch, len(writes))) for i in range(0, len(writes), config.micro_batch)]
     refs: list[torch.Tensor | None] = [None] * len(chunks)
     if config.beta:
-        with torch.no_grad(), policy.adapters_disabled():
-            refs = [
-                policy.sequence_logprobs(
-                    [writes[i].sample.prompt_ids for i in c],
-                    [writes[i].sample.completion_ids for i in c],
-                    config.temperature,
-                )[0]
-                for c in chunks
-            ]
+        refs = [base_logprobs(policy, [writes[i] for i in c], config.temperature) for c in chunks]
     first: dict[str, float] = {}
     policy.model.train()
     try:
         for epoch in range(config.ppo_epochs):
             totals = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0}
-            for chunk, ref in zip(chunks, refs):
+            for n, (chunk, ref) in enumerate(zip(chunks, refs)):
                 batch = [writes[i].sample for i in chunk]
-                logp, mask = policy.sequence_logprobs(
-                    [s.prompt_ids for s in batch], [s.completion_ids for s in batch], config.temperature
-                )
-                old, _ = pad_rows([s.logprobs for s in batch], 0.0, left=False, device=logp.device, dtype=logp.dtype)
-                loss, stats = policy_loss(
-                    logp,
-                    old,
-                    torch.tensor(advantages[list(chunk)], dtype=logp.dtype, device=logp.device),
-                    mask,
-                    epsilon=config.epsilon,
-                    epsilon_high=config.epsilon_high,
-                    beta=config.beta,
-                    ref_logp=ref,
-                    loss_type=config.loss_type,
-                    max_completion_length=config.max_completion_length,
-                    num_items_in_batch=num_items,
-                )
-                chunk_tokens = sum(tokens[i] for i in chunk)
-                weight = micro_batch_weight(config.loss_type, len(chunk), chunk_tokens, len(writes), total_tokens)
-                (loss * weight).backward()
+                last = n == len(chunks) - 1
+                with accelerator.no_sync(scorer) if accelerator and not last else contextlib.nullcontext():
+                    logp, mask = score(
+                        [s.prompt_ids for s in batch], [s.completion_ids for s in batch], config.temperature
+                    )
+                    old, _ = pad_rows(
+                        [s.logprobs for s in batch], 0.0, left=False, device=logp.device, dtype=logp.dtype
+                    )
+                    loss, stats = policy_loss(
+                        logp,
+                        old,
+                        torch.tensor(advantages[list(chunk)], dtype=logp.dtype, device=logp.device),
+                        mask,
+                        epsilon=config.epsilon,
+                        epsilon_high=config.epsilon_high,
+                        beta=config.beta,
+                        ref_logp=ref,
+                        loss_type=config.loss_type,
+                        max_completion_length=config.max_completion_length,
+                        num_items_in_batch=num_items,
+                    )
+                    chunk_tokens = sum(tokens[i] for i in chunk)
+                    weight = micro_batch_weight(config.loss_type, len(chunk), chunk_tokens, len(writes), total_tokens)
+                    if accelerator:
+                        accelerator.backward(loss * weight)
+                    else:
+                        (loss * weight).backward()
                 share = chunk_tokens / total_tokens
                 totals["loss"] += float(loss.detach()) * weight
                 totals["clip_fraction"] += stats["clip_fraction"] * share
                 totals["ratio_mean"] += stats["ratio_mean"] * share
                 totals["kl"] += stats.get("kl_mean", 0.0) * share
-            _average_gradients(params)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+            clip = accelerator.clip_grad_norm_ if accelerator else torch.nn.utils.clip_grad_norm_
+            grad_norm = float(clip(params, config.max_grad_norm))
             if epoch == 0:
                 first = totals
             if step:
@@ -273,11 +306,56 @@ def policy_update(
     return {**first, "grad_norm": grad_norm, "completion_tokens": float(total_tokens)}
 
 
+def base_logprobs(policy: HFPolicy, writes: Sequence[Write], temperature: float) -> torch.Tensor:
+    """The writes' completion log-probs under the frozen base writer (adapters off), without gradients: the
+    reference of the KL term and of the reported KL."""
+    import torch
+
+    with torch.no_grad(), policy.adapters_disabled():
+        samples = [w.sample for w in writes]
+        return policy.sequence_logprobs(
+            [s.prompt_ids for s in samples], [s.completion_ids for s in samples], temperature
+        )[0]
+
+
+def kl_to_base(policy: HFPolicy, writes: Sequence[Write], temperature: float, micro_batch: int) -> float:
+    """KL(π_θ ‖ π_base) per token, estimated on the sampled tokens as mean(log π_θ − log π_base) (the k1 estimator,
+    unbiased for tokens drawn from π_θ at the sampling temperature)."""
+    total, count = 0.0, 0
+    for i in range(0, len(writes), micro_batch):
+        part = writes[i : i + micro_batch]
+        ref = base_logprobs(policy, part, temperature)
+        for row, write in enumerate(part):
+            n = len(write.sample.logprobs)
+            total += sum(write.sample.logprobs) - float(ref[row, :n].sum())
+            count += n
+    return total / max(count, 1)
+
+
+def scorer_module(policy: HFPolicy) -> torch.nn.Module:
+    """`policy.sequence_logprobs` as one module call, for `accelerate` to prepare: a data-parallel wrapper
+    synchronises gradients once per forward, and the scorer's forward evaluates a prompt and then its completions."""
+    import torch
+
+    class SequenceScorer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = policy.model
+
+        def forward(self, prompts: Any, completions: Any, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+            return policy.sequence_logprobs(prompts, completions, temperature)
+
+    return SequenceScorer()
+
+
 # ---- the trainer -------------------------------------------------------------------------------------------------
-def seen_part(policy: HFPolicy, sample: Sample, max_chars: int) -> Sample:
-    """The sample cut to the tokens the player sees (`seen_token_count`), log-probs alike."""
+def seen_part(policy: HFPolicy, sample: Sample, form: str, max_chars: int) -> Sample:
+    """The sample cut to the tokens the player sees (`seen_token_count` of the notes its prefixes make), log-probs
+    alike."""
     ids = sample.completion_ids
-    prefixes = [policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True) for k in range(len(ids))]
+    prefixes = [
+        note_source(form, policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True)) for k in range(len(ids))
+    ]
     seen = seen_token_count(prefixes, max_chars)
     return dataclasses.replace(sample, completion_ids=ids[:seen], logprobs=sample.logprobs[:seen])
 
@@ -298,21 +376,34 @@ class MemoPilotTrainer(Trainer):
         progress: Progress | None = None,
         policy: HFPolicy | None = None,
     ) -> None:
-        from accelerate import PartialState
+        from accelerate import Accelerator
 
-        # initialises torch.distributed when launched with several processes: NCCL between GPUs, gloo between CPUs
-        PartialState(cpu=this_device(config.device).name == "cpu")
-        rank, processes = world()
-        self.rollouts = rank_rollouts(config.group, rank, processes)
+        # initialises torch.distributed when launched with several processes: NCCL between GPUs, gloo between CPUs;
+        # the policy is placed by the trainer base (`this_device`), so accelerate leaves placement alone
+        self.accelerator = Accelerator(cpu=this_device(config.device).name == "cpu", device_placement=False)
+        self.rollouts = rank_rollouts(config.group, self.accelerator.process_index, self.accelerator.num_processes)
         for opponent in config.opponents:  # fail on a bad name before any model loads
             self.make_env(config, opponent, config.seed)
         super().__init__(config, progress=progress, policy=policy)
-        _broadcast(self.params)
+        self.scorer, self.optimizer = self.accelerator.prepare(scorer_module(self.policy), self.optimizer)
         probe_env = self.make_env(config, config.opponents[0], config.seed)
-        self.player = player or make_player(
-            config.player, make_llm, config.player_temperature, probe_env, note_at=config.note_at
-        )[0]
+        self.player = (
+            player
+            or make_player(config.player, make_llm, config.player_temperature, probe_env, note_at=config.note_at)[0]
+        )
+        self.actions = probe_env.reset(config.seed).legal_actions
+        """The first decision's legal actions: what a note's suggested move is read against in the metrics."""
         self._no_memory: dict[tuple[str, int], float] = {}
+        self._eval_start: list[float] | None = None
+
+    def train(self) -> list[dict[str, Any]]:
+        """The base's loop, then the learning curve of the whole run (`RunDir.TRAINING_CURVE`) from its metrics."""
+        from ttlearn.eval.report.plots import training_chart
+
+        done = super().train()
+        if self.rank == 0:
+            (self.out / RunDir.TRAINING_CURVE).write_text(training_chart(read_metrics(self.out)))
+        return done
 
     def next_command(self) -> str:
         final = self.final
@@ -331,37 +422,90 @@ class MemoPilotTrainer(Trainer):
     def make_env(cfg: MemoPilotTrainConfig, opponent: str, seed: int) -> Env:
         return make_env(cfg.env, **{**cfg.env_options, "opponent": opponent, "rounds": cfg.rounds, "seed": seed})
 
+    def suggested(self, note: str) -> str | None:
+        """The move a `note_at="default"` player is shown as suggested for its first decision of a game."""
+        return suggested_action(note, self.actions, 0)
+
     # ---- rollouts -------------------------------------------------------------------------------------------------
-    def rollout(
-        self, sequence: int, opponent: str, seed: int, rollouts: Sequence[int], temperature: float, sample_seed: int
-    ) -> tuple[list[Write], np.ndarray, float]:
-        """Play `rollouts` (indices into the group) of one sequence: (writes, rewards [len, T−1], game-1 reward)."""
+    def play(self, jobs: Sequence[tuple[Env, str, int, int]]) -> list[Episode]:
+        """Games (env, memory, sequence seed, game index), `concurrency` in flight; recorded in `self.played`."""
         cfg = self.config
-        envs = [self.make_env(cfg, opponent, seed) for _ in rollouts]
-        first = play_sequence_game(envs[0], self.player, fixed_memory(""), seed, 1)  # no memory: same in every rollout
-        episodes, memories = [first] * len(rollouts), [""] * len(rollouts)
-        self.played.append(first)
-        rewards = np.zeros((len(rollouts), cfg.games - 1))
-        writes: list[Write] = []
+        games = map_in_flight(
+            lambda job: play_sequence_game(job[0], self.player, fixed_memory(job[1]), job[2], job[3]),
+            list(jobs),
+            cfg.concurrency,
+        )
+        self.played.extend(games)
+        return games
+
+    def play_rollouts(
+        self,
+        sequences: Sequence[tuple[int, str, int]],
+        rollouts: Sequence[int],
+        temperature: float,
+        sample_seed: int,
+        timings: Counter[str] | None = None,
+    ) -> list[Rollouts]:
+        """Play `rollouts` (indices into the group) of every sequence (index, opponent, seed), all in lockstep: each
+        turn's writes of every sequence and rollout are one batched sampling call, then its games are played."""
+        cfg, timings = self.config, Counter() if timings is None else timings
+        n = len(rollouts)
+        envs = [[self.make_env(cfg, opponent, seed) for _ in rollouts] for _, opponent, seed in sequences]
+        start = time.perf_counter()
+        firsts = self.play([(e[0], "", seed, 1) for e, (_, _, seed) in zip(envs, sequences)])  # no memory: one game
+        timings["play_s"] += time.perf_counter() - start
+        episodes = [[first] * n for first in firsts]
+        memories = [[""] * n for _ in sequences]
+        results = [
+            Rollouts(
+                k, opponent, seed, [], np.zeros((n, cfg.games - 1)), first.score / cfg.rounds, [[] for _ in rollouts]
+            )
+            for (k, opponent, seed), first in zip(sequences, firsts)
+        ]
         for turn in range(1, cfg.games):
-            prompts = [writer_messages(e.info["rules"], m, e, cfg.memory_words) for e, m in zip(episodes, memories)]
+            start = time.perf_counter()
+            prompts = [
+                writer_messages(e.info["rules"], m, e, cfg.memory_words, cfg.writer_form)
+                for row_e, row_m in zip(episodes, memories)
+                for e, m in zip(row_e, row_m)
+            ]
             samples = self.policy.sample(
                 prompts,
                 max_new_tokens=cfg.max_completion_length,
                 temperature=temperature,
                 seed=derive_seed(sample_seed, turn),
+                stop=writer_stop(cfg.writer_form),
             )
-            memories = [bound_memory(s.text, cfg.memory_chars) for s in samples]
-            episodes = map_in_flight(
-                lambda pair: play_sequence_game(pair[0], self.player, fixed_memory(pair[1]), seed, turn + 1),  # noqa: B023
-                list(zip(envs, memories)),
-                cfg.concurrency,
-            )
-            self.played.extend(episodes)
-            rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes]
-            seen = [seen_part(self.policy, s, cfg.memory_chars) for s in samples]
-            writes += [Write(sequence, i, turn, s) for i, s in zip(rollouts, seen)]
-        return writes, rewards, first.score / cfg.rounds
+            memories = [
+                [
+                    bound_memory(note_source(cfg.writer_form, s.text), cfg.memory_chars)
+                    for s in samples[j * n : (j + 1) * n]
+                ]
+                for j in range(len(sequences))
+            ]
+            timings["write_s"] += time.perf_counter() - start
+            start = time.perf_counter()
+            jobs = [
+                (env, m, seed, turn + 1)
+                for row_env, row_m, (_, _, seed) in zip(envs, memories, sequences)
+                for env, m in zip(row_env, row_m)
+            ]
+            games = self.play(jobs)
+            timings["play_s"] += time.perf_counter() - start
+            for j, result in enumerate(results):
+                episodes[j] = games[j * n : (j + 1) * n]
+                result.rewards[:, turn - 1] = [e.score / cfg.rounds for e in episodes[j]]
+                for i, (rollout, sample, note) in enumerate(zip(rollouts, samples[j * n : (j + 1) * n], memories[j])):
+                    result.writes.append(
+                        Write(
+                            result.sequence,
+                            rollout,
+                            turn,
+                            seen_part(self.policy, sample, cfg.writer_form, cfg.memory_chars),
+                        )
+                    )
+                    result.notes[i].append(note)
+        return results
 
     def sequences(self, step: int) -> list[tuple[int, str, int]]:
         """(index, opponent, seed) of the training sequences of step `step` (from 1); opponents cycle across steps."""
@@ -372,81 +516,137 @@ class MemoPilotTrainer(Trainer):
             for k in range((step - 1) * n, step * n)
         ]
 
+    def _all_sum(self, array: np.ndarray) -> np.ndarray:
+        """The element-wise sum over ranks (reduced on the policy's device: NCCL reduces only GPU tensors)."""
+        import torch
+
+        if self.accelerator.num_processes == 1:
+            return array
+        tensor = self.accelerator.reduce(
+            torch.tensor(array, dtype=torch.float64, device=self.policy.device), reduction="sum"
+        )
+        return tensor.cpu().numpy()
+
     # ---- one step -------------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, Any]:
         cfg = self.config
         start = time.perf_counter()
-        writes: list[Write] = []
+        timings: Counter[str] = Counter()
+        metrics: dict[str, Any] = {}
+        if cfg.eval_every and step == 1:
+            metrics["eval_start"] = self.evaluate(after_step=0)
+        sequences = self.sequences(step)
+        played = self.play_rollouts(
+            sequences, self.rollouts, cfg.temperature, derive_seed(cfg.seed, "write", step, self.rank), timings
+        )
         rewards: dict[int, np.ndarray] = {}
-        first_game = []
-        for k, opponent, seed in self.sequences(step):
-            mine, local, first = self.rollout(
-                k, opponent, seed, self.rollouts, cfg.temperature, derive_seed(cfg.seed, "write", k, self.rank)
-            )
+        for result in played:
             full = np.zeros((cfg.group, cfg.games - 1))
-            full[self.rollouts] = local
-            rewards[k] = _all_sum(full, self.policy.device)
-            writes += mine
-            first_game.append(first)
-        rollout_s = time.perf_counter() - start
+            full[self.rollouts] = result.rewards
+            rewards[result.sequence] = self._all_sum(full)
+        writes = [w for result in played for w in sorted(result.writes, key=lambda w: (w.turn, w.rollout))]
         advantages = write_advantages(writes, rewards, cfg.scale_rewards)
         local_tokens = sum(len(w.sample.completion_ids) for w in writes)
-        global_tokens = int(_all_sum(np.array([local_tokens]), self.policy.device)[0])
+        global_tokens = int(self._all_sum(np.array([local_tokens]))[0])
         update_start = time.perf_counter()
-        stats = policy_update(self.policy, self.optimizer, writes, advantages, cfg, global_tokens=global_tokens)
+        stats = policy_update(
+            self.policy,
+            self.optimizer,
+            writes,
+            advantages,
+            cfg,
+            accelerator=self.accelerator,
+            scorer=self.scorer,
+            global_tokens=global_tokens,
+        )
         update_s = time.perf_counter() - update_start
-        processed = sum(len(w.sample.prompt_ids) + len(w.sample.completion_ids) for w in writes) * cfg.ppo_epochs
         table = np.stack(list(rewards.values()))  # [S, G, T−1]
+        spread = table.std(axis=1, ddof=1)  # [S, T−1]: the reward spread of each (sequence, turn) group
         all_adv = np.concatenate([turn_level_advantages(r, scale=cfg.scale_rewards).ravel() for r in rewards.values()])
-        metrics = {
-            "sequences": [{"opponent": o, "seed": s} for _, o, s in self.sequences(step)],
-            "reward_mean": table.mean(axis=(0, 1)).round(6).tolist(),
-            "reward_std": table.std(axis=1, ddof=1).mean(axis=0).round(6).tolist(),
-            "first_game_reward": float(np.mean(first_game)),
-            "advantage_mean": float(all_adv.mean()),
-            "advantage_std": float(all_adv.std()),
-            "advantage_abs_mean": float(np.abs(all_adv).mean()),
-            **{k: v for k, v in stats.items() if k != "kl" or cfg.beta},
-            "tokens_per_s": processed / update_s,
-            "rollout_s": rollout_s,
-            "update_s": update_s,
-            "wall_s": time.perf_counter() - start,
-        }
+        notes = [note for result in played for row in result.notes for note in row]
+        by_opponent: dict[str, list[str | None]] = {}
+        for result in played:
+            by_opponent.setdefault(result.opponent, []).extend(self.suggested(n) for row in result.notes for n in row)
+        metrics.update(
+            {
+                "sequences": [{"opponent": o, "seed": s} for _, o, s in sequences],
+                "notes": table.size,
+                "note_reward": interval(table.mean(axis=(1, 2))),
+                "reward_mean": table.mean(axis=(0, 1)).round(6).tolist(),
+                "reward_std": spread.mean(axis=0).round(6).tolist(),
+                "flat_groups": float((spread < 1e-9).mean()),
+                "first_game_reward": float(np.mean([r.first for r in played])),
+                "suggested": move_shares([self.suggested(n) for n in notes]),
+                "suggested_by_opponent": {o: move_shares(m) for o, m in by_opponent.items()},
+                "advantage_mean": float(all_adv.mean()),
+                "advantage_std": float(all_adv.std()),
+                "advantage_abs_mean": float(np.abs(all_adv).mean()),
+                **{k: v for k, v in stats.items() if k != "kl" or cfg.beta},
+                "write_s": timings["write_s"],
+                "play_s": timings["play_s"],
+                "update_s": update_s,
+            }
+        )
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.steps):
-            metrics.update(self.evaluate())
+            metrics["kl_to_base"] = kl_to_base(self.policy, writes, cfg.temperature, cfg.micro_batch)
+            metrics["eval"] = self.evaluate(after_step=step)
+        metrics["wall_s"] = time.perf_counter() - start
         return metrics
 
-    # ---- held-out evaluation --------------------------------------------------------------------------------------
-    def evaluate(self, seeds: Sequence[int] | None = None) -> dict[str, float]:
-        """Mean per-round reward of games 2..T on held-out seeds, greedy writer (`eval_memory`) vs no memory
-        (`eval_none`), over every opponent × seed; the work is split across ranks."""
+    # ---- the development evaluation -------------------------------------------------------------------------------
+    def evaluate(self, after_step: int, seeds: Sequence[int] | None = None) -> dict[str, Any]:
+        """The greedy writer on every training opponent × `eval_seeds` (development data, the same every time): per
+        sequence the mean per-round reward of games 2..T, their mean with its 95 % interval, the same games with no
+        memory, the notes it wrote for each opponent's first seed, and — after training steps — the paired change
+        since the evaluation before the first step (exact sign-flip p). The sequences are split across ranks."""
         cfg = self.config
         seeds = list(cfg.eval_seeds if seeds is None else seeds)
         if not seeds:
             raise ValueError("evaluation needs at least one seed")
-        jobs = [(o, s) for o in cfg.opponents for s in seeds]
-        sums = np.zeros((len(cfg.opponents), 2))
-        for n, (opponent, seed) in enumerate(jobs):
-            if n % self.world != self.rank:
-                continue
-            sums[cfg.opponents.index(opponent)] += self.heldout_rewards(opponent, seed)
-        means = _all_sum(sums, self.policy.device) / len(seeds)
-        result = {"eval_memory": float(means[:, 0].mean()), "eval_none": float(means[:, 1].mean())}
-        for opponent, (with_memory, without) in zip(cfg.opponents, means):
-            result[f"eval_memory/{opponent}"], result[f"eval_none/{opponent}"] = float(with_memory), float(without)
-        return result
+        jobs = [(n, o, s) for n, (o, s) in enumerate((o, s) for o in cfg.opponents for s in seeds)]
+        mine = [job for job in jobs if job[0] % self.world == self.rank]
+        found = np.zeros((len(jobs), 2))
+        notes: dict[str, list[str]] = {}
+        moves: list[str | None] = []
+        for result in self.play_rollouts(mine, [0], 0.0, derive_seed(cfg.seed, "eval")):
+            found[result.sequence] = [result.rewards.mean(), self._no_memory_reward(result.opponent, result.seed)]
+            moves += [self.suggested(n) for n in result.notes[0]]
+            if result.seed == seeds[0]:
+                notes[result.opponent] = result.notes[0]
+        found = self._all_sum(found)
+        rewards = found[:, 0].round(6).tolist()
+        record: dict[str, Any] = {
+            "after_step": after_step,
+            "reward": interval(rewards),
+            "none": interval(found[:, 1]),
+            "by_opponent": {
+                o: round(float(np.mean([r for (_, opp, _), r in zip(jobs, rewards) if opp == o])), 6)
+                for o in cfg.opponents
+            },
+            "rewards": rewards,
+            "suggested": move_shares(moves),
+            "notes": notes,
+        }
+        if after_step == 0:
+            self._eval_start = rewards
+        else:
+            record["vs_start"] = paired_change(self._start_rewards(), rewards)
+        return record
 
-    def heldout_rewards(self, opponent: str, seed: int) -> tuple[float, float]:
-        """(greedy writer, no memory): mean per-round reward of games 2..T of one sequence."""
-        _, rewards, _ = self.rollout(-1, opponent, seed, [0], 0.0, seed)
-        return float(rewards.mean()), self._no_memory_reward(opponent, seed)
+    def _start_rewards(self) -> list[float]:
+        """Per-sequence rewards of the evaluation before the first step (logged with step 1; read back on resume)."""
+        if self._eval_start is None:
+            logged = [m for m in read_metrics(self.out) if "eval_start" in m]
+            if not logged:
+                raise ValueError(f"{self.out} has no evaluation before its first step to compare with")
+            self._eval_start = logged[0]["eval_start"]["rewards"]
+        return self._eval_start
 
     def _no_memory_reward(self, opponent: str, seed: int) -> float:
         """Games 2..T with an empty memory; the frozen player makes it a constant, so it is computed once."""
         key = (opponent, seed)
         if key not in self._no_memory:
             env = self.make_env(self.config, opponent, seed)
-            games = range(2, self.config.games + 1)
-            scores = [play_sequence_game(env, self.player, fixed_memory(""), seed, g).score for g in games]
-            self._no_memory[key] = float(np.mean(scores)) / self.config.rounds
+            games = self.play([(env, "", seed, g) for g in range(2, self.config.games + 1)])
+            self._no_memory[key] = float(np.mean([g.score for g in games])) / self.config.rounds
         return self._no_memory[key]

@@ -181,3 +181,40 @@ def elo_chart(rows: Sequence[Mapping[str, Any]], styles: Mapping[str, tuple[str,
         axes.set_title(title)
         axes.set_xlabel("Elo")
         return _to_svg(figure, "elo", title)
+
+
+def training_chart(metrics: Sequence[Mapping[str, Any]]) -> str:
+    """A MemoPilot training run's learning curve from its metrics lines: the mean reward of the notes sampled at
+    each step (their 95 % band over the step's sequences), the greedy writer's reward on the fixed development
+    sequences every few steps (step 0: before training), and the same sequences with no memory."""
+    title = "Reward per round of the games played with the writer's notes (95 % bands)"
+    sampled = {
+        "t": [m["step"] for m in metrics],
+        **dict(zip(("mean", "low", "high"), zip(*(m["note_reward"] for m in metrics)))),
+    }
+    evals = [m[key] for m in metrics for key in ("eval_start", "eval") if key in m]
+    greedy = {
+        "t": [e["after_step"] for e in evals],
+        **dict(zip(("mean", "low", "high"), zip(*(e["reward"] for e in evals)))),
+    }
+    with matplotlib.style.context(["default", _RC]):
+        figure = Figure(figsize=(WIDTH_IN, 4.0), layout="constrained")
+        axes = figure.subplots()
+        curves = [sampled] + ([greedy] if evals else [])
+        for curve, (color, marker), gid, label in zip(
+            curves,
+            method_styles(["sampled", "greedy"]).values(),
+            ("training-sampled", "training-greedy"),
+            ("sampled notes (T = writer temperature), this step's sequences", "greedy writer, development sequences"),
+        ):
+            _draw_curve(axes, curve, (color, marker), gid)
+            axes.lines[-1].set_label(label)
+        if evals:
+            (none,) = axes.plot(greedy["t"], [e["none"][0] for e in evals], color="#777", linestyle=":", zorder=2)
+            none.set_label("no memory, development sequences")
+        _finish_axes(axes, _y_limits(curves))
+        axes.set_xlabel("training step")
+        axes.set_ylabel("reward per round")
+        figure.suptitle(title)
+        figure.legend(loc="outside lower center", ncols=3, frameon=False)
+        return _to_svg(figure, "training", title)

@@ -78,6 +78,20 @@ def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+SHARED_HEAD = 32
+"""Fewest leading tokens the distinct prompts of a batch must share for `HFPolicy._prefill` to evaluate them once:
+below it the extra model call costs more than it saves."""
+
+
+def common_prefix(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix every row shares, less one: each row keeps a token of its own to predict from."""
+    shortest = min(len(r) for r in rows)
+    for k in range(shortest - 1):
+        if any(r[k] != rows[0][k] for r in rows[1:]):
+            return k
+    return max(shortest - 1, 0)
+
+
 def pad_rows(
     rows: Sequence[Sequence[float]], pad: float, *, left: bool, device: torch.device, dtype: torch.dtype | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -198,66 +212,109 @@ class HFPolicy(LLM):
         seed: int,
         stop: Sequence[str] = (),
     ) -> list[Sample]:
-        """`sample` for prompts that are already token ids."""
+        """`sample` for prompts that are already token ids.
+
+        Identical prompts are evaluated once and their KV cache copied to each row (`_prefill`: a group of G
+        rollouts asks the same thing), and a row that has ended leaves the batch, so the decoding steps cost what the
+        rows still writing cost. Greedy rows are what they would be alone; sampled rows draw from one generator in
+        batch order, so a seed gives the same samples for the same batch."""
         import torch
 
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
-        ids, mask = self._left_padded(prompt_ids)
         generator = self.generator(seed)
-        batch = len(prompt_ids)
-        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        ended = torch.zeros_like(done)  # by an end-of-turn token or a stop string
         eos = torch.tensor(sorted(self.eos_ids), device=self.device)
-        drawn: list[torch.Tensor] = []
-        logps: list[torch.Tensor] = []
-        inputs, positions, cache = ids, positions_from_mask(mask), None
+        drawn: list[list[int]] = [[] for _ in prompt_ids]
+        logps: list[list[float]] = [[] for _ in prompt_ids]
+        ended = [False] * len(prompt_ids)  # by an end-of-turn token or a stop string
         with torch.no_grad(), self._evaluating():
-            for _ in range(max_new_tokens):
-                out = self.model(
-                    input_ids=inputs,
-                    attention_mask=mask,
-                    position_ids=positions,
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **{self.cache_arg: cache},
-                )
-                cache, logits = out[self.cache_arg], out.logits[:, -1].float()
+            logits, cache, mask = self._prefill(prompt_ids)
+            rows = torch.arange(len(prompt_ids), device=self.device)  # the prompt each batch row writes for
+            positions = mask.sum(dim=1, keepdim=True)  # the next token's position: after the row's real tokens
+            for step in range(max_new_tokens):
                 if temperature == 0:
                     token = logits.argmax(-1)
                 else:
                     probs = torch.softmax(logits / temperature, dim=-1)
                     token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-                token = torch.where(done, self.pad_id, token)
-                drawn.append(token)
-                logps.append(token_logprobs(logits, token, temperature or 1.0))
-                mask = torch.cat([mask, (~done).long()[:, None]], dim=1)
-                hit = ~done & (torch.isin(token, eos) | self._stop_hit(drawn, stop))
-                ended |= hit
-                done |= hit
-                if done.all():
+                values = token_logprobs(logits, token, temperature or 1.0).tolist()
+                for row, t, value in zip(rows.tolist(), token.tolist(), values):
+                    drawn[row].append(t)
+                    logps[row].append(value)
+                hit = torch.isin(token, eos) | self._stop_hit([drawn[r] for r in rows.tolist()], stop)
+                for row in rows[hit].tolist():
+                    ended[row] = True
+                if step == max_new_tokens - 1 or bool(hit.all()):
                     break
-                inputs, positions = token[:, None], positions[:, -1:] + 1
-        tokens = torch.stack(drawn, dim=1).tolist()
-        values = torch.stack(logps, dim=1).tolist()
-        lengths = mask[:, ids.shape[1] :].sum(dim=1).tolist()
-        return [
-            self._make_sample(prompt_ids[i], tokens[i][: lengths[i]], values[i][: lengths[i]], bool(ended[i]), stop)
-            for i in range(batch)
-        ]
+                if bool(hit.any()):
+                    keep = (~hit).nonzero().squeeze(1)
+                    cache.batch_select_indices(keep)
+                    rows, token, mask, positions = rows[keep], token[keep], mask[keep], positions[keep]
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+                out = self.model(
+                    input_ids=token[:, None],
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self.cache_arg: cache},
+                )
+                cache, logits, positions = out[self.cache_arg], out.logits[:, -1].float(), positions + 1
+        return [self._make_sample(prompt_ids[i], drawn[i], logps[i], ended[i], stop) for i in range(len(prompt_ids))]
 
-    def _stop_hit(self, drawn: list[torch.Tensor], stop: Sequence[str]) -> torch.Tensor:
+    def _prefill(self, prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """(logits of each row's next token [B, V] in float32, the KV cache of the prompts [B rows], the prompts'
+        attention mask [B, P]), each prompt evaluated as if alone, with no work done twice:
+
+        - each distinct prompt goes through the model once; rows that share it get copies of its cache;
+        - the distinct prompts' common head (the template, the rules, the instructions: `SHARED_HEAD` tokens or
+          more) goes through once, and each prompt's own tail after it, left-padded: the padding sits between head
+          and tail, masked out, and positions count real tokens only (`positions_from_mask`), so every prompt sees
+          what it would see alone.
+
+        Autograd follows the copies back to the one evaluation, so a gradient through shared prompt tokens is the
+        sum over the rows that read them."""
         import torch
 
-        if not stop:
-            return torch.zeros(drawn[0].shape[0], dtype=torch.bool, device=self.device)
-        rows = torch.stack(drawn, dim=1).tolist()
-        return torch.tensor(
-            [any(s in self.tokenizer.decode(row, skip_special_tokens=True) for s in stop) for row in rows],
-            device=self.device,
+        distinct: dict[tuple[int, ...], int] = {}
+        index = [distinct.setdefault(tuple(p), len(distinct)) for p in prompt_ids]
+        prompts = list(distinct)
+        if not prompts or any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
+        head = common_prefix(prompts) if len(prompts) > 1 else 0
+        cache = None
+        if head >= SHARED_HEAD:
+            out = self.model(input_ids=torch.tensor([prompts[0][:head]], device=self.device), use_cache=True)
+            cache = out[self.cache_arg]
+            cache.reorder_cache(torch.zeros(len(prompts), dtype=torch.long, device=self.device))
+        else:
+            head = 0
+        tails, tail_mask = self._left_padded([p[head:] for p in prompts])
+        mask = torch.cat([torch.ones((len(prompts), head), dtype=torch.long, device=self.device), tail_mask], dim=1)
+        out = self.model(
+            input_ids=tails,
+            attention_mask=mask,
+            position_ids=positions_from_mask(mask)[:, head:],
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_arg: cache},
         )
+        cache, logits = out[self.cache_arg], out.logits[:, -1].float()
+        if len(prompts) < len(prompt_ids):
+            rows = torch.tensor(index, device=self.device)
+            cache.reorder_cache(rows)
+            logits, mask = logits[rows], mask[rows]
+        return logits, cache, mask
+
+    def _stop_hit(self, rows: list[list[int]], stop: Sequence[str]) -> torch.Tensor:
+        """Whether each row's text so far contains a stop string."""
+        import torch
+
+        hits = [
+            bool(stop) and any(s in self.tokenizer.decode(row, skip_special_tokens=True) for s in stop) for row in rows
+        ]
+        return torch.tensor(hits, dtype=torch.bool, device=self.device)
 
     def _make_sample(
         self, prompt: Sequence[int], completion: list[int], logprobs: list[float], ended: bool, stop: Sequence[str]
@@ -275,11 +332,12 @@ class HFPolicy(LLM):
     def sequence_logprobs(
         self, prompt_ids: Sequence[Sequence[int]], completion_ids: Sequence[Sequence[int]], temperature: float = 1.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """log p(c_k | prompt, c_<k) at temperature T for every completion token, in one batched forward pass.
+        """log p(c_k | prompt, c_<k) at temperature T for every completion token, batched.
 
         Returns (logprobs [B, C], mask [B, C]) with C the longest completion; padded entries are 0 with mask 0.
-        Prompts are left-padded and completions right-padded, so every completion starts at the same column and
-        only its C + 1 positions go through the vocabulary projection. Gradients flow unless the caller disables them.
+        The prompts go through `_prefill` (each distinct one once: a group's writes after game 1 share theirs), then
+        the right-padded completions through the model on top of that cache, so only completion positions reach the
+        vocabulary projection. Gradients flow unless the caller disables them, through the shared prompt too.
         """
         import torch
 
@@ -287,18 +345,24 @@ class HFPolicy(LLM):
             raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
-        prompts, prompt_mask = self._left_padded(prompt_ids)
+        if not prompt_ids or any(len(p) == 0 for p in prompt_ids):
+            raise ValueError("every prompt needs at least one token")
         completions, completion_mask = pad_rows(completion_ids, self.pad_id, left=False, device=self.device)
         width = completions.shape[1]
         if width == 0:
             return torch.zeros(completions.shape, device=self.device), completion_mask.bool()
-        mask = torch.cat([prompt_mask, completion_mask], dim=1)
-        logits = self.model(
-            input_ids=torch.cat([prompts, completions], dim=1),
-            attention_mask=mask,
-            position_ids=positions_from_mask(mask),
-            logits_to_keep=width + 1,
-        ).logits[:, :-1]
+        first, cache, prompt_mask = self._prefill(prompt_ids)
+        logits = first[:, None]
+        if width > 1:
+            mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1)
+            later = self.model(
+                input_ids=completions[:, :-1],
+                attention_mask=mask,
+                position_ids=positions_from_mask(mask)[:, prompt_mask.shape[1] :],
+                use_cache=True,
+                **{self.cache_arg: cache},
+            ).logits
+            logits = torch.cat([logits, later.float()], dim=1)
         logprobs = token_logprobs(logits, completions, temperature or 1.0)
         return logprobs.masked_fill(completion_mask == 0, 0.0), completion_mask.bool()
 
