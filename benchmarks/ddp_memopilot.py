@@ -64,7 +64,7 @@ def main() -> None:
         moved = float((weights - initial).abs().max())
         print(
             f"ranks={state.num_processes} steps={len(metrics)} grad_norms={[round(m['grad_norm'], 4) for m in metrics]}"
-            f" identical={identical} max|Δw|={moved:.3g} eval={metrics[-1].get('eval_memory')} "
+            f" identical={identical} max|Δw|={moved:.3g} eval={metrics[-1]['eval']['reward'][0]} "
             f"wall={time.perf_counter() - start:.1f}s"
         )
         if state.num_processes < 2 or not identical or moved == 0:

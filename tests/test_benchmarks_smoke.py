@@ -5,15 +5,12 @@ Scripts that load a model are marked `model`; scripts that need an optional extr
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from ttlearn.runs import RunDir
 
 ROOT = Path(__file__).parents[1]
 SMOKE = {
@@ -48,12 +45,6 @@ SMOKE = {
         "bit for bit",
     ),
     "gigpo_anchors.py": (["--instances", "2", "--group", "2", "--attempts", "2"], [], False, "anchor recurs"),
-    "grpo_step.py": (
-        ["--group", "2", "--games", "2", "--rounds", "2", "--max-completion-length", "8", "--repeats", "1"],
-        ["torch", "peft"],
-        True,
-        "ratio",
-    ),
     "holdem_variance.py": (["--hands", "20"], ["pokerkit"], False, "SD"),
     "household_step.py": (["--seeds", "1", "--rounds", "1"], ["textworld_express"], False, "ratio"),
     "install_time.py": (
@@ -65,11 +56,12 @@ SMOKE = {
     ),
     "llamacpp_prefix.py": (["--prompts", "1"], ["llama_cpp"], True, "ratio"),
     "loop_overhead.py": (["--games", "1", "--rounds", "2"], ["llama_cpp"], True, "overhead"),
-    "memopilot_heldout.py": (
-        ["--run", "{tmp}", "--seeds", "5000-5000", "--opponents", "constant"],
-        ["torch", "peft"],
+    "memopilot_step.py": (
+        ["--player", "smollm2", "--opponents", "biased", "--group", "2", "--sequences", "1", "--games", "2"]
+        + ["--rounds", "2", "--max-completion-length", "8", "--steps", "1", "--threads", "1"],
+        ["torch", "peft", "llama_cpp"],
         True,
-        "writer_minus_none",
+        "peak RSS",
     ),
     "memory_ceiling.py": (
         ["--llm", "smollm2", "--family", "rps", "--n", "1", "--note-at", "system,default", "--out", "{tmp}"],
@@ -102,13 +94,6 @@ NOT_RUN = {
 }
 
 
-def tiny_memopilot_run(folder: Path) -> None:
-    """The measured MemoPilot run's settings (docs/memopilot-gemma-run), cut to 2 games of 2 rounds."""
-    config = json.loads(RunDir(ROOT / "docs" / "memopilot-gemma-run").trainer_config.read_text())
-    tiny = {**config, "games": 2, "rounds": 2, "max_completion_length": 8}
-    RunDir(folder).trainer_config.write_text(json.dumps(tiny))
-
-
 def tiny_project(folder: Path) -> None:
     """A one-module package for install_time.py to build: the timing and the wheel, without a 10-minute compile."""
     (folder / "tiny").mkdir()
@@ -131,7 +116,6 @@ def tiny_db_bench_run(folder: Path) -> None:
 
 
 PREPARE = {
-    "memopilot_heldout.py": tiny_memopilot_run,
     "install_time.py": tiny_project,
     **dict.fromkeys(("db_bench_replies.py", "db_bench_speed.py", "db_bench_why.py"), tiny_db_bench_run),
 }

@@ -129,6 +129,57 @@ def test_nash_random_scores_zero_within_the_noise_band(name):
     assert abs(sum(rewards)) <= 1.96 * 0.816 * math.sqrt(rounds)
 
 
+SUITES = {
+    "development": [
+        *("biased", "biased-paper", "biased-scissors", "cycle-rrps", "cycle-ppsr", "cycle-ssrp"),
+        *("switch-rock-paper", "switch-paper-scissors", "switch-scissors-rock"),
+    ],
+    "held-out": [
+        *("biased-rock-50", "biased-paper-50", "biased-scissors-50", "cycle-rprsr", "cycle-psprp", "cycle-srsps"),
+        *("switch-rock-scissors", "switch-paper-rock", "switch-scissors-paper"),
+    ],
+}
+"""MemoPilot's opponent suites of issue 40 (docs/data-register.md): every move is some opponent's favourite."""
+
+
+def constant_move_value(name: str, move: int, rounds: int = 6) -> float:
+    """Expected per-round score of playing `move` all game against a bot whose distribution depends on the round
+    only (every bot of the suites): Σ_t E[u(move) | p_t] / rounds."""
+    bot = make_bot(name, seed=0)
+    total = 0.0
+    for _ in range(rounds):
+        dist = bot.distribution()
+        total += expected_payoffs(dist)[move]
+        bot.observe(move, int(np.argmax(dist)))
+    return total / rounds
+
+
+@pytest.mark.parametrize("suite", sorted(SUITES))
+def test_no_constant_note_beats_the_memopilot_suites(suite: str):
+    """A note that always names one move scores 0 on average over each suite, while every opponent has a move that
+    beats it all game (+0.25 to +0.5 per round over 6 rounds): only a note that reads the opponent can win."""
+    names = SUITES[suite]
+    for move in (ROCK, PAPER, SCISSORS):
+        assert np.mean([constant_move_value(n, move) for n in names]) == pytest.approx(0.0, abs=1e-9)
+    best = {n: max(constant_move_value(n, m) for m in range(3)) for n in names}
+    assert min(best.values()) >= 0.25, best
+    assert constant_move_value("cycle-rrps", PAPER) == pytest.approx(0.5)  # rock 4, paper 1, scissors 1 of 6
+    assert constant_move_value("switch-rock-paper", PAPER) == pytest.approx(0.35)  # 3 × 0.7 + 3 × 0
+    assert not set(SUITES["development"]) & set(SUITES["held-out"])
+
+
+def test_switch_bots_lean_one_way_then_the_other():
+    bot = make_bot("switch-rock-paper", seed=0)
+    seen = []
+    for _ in range(6):
+        seen.append(bot.distribution().tolist())
+        bot.observe(ROCK, ROCK)
+    assert seen[:3] == [pytest.approx([0.8, 0.1, 0.1])] * 3 and seen[3:] == [pytest.approx([0.1, 0.8, 0.1])] * 3
+    assert bot.ceiling == pytest.approx(0.7)
+    assert make_bot("biased-scissors", 0).distribution().tolist() == pytest.approx([0.2, 0.2, 0.6])
+    assert make_bot("cycle-psprp", 0).distribution().tolist() == [0.0, 1.0, 0.0]
+
+
 def test_probe_replays_one_string_per_env_seed():
     env = make_env("rps", opponent="probe", rounds=30, seed=5)
     play(env, RandomPlayer(), 1, first_seed=0)
