@@ -4,8 +4,9 @@
         benchmarks/ddp_memopilot.py [--out /tmp/mp-ddp]
 
 Tiny settings (T=2, G=4 → 2 rollouts per rank, 2 rounds, 16-token writes) and a scripted player whose move depends
-on the memory text, so the rewards — hence the gradients — are not zero. Exits non-zero if the weights differ or
-never moved.
+on the memory text, so the rewards — hence the gradients — are not zero. The update runs through `accelerate`'s
+prepared scorer (a `DistributedDataParallel` under the launcher, printed) and optimiser. Exits non-zero if the
+weights differ or never moved.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def main() -> None:
         print(
             f"ranks={state.num_processes} steps={len(metrics)} grad_norms={[round(m['grad_norm'], 4) for m in metrics]}"
             f" identical={identical} max|Δw|={moved:.3g} eval={metrics[-1]['eval']['reward'][0]} "
-            f"wall={time.perf_counter() - start:.1f}s"
+            f"wall={time.perf_counter() - start:.1f}s scorer={type(trainer.scorer).__name__}"
         )
         if state.num_processes < 2 or not identical or moved == 0:
             sys.exit(1)
