@@ -46,10 +46,10 @@ from ttlearn.players.llm import suggested_action
 from ttlearn.rollout.inflight import map_in_flight
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
-from ttlearn.runs import RunDir
+from ttlearn.runs import RunDir, read_durable
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
-from ttlearn.train.base import Progress, TrainConfig, Trainer, read_metrics, this_device
+from ttlearn.train.base import Progress, TrainConfig, Trainer, this_device
 from ttlearn.train.loss import LOSS_TYPES
 from ttlearn.types import Episode, NoteAt
 
@@ -402,8 +402,13 @@ class MemoPilotTrainer(Trainer):
 
         done = super().train()
         if self.rank == 0:
-            (self.out / RunDir.TRAINING_CURVE).write_text(training_chart(read_metrics(self.out)))
+            (self.out / RunDir.TRAINING_CURVE).write_text(training_chart(self.logged_metrics()))
         return done
+
+    def logged_metrics(self) -> list[dict[str, Any]]:
+        """The metrics lines of the run so far (resumed steps included)."""
+        log = RunDir(self.out).metrics
+        return read_durable(log, repair=False) if log.exists() else []
 
     def next_command(self) -> str:
         final = self.final
@@ -636,7 +641,7 @@ class MemoPilotTrainer(Trainer):
     def _start_rewards(self) -> list[float]:
         """Per-sequence rewards of the evaluation before the first step (logged with step 1; read back on resume)."""
         if self._eval_start is None:
-            logged = [m for m in read_metrics(self.out) if "eval_start" in m]
+            logged = [m for m in self.logged_metrics() if "eval_start" in m]
             if not logged:
                 raise ValueError(f"{self.out} has no evaluation before its first step to compare with")
             self._eval_start = logged[0]["eval_start"]["rewards"]
