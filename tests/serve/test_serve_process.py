@@ -175,8 +175,11 @@ def test_slow_connections_cannot_starve_other_clients(tmp_path: Path) -> None:
     """200 slow-loris connections from one address against a server with 128 file descriptors: before the guard
     they held every descriptor and /v1/health timed out; now the address keeps at most 16, each for at most the
     read timeout, and everyone else is answered at once."""
+    read_timeout_s = 10  # connects past the listen backlog wait for SYN retries: 200 of them take ~11 s here
     server = Server(
-        tmp_path / "loris.sqlite", "--read-timeout", "3", "--connections-per-client", "16", open_files=128
+        tmp_path / "loris.sqlite",
+        *("--read-timeout", str(read_timeout_s), "--connections-per-client", "16"),
+        open_files=128,
     )
     socks: list[socket.socket] = []
     try:
@@ -191,8 +194,8 @@ def test_slow_connections_cannot_starve_other_clients(tmp_path: Path) -> None:
         deadline = time.monotonic() + 2.0
         while sum(map(closed_by_server, socks)) < 184 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert sum(map(closed_by_server, socks)) == 184  # all but the address's 16, before any read timeout
-        deadline = time.monotonic() + 6.0
+        assert sum(not closed_by_server(sock) for sock in socks) <= 16  # the address holds at most its 16
+        deadline = time.monotonic() + read_timeout_s + 5.0
         while not (closed_by_server(trickle) and all(map(closed_by_server, socks))) and time.monotonic() < deadline:
             trickle.send(b"X")  # a byte now and then does not keep a head alive past the read timeout
             time.sleep(0.3)
