@@ -37,14 +37,26 @@ SHOWN_METRICS = (
 )
 
 
+def headline(metrics: dict[str, Any]) -> str:
+    """A step's headline metrics in one line. A per-turn list (MemoPilot's `reward_mean`) shows its mean: the turns
+    hold equally many notes, so that is the step's mean."""
+    shown = []
+    for key in SHOWN_METRICS:
+        value = metrics.get(key)
+        if isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+            value = sum(value) / len(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            shown.append(f"{key} {value:.3g}")
+    return " ".join(shown)
+
+
 @contextlib.contextmanager
 def training_progress(steps: int) -> Iterator[Callable[[int, dict[str, Any]], None]]:
     """The progress bar of a training run, showing the headline metrics of the last step."""
     with progress_bar("training", steps) as update:
 
         def advance(step: int, metrics: dict[str, Any]) -> None:
-            shown = {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and k in SHOWN_METRICS}
-            update(completed=step, last=" ".join(f"{k} {v:.3g}" for k, v in shown.items()))
+            update(completed=step, last=headline(metrics))
 
         yield advance
 
