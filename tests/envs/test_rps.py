@@ -233,6 +233,17 @@ def test_one_game_scores_rewards_and_texts():
     assert env.legal_actions() == () and env.done
     with pytest.raises(ValueError):
         env.step("paper")
+    listed = make_env("rps", opponent="constant", rounds=3, transcript="by-player")
+    listed.reset(0)
+    for move in ("paper", "rock", "scissors"):
+        listed.step(move)
+    assert listed.transcript() == (
+        "the opponent played rock, rock, rock; you played paper, rock, scissors; final score +0"
+    )
+    assert listed.config()["transcript"] == "by-player" and "transcript" not in env.config()
+    assert RPSEnv(**listed.config()).config() == listed.config()
+    with pytest.raises(ValueError, match="by-player"):
+        make_env("rps", transcript="table")
     obs = env.restart()
     assert obs.data == {"round": 1, "rounds": 3, "my_moves": [], "opp_moves": [], "score": 0}
     env.step("paper")

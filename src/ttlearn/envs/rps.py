@@ -22,6 +22,11 @@ SHOWN_ROUNDS = 10
 
 RESULTS = {1: "win", 0: "draw", -1: "loss"}
 
+TRANSCRIPTS = ("rounds", "by-player")
+"""How a finished game is written for the memories: one line per round (`rounds`), or each player's moves listed
+in turn (`by-player`), which a small writer model can tally (docs/memopilot.md: its notes name the opponent's most
+frequent move far more often from the list than from interleaved rounds)."""
+
 
 def round_line(index: int, mine: int, theirs: int) -> str:
     """'R3 you=rock opp=paper loss': one round, as the observation and the transcript both write it."""
@@ -30,19 +35,24 @@ def round_line(index: int, mine: int, theirs: int) -> str:
 
 class RPSEnv(Env):
     """Repeated rock-paper-scissors. Options: `opponent` (a name from `rps_bots.BOTS`), `rounds` per game, `seed`
-    (the opponent's randomness, and the probe's fixed string)."""
+    (the opponent's randomness, and the probe's fixed string), `transcript` (one of `TRANSCRIPTS`)."""
 
-    def __init__(self, opponent: str = "cycle3", rounds: int = 20, seed: int = 0) -> None:
+    def __init__(self, opponent: str = "cycle3", rounds: int = 20, seed: int = 0, transcript: str = "rounds") -> None:
         if rounds < 1:
             raise ValueError(f"rounds must be at least 1, got {rounds}")
+        if transcript not in TRANSCRIPTS:
+            raise ValueError(f"transcript must be one of {', '.join(TRANSCRIPTS)}, got {transcript!r}")
         self.bot = make_bot(opponent, seed)
-        self.opponent, self.rounds, self.seed = opponent, rounds, seed
+        self.opponent, self.rounds, self.seed, self.transcript_form = opponent, rounds, seed, transcript
         self._game_seed: int | None = None
         self.my_moves: list[int] = []
         self.opp_moves: list[int] = []
 
     def config(self) -> dict[str, Any]:
-        return {"opponent": self.opponent, "rounds": self.rounds, "seed": self.seed}
+        """The options; `transcript` only when not the default, so the records of runs made before it existed keep
+        their config."""
+        config: dict[str, Any] = {"opponent": self.opponent, "rounds": self.rounds, "seed": self.seed}
+        return config if self.transcript_form == "rounds" else {**config, "transcript": self.transcript_form}
 
     def describe(self) -> str:
         return (
@@ -136,5 +146,13 @@ class RPSEnv(Env):
         )
 
     def transcript(self) -> str:
-        """'R1 you=rock opp=paper loss; R2 you=rock opp=rock draw; final score -1': the game so far."""
-        return "; ".join(self._lines()) + f"; final score {self.score():+.0f}" if self.my_moves else "no rounds played"
+        """The game so far: 'R1 you=rock opp=paper loss; R2 you=rock opp=rock draw; final score -1' (`rounds`) or
+        'the opponent played paper, rock; you played rock, rock; final score -1' (`by-player`)."""
+        if not self.my_moves:
+            return "no rounds played"
+        if self.transcript_form == "by-player":
+            theirs, mine = (", ".join(MOVES[m] for m in moves) for moves in (self.opp_moves, self.my_moves))
+            body = f"the opponent played {theirs}; you played {mine}"
+        else:
+            body = "; ".join(self._lines())
+        return f"{body}; final score {self.score():+.0f}"
