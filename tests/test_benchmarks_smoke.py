@@ -63,6 +63,12 @@ SMOKE = {
         True,
         "peak RSS",
     ),
+    "memopilot_writer_probe.py": (
+        ["--writers", "smollm2", "--transcripts", "rounds", "--samples", "1"],
+        ["torch", "transformers"],
+        True,
+        "greedy counters",
+    ),
     "memory_ceiling.py": (
         ["--llm", "smollm2", "--family", "rps", "--n", "1", "--note-at", "system,default", "--out", "{tmp}"],
         ["llama_cpp"],
