@@ -24,8 +24,8 @@ RESULTS = {1: "win", 0: "draw", -1: "loss"}
 
 TRANSCRIPTS = ("rounds", "by-player")
 """How a finished game is written for the memories: one line per round (`rounds`), or each player's moves listed
-in turn (`by-player`), which a small writer model can tally (docs/memopilot.md: its notes name the opponent's most
-frequent move far more often from the list than from interleaved rounds)."""
+in turn (`by-player`), from which SmolLM2-135M names the opponent's most frequent move twice as often, though still
+not its counter (`benchmarks/memopilot_writer_probe.py`, docs/memopilot.md)."""
 
 
 def round_line(index: int, mine: int, theirs: int) -> str:
