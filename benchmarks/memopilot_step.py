@@ -1,6 +1,6 @@
 """Seconds of a MemoPilot training step by phase, against the raw cost of the same work; peak RSS of the run.
 
-    python benchmarks/memopilot_step.py [--player gemma270m --group 8 --sequences 4 --games 3 --rounds 6 --steps 2]
+    python benchmarks/memopilot_step.py [--writer smollm2 --player gemma270m --group 8 --sequences 4 --steps 2]
 
 Runs `--steps` real training steps (the development recipe of docs/memopilot.md unless told otherwise) and reports,
 per step and per sampled note, the seconds of its three phases as the trainer measured them:
@@ -110,6 +110,7 @@ def record_last_step(trainer: MemoPilotTrainer) -> dict[str, list]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--player", default="gemma270m")
+    parser.add_argument("--writer", default="smollm2", help="the writer G_θ's HF source (`writer_base`)")
     parser.add_argument("--opponents", default=DEVELOPMENT)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--sequences", type=int, default=4)
@@ -122,6 +123,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = MemoPilotTrainConfig(
         player=args.player,
+        writer_base=args.writer,
         note_at="default",
         opponents=args.opponents.split(","),
         games=args.games,
@@ -142,7 +144,7 @@ def main() -> None:
     last = record_last_step(trainer)
     print(
         f"{args.steps} steps × {args.sequences} sequences × G {args.group} × {args.games - 1} notes, "
-        f"player {args.player}"
+        f"writer {args.writer}, player {args.player}"
     )
     print("step  notes  write_s  play_s  update_s  wall_s  s/note")
     for m in trainer.train():
