@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ttlearn.envs import ENVS, make_env
-from ttlearn.envs.rps import RPSEnv
+from ttlearn.envs.rps import RPSEnv, move_counts
 from ttlearn.envs.rps_bots import (
     BOTS,
     CYCLES,
@@ -242,6 +242,14 @@ def test_one_game_scores_rewards_and_texts():
     )
     assert listed.config()["transcript"] == "by-player" and "transcript" not in env.config()
     assert RPSEnv(**listed.config()).config() == listed.config()
+    counted = make_env("rps", opponent="constant", rounds=3, transcript="tally")
+    counted.reset(0)
+    for move in ("paper", "rock", "scissors"):
+        counted.step(move)
+    assert counted.transcript() == (
+        "the opponent played rock 3 times, paper 0 times, scissors 0 times (in order: rock, rock, rock); "
+        "you played paper, rock, scissors; final score +0"
+    )
     with pytest.raises(ValueError, match="by-player"):
         make_env("rps", transcript="table")
     obs = env.restart()
@@ -295,3 +303,10 @@ def test_learner_state_round_trips_through_json():
     assert copy.act(env, obs, "", seed=1) == learner.act(env, obs, "", seed=1)
     with pytest.raises(ValueError, match="unknown experts"):
         copy.load({"counts": {"oracle": {}}})
+
+
+def test_move_counts_lists_the_most_frequent_first_and_breaks_ties_in_move_order():
+    rock, paper, scissors = 0, 1, 2
+    assert move_counts([scissors, paper, scissors, rock, scissors]) == "scissors 3 times, rock 1 times, paper 1 times"
+    assert move_counts([paper, scissors]) == "paper 1 times, scissors 1 times, rock 0 times"
+    assert move_counts([]) == "rock 0 times, paper 0 times, scissors 0 times"

@@ -22,10 +22,19 @@ SHOWN_ROUNDS = 10
 
 RESULTS = {1: "win", 0: "draw", -1: "loss"}
 
-TRANSCRIPTS = ("rounds", "by-player")
-"""How a finished game is written for the memories: one line per round (`rounds`), or each player's moves listed
-in turn (`by-player`), from which SmolLM2-135M names the opponent's most frequent move twice as often, though still
-not its counter (`benchmarks/memopilot_writer_probe.py`, docs/memopilot.md)."""
+TRANSCRIPTS = ("rounds", "by-player", "tally")
+"""How a finished game is written for the memories: one line per round (`rounds`), each player's moves listed in
+turn (`by-player`), from which SmolLM2-135M names the opponent's most frequent move twice as often, though still
+not its counter, or that list opened by the opponent's counts, most frequent first (`tally`), so that reading the
+favourite is copying a word and only its counter is left to learn (`benchmarks/memopilot_writer_probe.py`,
+docs/memopilot.md)."""
+
+
+def move_counts(moves: list[int]) -> str:
+    """'rock 4 times, paper 2 times, scissors 0 times': how often each move was played, most frequent first (ties in
+    the order rock, paper, scissors)."""
+    counts = sorted(((moves.count(m), -m) for m in range(len(MOVES))), reverse=True)
+    return ", ".join(f"{MOVES[-negative]} {count} times" for count, negative in counts)
 
 
 def round_line(index: int, mine: int, theirs: int) -> str:
@@ -146,12 +155,15 @@ class RPSEnv(Env):
         )
 
     def transcript(self) -> str:
-        """The game so far: 'R1 you=rock opp=paper loss; R2 you=rock opp=rock draw; final score -1' (`rounds`) or
-        'the opponent played paper, rock; you played rock, rock; final score -1' (`by-player`)."""
+        """The game so far: 'R1 you=rock opp=paper loss; R2 you=rock opp=rock draw; final score -1' (`rounds`),
+        'the opponent played paper, rock; you played rock, rock; final score -1' (`by-player`) or 'the opponent
+        played paper 1 times, rock 1 times, scissors 0 times (in order: paper, rock); you played …' (`tally`)."""
         if not self.my_moves:
             return "no rounds played"
-        if self.transcript_form == "by-player":
+        if self.transcript_form != "rounds":
             theirs, mine = (", ".join(MOVES[m] for m in moves) for moves in (self.opp_moves, self.my_moves))
+            if self.transcript_form == "tally":
+                theirs = f"{move_counts(self.opp_moves)} (in order: {theirs})"
             body = f"the opponent played {theirs}; you played {mine}"
         else:
             body = "; ".join(self._lines())
