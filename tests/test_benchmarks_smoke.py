@@ -64,7 +64,7 @@ SMOKE = {
         "peak RSS",
     ),
     "memopilot_writer_probe.py": (
-        ["--writers", "smollm2", "--transcripts", "rounds", "--samples", "1"],
+        ["--writers", "smollm2", "--transcripts", "rounds", "--samples", "1", "--form", "favourite"],
         ["torch", "transformers"],
         True,
         "greedy counters",

@@ -6,7 +6,14 @@ import pytest
 from fakes import FakeLLM
 
 from ttlearn.envs.base import make_env
-from ttlearn.memory.memopilot import FORMS, MemoPilotMemory, note_source, writer_messages, writer_stop
+from ttlearn.memory.memopilot import (
+    FORMS,
+    MemoPilotMemory,
+    counters_in,
+    note_source,
+    writer_messages,
+    writer_stop,
+)
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
 
@@ -35,7 +42,7 @@ def test_a_reply_becomes_the_note_its_form_says() -> None:
         "The opponent plays mostly rock, so play paper."
     )
     assert note_source("notes", "Opponent: rock.\nPlay paper.") == "Opponent: rock.\nPlay paper."
-    assert set(FORMS) == {"notes", "counter"}
+    assert set(FORMS) == {"notes", "counter", "favourite"}
 
 
 def test_the_memory_writes_and_bounds_a_counter_note() -> None:
@@ -49,3 +56,22 @@ def test_the_memory_writes_and_bounds_a_counter_note() -> None:
     assert memory.context("") == "The opponent plays mostly scissors, so play rock, and then"  # cut at 60, at a word
     with pytest.raises(ValueError, match="form"):
         MemoPilotMemory(writer, form="essay")
+
+
+def test_the_favourite_form_completes_the_note_with_the_counter_the_rules_state() -> None:
+    rules = "Paper beats rock, rock beats scissors, scissors beats paper. Win +1."
+    assert counters_in(rules) == {"rock": "paper", "scissors": "rock", "paper": "scissors"}
+    assert note_source("favourite", " Rock,", rules) == "The opponent plays mostly rock, so play paper."
+    assert note_source("favourite", " scissors and paper", rules) == "The opponent plays mostly scissors, so play rock."
+    # a word the rules do not name, or rules that name no counters: the reply as it is, suggesting nothing new
+    assert note_source("favourite", " banana", rules) == "The opponent plays mostly banana"
+    assert note_source("favourite", " rock", "Pick a move.") == "The opponent plays mostly rock"
+    assert writer_stop("favourite") == ("\n", ",", ".")
+
+
+def test_the_memory_completes_a_favourite_note_from_its_games_rules() -> None:
+    writer = FakeLLM(["paper"])
+    memory = MemoPilotMemory(writer, form="favourite")
+    memory.observe(first_game())
+    assert memory.context("") == "The opponent plays mostly paper, so play scissors."
+    assert "in one word" in writer.calls[0]["messages"][1]["content"]

@@ -8,6 +8,7 @@ player is tested elsewhere; here only the trainer's plumbing is under test).
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -247,3 +248,21 @@ def test_the_development_curve_is_logged_compared_with_step_0_and_drawn(tmp_path
     assert sum(log[1]["suggested"].values()) == pytest.approx(1.0, abs=1e-3) and "kl_to_base" in log[1]
     svg = (tmp_path / "run" / "curve.svg").read_text()
     assert 'data-chart="training"' in svg and "training-greedy" in svg
+
+
+@pytest.mark.model
+def test_a_favourite_note_is_completed_with_the_counter_before_the_player_reads_it(trainer) -> None:
+    """`writer_form=favourite`: the writer names a move and the note the player reads adds the move that beats it."""
+    original = trainer.config
+    trainer.config = original.model_copy(update={"writer_form": "favourite", "max_completion_length": 4})
+    try:
+        notes = trainer.play_rollouts([(1, "biased", 13)], [0, 1, 2, 3], 1.0, sample_seed=7)[0].notes
+    finally:
+        trainer.config = original
+    counters = {"rock": "paper", "paper": "scissors", "scissors": "rock"}
+    written = [note for row in notes for note in row]
+    named = [re.match(r"The opponent plays mostly (\w+)", note).group(1).lower() for note in written]
+    assert len(written) == 4 and any(move in counters for move in named)  # seeded: 2 of these 4 name a move
+    for note, move in zip(written, named):
+        if move in counters:
+            assert note == f"The opponent plays mostly {move}, so play {counters[move]}."

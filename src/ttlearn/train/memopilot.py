@@ -349,12 +349,13 @@ def scorer_module(policy: HFPolicy) -> torch.nn.Module:
 
 
 # ---- the trainer -------------------------------------------------------------------------------------------------
-def seen_part(policy: HFPolicy, sample: Sample, form: str, max_chars: int) -> Sample:
+def seen_part(policy: HFPolicy, sample: Sample, form: str, max_chars: int, rules: str = "") -> Sample:
     """The sample cut to the tokens the player sees (`seen_token_count` of the notes its prefixes make), log-probs
     alike."""
     ids = sample.completion_ids
     prefixes = [
-        note_source(form, policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True)) for k in range(len(ids))
+        note_source(form, policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True), rules)
+        for k in range(len(ids))
     ]
     seen = seen_token_count(prefixes, max_chars)
     return dataclasses.replace(sample, completion_ids=ids[:seen], logprobs=sample.logprobs[:seen])
@@ -483,8 +484,8 @@ class MemoPilotTrainer(Trainer):
             )
             memories = [
                 [
-                    bound_memory(note_source(cfg.writer_form, s.text), cfg.memory_chars)
-                    for s in samples[j * n : (j + 1) * n]
+                    bound_memory(note_source(cfg.writer_form, s.text, e.info["rules"]), cfg.memory_chars)
+                    for s, e in zip(samples[j * n : (j + 1) * n], episodes[j])
                 ]
                 for j in range(len(sequences))
             ]
@@ -506,7 +507,9 @@ class MemoPilotTrainer(Trainer):
                             result.sequence,
                             rollout,
                             turn,
-                            seen_part(self.policy, sample, cfg.writer_form, cfg.memory_chars),
+                            seen_part(
+                                self.policy, sample, cfg.writer_form, cfg.memory_chars, episodes[j][i].info["rules"]
+                            ),
                         )
                     )
                     result.notes[i].append(note)
