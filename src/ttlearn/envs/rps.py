@@ -25,8 +25,8 @@ RESULTS = {1: "win", 0: "draw", -1: "loss"}
 TRANSCRIPTS = ("rounds", "by-player", "tally")
 """How a finished game is written for the memories: one line per round (`rounds`), each player's moves listed in
 turn (`by-player`), from which SmolLM2-135M names the opponent's most frequent move twice as often, though still
-not its counter, or that list opened by the opponent's counts, most frequent first (`tally`), so that reading the
-favourite is copying a word and only its counter is left to learn (`benchmarks/memopilot_writer_probe.py`,
+not its counter, or that list opened by the opponent's counts, most frequent first (`tally`), which makes reading the
+favourite a copy yet does not make the small writers name it more often (`benchmarks/memopilot_writer_probe.py`,
 docs/memopilot.md)."""
 
 

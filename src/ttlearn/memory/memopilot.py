@@ -141,7 +141,8 @@ class MemoPilotMemory(Memory):
 
     def observe(self, episode: Episode) -> None:
         assert self.llm is not None
-        messages = writer_messages(episode.info.get("rules", episode.task), self.text, episode, self.words, self.form)
+        rules = episode.info.get("rules", episode.task)
+        messages = writer_messages(rules, self.text, episode, self.words, self.form)
         reply = self.llm.complete(
             messages,
             max_tokens=self.max_tokens,
@@ -149,7 +150,7 @@ class MemoPilotMemory(Memory):
             seed=episode.seed,
             stop=writer_stop(self.form),
         )
-        self.text = bound_memory(note_source(self.form, reply.text, messages[0]["content"]), self.max_chars)
+        self.text = bound_memory(note_source(self.form, reply.text, rules), self.max_chars)
 
     def state(self) -> dict[str, Any]:
         return {"text": self.text}
