@@ -48,11 +48,17 @@ def crafted(run: Path, where: Path, timeout_ms: int) -> Path:
     return copy
 
 
+def deliverable_sigint() -> None:
+    """SIGINT back at its default in the child: a suite started in the background (`cmd &`) inherits it ignored, and
+    a Python child started so ignores it too, which would test the shell, not ttlearn."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def rejudge(run: Path, env: dict[str, str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "ttlearn", "rejudge", str(run), "-e", "metric=strict"],
         env={**os.environ, **env, "PYTHONPATH": str(ROOT / "src")}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, start_new_session=True,
+        text=True, start_new_session=True, preexec_fn=deliverable_sigint,
     )  # fmt: skip
 
 
