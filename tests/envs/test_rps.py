@@ -233,20 +233,13 @@ def test_one_game_scores_rewards_and_texts():
     assert env.legal_actions() == () and env.done
     with pytest.raises(ValueError):
         env.step("paper")
-    listed = make_env("rps", opponent="constant", rounds=3, transcript="by-player")
-    listed.reset(0)
-    for move in ("paper", "rock", "scissors"):
-        listed.step(move)
+    listed = paper_rock_scissors_against_rock("by-player")
     assert listed.transcript() == (
         "the opponent played rock, rock, rock; you played paper, rock, scissors; final score +0"
     )
     assert listed.config()["transcript"] == "by-player" and "transcript" not in env.config()
     assert RPSEnv(**listed.config()).config() == listed.config()
-    counted = make_env("rps", opponent="constant", rounds=3, transcript="tally")
-    counted.reset(0)
-    for move in ("paper", "rock", "scissors"):
-        counted.step(move)
-    assert counted.transcript() == (
+    assert paper_rock_scissors_against_rock("tally").transcript() == (
         "the opponent played rock 3 times, paper 0 times, scissors 0 times (in order: rock, rock, rock); "
         "you played paper, rock, scissors; final score +0"
     )
@@ -303,6 +296,15 @@ def test_learner_state_round_trips_through_json():
     assert copy.act(env, obs, "", seed=1) == learner.act(env, obs, "", seed=1)
     with pytest.raises(ValueError, match="unknown experts"):
         copy.load({"counts": {"oracle": {}}})
+
+
+def paper_rock_scissors_against_rock(transcript: str) -> RPSEnv:
+    """A 3-round game against `constant` (always rock), played paper, rock, scissors, its transcript in `transcript`."""
+    env = make_env("rps", opponent="constant", rounds=3, transcript=transcript)
+    env.reset(0)
+    for move in ("paper", "rock", "scissors"):
+        env.step(move)
+    return env
 
 
 def test_move_counts_lists_the_most_frequent_first_and_breaks_ties_in_move_order():
