@@ -21,9 +21,9 @@ from ttlearn.players.base import PLAYERS
 from ttlearn.train.base import TRAINERS
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "ttlearn"
-BASE = {"version", "types", "registry", "seeding", "cache", "sandbox", "wheels", "untrusted"}
+BASE = {"version", "types", "registry", "seeding", "cache", "sandbox", "wheels", "untrusted", "errors"}
 """The ground floor every room may stand on (`version`: the version string; `sandbox`: running model-written code;
-`wheels`: files fetched from the package index; `untrusted`: reading files anyone may have written; none imports
+`wheels`: files fetched from the package index; `untrusted`: reading files anyone may have written; `errors`: the failures a user can fix; none imports
 from ttlearn). The package's top (`ttlearn.run`, the Python entry point) stands above every room, like `cli`: no
 module imports it."""
 ALLOWED = {

@@ -22,6 +22,7 @@ from rich.segment import Segment
 from rich.table import Table
 from rich.text import Text
 
+from ttlearn.errors import UserError
 from ttlearn.eval.paired import Comparison, success_table
 from ttlearn.eval.summary import RunSummary
 from ttlearn.llm.base import LLMError
@@ -50,8 +51,18 @@ console = EscapingConsole(markup=False)
 """Markup off: every string printed — a path, a config value, a model's reply, an error naming a file — is literal
 text, so a `[/]` or `[link=…]` read from a run directory is just text; and control characters are escaped
 (`EscapingConsole`). Styles come from `styled` (`Text`)."""
-USER_ERRORS = (ValueError, LLMError, FileNotFoundError, FileExistsError, UnknownNameError, ValidationError, ImportError)
-"""Errors a user can cause or fix (bad input, a missing file, server or optional dependency); one red line each."""
+USER_ERRORS = (
+    UserError,
+    ValueError,
+    LLMError,
+    FileNotFoundError,
+    FileExistsError,
+    UnknownNameError,
+    ValidationError,
+    ImportError,
+)
+"""Errors a user can cause or fix (bad input, a missing file, server or optional dependency); one red line each.
+The domain errors of each cause are `ttlearn.errors`."""
 
 
 def friendly(command: Callable[..., Any]) -> Callable[..., Any]:
