@@ -100,7 +100,9 @@ def model_dir(source: str) -> Path:
     return path
 
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("float32", "bfloat16", "float64")
+"""float64 is for numeric checks: two paths that compute the same function agree in it to ~1e-12, whatever order
+the CPU's kernels sum in, where float32 leaves ~1e-4 that depends on the machine."""
 
 
 def load_causal_lm(source: str, *, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:

@@ -67,8 +67,16 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, temperature: floa
         raise ValueError(f"temperature must be positive, got {temperature}")
     if logits.shape[:-1] != tokens.shape:
         raise ValueError(f"logits {tuple(logits.shape)} must be tokens {tuple(tokens.shape)} plus a vocabulary axis")
-    logprobs = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logprobs = torch.log_softmax(widened(logits) / temperature, dim=-1)
     return logprobs.gather(-1, tokens.long().unsqueeze(-1)).squeeze(-1)
+
+
+def widened(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in float32 at least: bfloat16 is too coarse for log-probs, and a float64 model (a numeric check)
+    must not be rounded back to float32."""
+    import torch
+
+    return logits if logits.dtype == torch.float64 else logits.float()
 
 
 def positions_from_mask(mask: torch.Tensor) -> torch.Tensor:
@@ -260,7 +268,7 @@ class HFPolicy(LLM):
                     use_cache=True,
                     **{self.cache_arg: cache},
                 )
-                cache, logits, positions = out[self.cache_arg], out.logits[:, -1].float(), positions + 1
+                cache, logits, positions = out[self.cache_arg], widened(out.logits[:, -1]), positions + 1
         return [self._make_sample(prompt_ids[i], drawn[i], logps[i], ended[i], stop) for i in range(len(prompt_ids))]
 
     def _prefill(self, prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any, torch.Tensor]:
@@ -300,7 +308,7 @@ class HFPolicy(LLM):
             logits_to_keep=1,
             **{self.cache_arg: cache},
         )
-        cache, logits = out[self.cache_arg], out.logits[:, -1].float()
+        cache, logits = out[self.cache_arg], widened(out.logits[:, -1])
         if len(prompts) < len(prompt_ids):
             rows = torch.tensor(index, device=self.device)
             cache.reorder_cache(rows)
@@ -362,7 +370,7 @@ class HFPolicy(LLM):
                 use_cache=True,
                 **{self.cache_arg: cache},
             ).logits
-            logits = torch.cat([logits, later.float()], dim=1)
+            logits = torch.cat([logits, widened(later)], dim=1)
         logprobs = token_logprobs(logits, completions, temperature or 1.0)
         return logprobs.masked_fill(completion_mask == 0, 0.0), completion_mask.bool()
 
@@ -379,7 +387,7 @@ class HFPolicy(LLM):
             raise ValueError("every choice needs at least one token")
         prompt = torch.tensor([list(prompt_ids)], device=self.device)
         out = self.model(input_ids=prompt, use_cache=True, logits_to_keep=1)
-        first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+        first = torch.log_softmax(widened(out.logits[0, -1]), dim=-1)
         scores = torch.stack([first[a[0]] for a in answers])
         k, width, length = len(answers), max(len(a) for a in answers), len(prompt_ids)
         if width == 1:
@@ -394,7 +402,7 @@ class HFPolicy(LLM):
             use_cache=False,
             **{self.cache_arg: cache},
         ).logits
-        later = torch.log_softmax(logits.float(), dim=-1).gather(-1, rows[:, 1:, None]).squeeze(-1)
+        later = torch.log_softmax(widened(logits), dim=-1).gather(-1, rows[:, 1:, None]).squeeze(-1)
         return scores + (later * mask[:, 1:]).sum(dim=1)
 
     def score_choices(self, prompt_ids: Sequence[int], choices: Sequence[str]) -> dict[str, float]:
