@@ -34,19 +34,18 @@ nothing but tensors and plain values, so a crafted checkpoint cannot run code.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ttlearn.llm.hf.placement import Device, resolve_device, this_device  # noqa: F401 - re-exported
 from ttlearn.registry import Registry
 from ttlearn.runs import RunDir, append_durable, read_durable
 from ttlearn.types import Episode
@@ -87,57 +86,6 @@ class TrainConfig(BaseModel):
         "auto",
         description="Weights of the policy: auto is bfloat16 on a GPU with native support, else float32 "
         "(float32 keeps sampled and rescored log-probs equal; bfloat16 rounds them apart by up to ~0.1).",
-    )
-
-
-@dataclass(frozen=True)
-class Device:
-    """Where this process trains: the kind, the weights' dtype and, on a GPU, its index (LOCAL_RANK)."""
-
-    name: Literal["cpu", "cuda"]
-    dtype: Literal["float32", "bfloat16"]
-    index: int = 0
-
-    @property
-    def torch_name(self) -> str:
-        """The torch device string: "cpu" or "cuda:INDEX"."""
-        return f"cuda:{self.index}" if self.name == "cuda" else "cpu"
-
-
-def resolve_device(
-    requested: str, *, gpus: int, bf16_supported: bool, local_rank: int = 0, dtype: str = "auto"
-) -> Device:
-    """cuda when asked or when `auto` finds a GPU, else cpu. dtype `auto`: bfloat16 on a GPU that supports it,
-    float32 otherwise (bf16 on a CPU is slower than float32 in torch's kernels); any other dtype is taken as asked.
-    Under a launcher every process takes GPU `local_rank`, so there must be one GPU per process."""
-    if requested not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
-    if dtype not in ("auto", "float32", "bfloat16"):
-        raise ValueError(f"dtype must be auto, float32 or bfloat16, got {dtype!r}")
-    if requested == "cuda" and gpus == 0:
-        raise ValueError("no CUDA device visible; use --device cpu or auto")
-    if requested == "cpu" or gpus == 0:
-        return Device("cpu", "float32" if dtype == "auto" else dtype)
-    if local_rank >= gpus:
-        raise ValueError(
-            f"process LOCAL_RANK={local_rank} has no GPU of its own ({gpus} visible); launch at most {gpus} processes"
-        )
-    if dtype == "auto":
-        dtype = "bfloat16" if bf16_supported else "float32"
-    return Device("cuda", dtype, local_rank)
-
-
-def this_device(requested: str, dtype: str = "auto") -> Device:
-    """`resolve_device` on this machine, for this process (LOCAL_RANK is set by accelerate launch and torchrun)."""
-    import torch
-
-    gpus = torch.cuda.device_count()
-    return resolve_device(
-        requested,
-        gpus=gpus,
-        bf16_supported=gpus > 0 and torch.cuda.is_bf16_supported(including_emulation=False),  # emulated is slow
-        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-        dtype=dtype,
     )
 
 
