@@ -99,25 +99,50 @@ def test_a_quota_holds_across_replicas(store: str) -> None:
         assert check.usage("q") == 3 * ITEM_BYTES <= quota
 
 
-@pytest.fixture
-def own_server():
-    """A PostgreSQL of this test's own, which it restarts."""
-    pytest.importorskip("psycopg")
-    from ttlearn.memory.postgres import server_missing, temporary_server
+@contextmanager
+def namespaces_write_lock(store: str) -> Iterator[None]:
+    """Hold back every namespace creation from outside (reads go on), as a replica's transaction would."""
+    if store.startswith("postgresql://"):
+        import psycopg
 
-    missing = server_missing()
-    if missing:
-        pytest.skip(missing)
-    with temporary_server({"fsync": "off"}) as server:
-        yield server
+        with psycopg.connect(store) as pg:  # one transaction until the block ends
+            pg.execute("LOCK TABLE namespaces IN EXCLUSIVE MODE")
+            yield
+            pg.rollback()
+    else:
+        conn = sqlite3.connect(store, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+        conn.execute("ROLLBACK")
+        conn.close()
 
 
-def test_replicas_ride_out_database_restarts_losing_no_feedback(own_server) -> None:
+def test_one_namespace_created_on_two_replicas_at_once_is_created_once(store: str) -> None:
+    """Two replicas create one name while creations are held back (issue 53): both used to see no namespace, then
+    one created it, the other opened it, and both answered 201 with a key, the first dead on arrival. Creation and
+    first key are now one transaction that refuses a name that exists: one 201 with a working key, one 409."""
+    with replicas(store, 2) as (a, b):
+        with ThreadPoolExecutor(2) as pool:
+            body = {"name": "twice", "embedder": "hash"}
+            with namespaces_write_lock(store):
+                racing = [pool.submit(call, replica, "/v1/namespaces", ADMIN, body) for replica in (a, b)]
+                time.sleep(1.5)  # both requests reach the lock
+            answers = sorted((future.result() for future in racing), key=lambda answer: answer[0])
+        assert [status for status, _ in answers] == [201, 409]
+        key = answers[0][1]["key"]
+        for replica in (a, b):
+            inspected = replica.get("/v1/namespaces/twice/inspect", headers={"Authorization": f"Bearer {key}"})
+            assert inspected.status_code == 200
+    with MemoryStore(store) as check:
+        assert [n["name"] for n in check.namespaces()] == ["twice"]
+
+
+def test_replicas_ride_out_database_restarts_losing_no_feedback(own_postgres) -> None:
     """Clients send feedback through two replicas while the server restarts twice (`fast`, then crash-like
     `immediate`): every request is answered 200 (a replica waits for the database rather than failing), and every
     feedback is applied exactly once."""
     per_client, alpha = 60, 0.3
-    with replicas(own_server.url, 2) as (a, b):
+    with replicas(own_postgres.url, 2) as (a, b):
         key = create(a, "r")
         ids = [add(a, key, "r", f"s{i}", f"e{i}")[1]["id"] for i in range(2)]
         answers: list[tuple[int, float, dict]] = []
@@ -136,12 +161,12 @@ def test_replicas_ride_out_database_restarts_losing_no_feedback(own_server) -> N
             for mode, after in (("fast", 40), ("immediate", 60)):
                 for _ in range(after):
                     sent.acquire(timeout=120)
-                own_server.restart(mode)
+                own_postgres.restart(mode)
             for worker in workers:
                 worker.result(timeout=300)
     assert sorted({status for status, _, _ in answers}) == [200]
     assert len(answers) == 4 * per_client
-    with MemoryStore(own_server.url) as store:
+    with MemoryStore(own_postgres.url) as store:
         items = {m.id: m for m in store.inspect("r")}
     for item_id in ids:
         updates = [(reward, alpha, q[item_id]) for _, reward, q in answers]

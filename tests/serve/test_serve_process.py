@@ -20,6 +20,7 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx2")
 import httpx2  # noqa: E402
 from fakes import FakeLLM  # noqa: E402
+from sockets import closed_by_server, free_port, pipelining_reader, slow_connection  # noqa: E402
 
 from ttlearn.memory import make_memory  # noqa: E402
 from ttlearn.memory.remote import MemoryClient, MemoryServiceError  # noqa: E402
@@ -57,12 +58,6 @@ with MemoryClient(url, key) as client, open(out, "w") as acked:
             print(exc)
             sys.exit(3)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Server:
@@ -146,29 +141,6 @@ def test_walkthrough_then_sigterm_exits_0_with_an_intact_store(tmp_path: Path) -
     with MemoryStore(server.store) as store:
         assert store.integrity_check() == "ok"
         assert [m.experience for m in store.inspect("a")] == ["play paper"]
-
-
-def slow_connection(port: int, source: str) -> socket.socket:
-    """A connection from loopback address `source` that sends half a request head and then nothing."""
-    sock = socket.socket()
-    sock.settimeout(5)
-    sock.bind((source, 0))
-    sock.connect(("127.0.0.1", port))
-    sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
-    return sock
-
-
-def closed_by_server(sock: socket.socket) -> bool:
-    """Whether the server closed `sock` (what it had sent is read and dropped first)."""
-    sock.setblocking(False)
-    try:
-        while sock.recv(65536):
-            pass
-        return True
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
 
 
 def test_slow_connections_cannot_starve_other_clients(tmp_path: Path) -> None:
@@ -404,32 +376,6 @@ def test_two_replicas_on_one_postgresql_database_answer_alike_and_lose_no_feedba
         assert [r.stop() for r in replicas] == [0, 0]
 
 
-
-HEALTH = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n"
-
-
-def pipelining_reader(port: int, source: str, requests: int) -> socket.socket | None:
-    """A connection from loopback address `source` that pipelines `requests` health checks and never reads an answer
-    (a small receive buffer, so its answers pile up on the server's side at once); None if it was not accepted."""
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.bind((source, 0))
-    sock.settimeout(5)
-    try:
-        sock.connect(("127.0.0.1", port))
-    except OSError:
-        sock.close()
-        return None
-    sock.setblocking(False)
-    data = HEALTH * requests
-    try:
-        while data:
-            data = data[sock.send(data) :]
-    except OSError:
-        pass  # the server stopped reading (or dropped us): the rest is never sent
-    return sock
-
-
 def test_slow_readers_that_pipeline_cannot_starve_other_clients(tmp_path: Path) -> None:
     """20 loopback addresses × 16 connections that pipeline 2,000 health checks each and never read an answer, against
     a server with 128 descriptors: before the write guard every stuck answer held its connection for ever (neither
@@ -475,3 +421,48 @@ def test_slow_readers_that_pipeline_cannot_starve_other_clients(tmp_path: Path) 
         assert server.stop() == 0
     log = server.log.read_text()
     assert log.count("Too many open files") <= 5 and "Exception in ASGI application" not in log, log[-3000:]
+
+
+def peak_memory(pid: int) -> int:
+    """The process's peak resident memory so far, in bytes (VmHWM)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+def test_exports_that_clients_never_read_hold_memory_within_one_budget(tmp_path: Path) -> None:
+    """Issue 48: 250 connections that each pipelined 15 exports of a 10 MB namespace and never read took the
+    service from 0.39 to 5.4 GB: each held an answer unsent and had the next one made and waiting behind it, and
+    exports were built side by side. Scaled down: 30 connections × 4 exports of a 4 MB namespace against
+    `--max-unsent 8000000`. Exports are built one at a time, a connection gets no answer made while it leaves the
+    previous one unread, and the unsent bytes of every connection stay within the budget (an answer past it drops
+    its own connection): the server's peak memory grows by less than 80 MB, and health checks answer throughout."""
+    server = Server(tmp_path / "exports.sqlite", "--rate", "0", "--max-unsent", "8000000")
+    readers: list[socket.socket | None] = []
+    try:
+        with server.admin() as admin:
+            key = admin.create_namespace("big", embedder="hash")
+        with MemoryClient(server.url, key) as client:
+            for i in range(8):
+                client.add("big", f"situation {i}", f"{i}" * 499_000, join_threshold=1.1)
+            assert len(client.export_namespace("big")["items"]) == 8  # one export made and read: the baseline
+        before = peak_memory(server.proc.pid)
+        export = f"GET /v1/namespaces/big/export HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\n\r\n".encode()
+        for address in range(10, 16):
+            readers += [pipelining_reader(server.port, f"127.0.0.{address}", 4, export) for _ in range(5)]
+        latencies = []
+        for _ in range(5):
+            start = time.monotonic()
+            assert httpx2.get(f"{server.url}/v1/health", timeout=10).status_code == 200
+            latencies.append(time.monotonic() - start)
+            time.sleep(0.5)
+        grown = peak_memory(server.proc.pid) - before
+        assert grown < 80_000_000, f"peak memory grew by {grown / 1e6:.0f} MB"
+        assert sorted(latencies)[2] < 1.0, latencies
+    finally:
+        for sock in readers:
+            if sock is not None:
+                sock.close()
+        assert server.stop() == 0
+    assert "Exception in ASGI application" not in server.log.read_text()

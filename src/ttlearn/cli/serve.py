@@ -14,6 +14,7 @@ from ttlearn.serve import (
     DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_PIPELINED,
+    DEFAULT_MAX_UNSENT,
     DEFAULT_MAX_WAITING,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
@@ -60,6 +61,10 @@ def serve(
         DEFAULT_MAX_WAITING, min=0, help="Connections waiting for a request or for their client to read an answer, "
         "all clients together; past it the longest-waiting one is dropped (0 = no cap)."
     ),
+    max_unsent: int = typer.Option(
+        DEFAULT_MAX_UNSENT, min=0, help="Bytes of answers left unsent because their clients do not read, all clients "
+        "together; an answer past it drops its connection. Keep it above the quota (0 = no cap)."
+    ),
     trusted_proxy: Optional[str] = typer.Option(
         None, help="Address(es) of your reverse proxy, comma-separated: only then is X-Forwarded-For believed."
     ),
@@ -85,5 +90,6 @@ def serve(
         max_pipelined=max_pipelined,
         per_client=connections_per_client,
         max_waiting=max_waiting,
+        max_unsent=max_unsent,
     )
     run_server(store, host=host, port=port, admin_key=admin_key, trusted_proxy=trusted_proxy, **guards, **limits)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,10 @@ from ttlearn.memory.snapshot import (
 )
 from ttlearn.memory.sqlite import SqliteDialect
 from ttlearn.untrusted import loads
+
+
+class NamespaceExistsError(ValueError):
+    """A namespace that is being created exists already (whoever created it, in whichever process)."""
 
 
 def is_database_url(location: str | Path) -> bool:
@@ -79,17 +84,12 @@ class MemoryStore:
 
     def namespace(self, name: str, embedder: Embedder) -> Namespace:
         """Open (creating if new) namespace `name`; refuses an embedder other than the one that wrote it."""
-        if not name:
-            raise ValueError("a memory namespace needs a non-empty name")
+        _check_name(name)
 
         def open_or_create(conn: Any) -> int:
             row = conn.execute("SELECT id, embedder, dim FROM namespaces WHERE name = ?", (name,)).fetchone()
             if row is None:
-                cursor = conn.execute(
-                    "INSERT INTO namespaces (name, embedder, dim, created) VALUES (?, ?, ?, ?)",
-                    (name, embedder.name, embedder.dim, time.time()),
-                )
-                return int(cursor.lastrowid)
+                return _insert_namespace(conn, name, embedder)
             ns_id, stored_name, stored_dim = row
             if (stored_name, stored_dim) != (embedder.name, embedder.dim):
                 raise EmbedderMismatchError(
@@ -102,6 +102,22 @@ class MemoryStore:
             return int(ns_id)
 
         return Namespace(self.dialect, self.indexes, self.dialect.write(open_or_create), name, embedder)
+
+    def create_namespace(self, name: str, embedder: Embedder, also: Callable[[Any], None] | None = None) -> Namespace:
+        """Create namespace `name`, and run `also(conn)` in the same transaction (the service stores its first key
+        there); NamespaceExistsError when it exists. Of several processes creating one name at once, exactly one
+        succeeds: the check and the insert are one transaction, and the name is unique in the table."""
+        _check_name(name)
+
+        def create(conn: Any) -> int:
+            if conn.execute("SELECT 1 FROM namespaces WHERE name = ?", (name,)).fetchone() is not None:
+                raise NamespaceExistsError(f"namespace {name!r} exists in {self.path}")
+            ns_id = _insert_namespace(conn, name, embedder)
+            if also is not None:
+                also(conn)
+            return ns_id
+
+        return Namespace(self.dialect, self.indexes, self.dialect.write(create), name, embedder)
 
     def namespaces(self) -> list[dict[str, Any]]:
         rows = self.dialect.conn.execute(
@@ -266,6 +282,19 @@ class MemoryStore:
         for ns_id in ns_ids:
             self.indexes.forget(ns_id)
         return len(ns_ids)
+
+
+def _check_name(name: str) -> None:
+    if not name:
+        raise ValueError("a memory namespace needs a non-empty name")
+
+
+def _insert_namespace(conn: Any, name: str, embedder: Embedder) -> int:
+    cursor = conn.execute(
+        "INSERT INTO namespaces (name, embedder, dim, created) VALUES (?, ?, ?, ?)",
+        (name, embedder.name, embedder.dim, time.time()),
+    )
+    return int(cursor.lastrowid)
 
 
 def _embed_batched(embedder: Embedder, texts: list[str], batch_size: int) -> np.ndarray:

@@ -26,3 +26,6 @@ DEFAULT_CONNECTIONS_PER_CLIENT = 32
 DEFAULT_MAX_WAITING = 256
 """Connections the whole server keeps waiting for a request or for their client to read an answer (over every
 address); past it the oldest is dropped."""
+DEFAULT_MAX_UNSENT = 256_000_000
+"""Bytes of answers the whole server may hold unsent because their clients do not read them (over every connection);
+an answer that would go past it drops its connection. Keep it above the largest answer: an export, up to the quota."""

@@ -29,6 +29,7 @@ import uvicorn
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, status
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,7 +38,7 @@ from ttlearn.memory.embed import Embedder, make_embedder
 from ttlearn.memory.items import DEFAULT_JOIN_THRESHOLD, EmbedderMismatchError, MemoryItem, Namespace, NewItem
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
 from ttlearn.memory.snapshot import MAX_MAGNITUDE, NamespaceSnapshot, export_size, json_text_bytes
-from ttlearn.memory.store import MemoryStore
+from ttlearn.memory.store import MemoryStore, NamespaceExistsError
 from ttlearn.serve import (
     DEFAULT_AUTH_BURST,
     DEFAULT_AUTH_RATE,
@@ -45,13 +46,14 @@ from ttlearn.serve import (
     DEFAULT_CONNECTIONS_PER_CLIENT,
     DEFAULT_MAX_BODY,
     DEFAULT_MAX_PIPELINED,
+    DEFAULT_MAX_UNSENT,
     DEFAULT_MAX_WAITING,
     DEFAULT_QUOTA,
     DEFAULT_RATE,
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
 )
-from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing
+from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing, NewKey
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
 from ttlearn.serve.connections import ACCEPT_BATCH, guarded_h11
 from ttlearn.serve.limits import BodyLimit, LogRateLimit, RateLimiter
@@ -222,6 +224,7 @@ class MemoryService:
         self.failures = auth
         self._store_lock = threading.Lock()
         self._embed_lock = threading.Lock()
+        self._export_lock = threading.Lock()
         self._embedders: dict[str, Embedder] = {}
         self._namespaces: dict[str, Namespace] = {}
 
@@ -262,15 +265,20 @@ class MemoryService:
         ]
 
     def create(self, body: NamespaceCreate) -> NamespaceKey:
+        """The namespace and its first key, in one transaction that refuses (409) a name that exists, even one
+        another replica is creating at this moment."""
         with _refusals():
             embedder = self._embedder(body.embedder)
+        key = NewKey.make()
         with self._store_lock:
-            if self.store.embedder_of(body.name) is not None:
+            try:
+                ns = self.store.create_namespace(body.name, embedder, also=lambda conn: key.store(conn, body.name))
+            except NamespaceExistsError:
                 raise HTTPException(
                     status.HTTP_409_CONFLICT, f"namespace {body.name!r} exists; rotate its key to get a new one"
-                )
-            self._namespaces[body.name] = self.store.namespace(body.name, embedder)
-        return NamespaceKey(name=body.name, key=self.keys.issue(body.name))
+                ) from None
+            self._namespaces[body.name] = ns
+        return NamespaceKey(name=body.name, key=key.text)
 
     def rotate(self, name: str) -> NamespaceKey:
         self._require(name)
@@ -341,9 +349,14 @@ class MemoryService:
             newest = self.store.inspect(name, limit=limit)
         return Inspection(**stats, newest=newest[: within_budget([len(m.experience) for m in newest], INSPECT_TEXT)])
 
-    def export(self, name: str) -> dict[str, Any]:
-        with self._store_lock, _refusals():
-            return self.store.export_namespace(name)
+    def export(self, name: str) -> JSONResponse:
+        """The namespace's snapshot, rendered. Exports are read and rendered one at a time: the memory they take
+        while being built does not grow with the number of clients asking at once (once rendered, an answer its
+        client does not read is held against the server's budget of unsent bytes, `guarded_h11`)."""
+        with self._export_lock:
+            with self._store_lock, _refusals():
+                data = self.store.export_namespace(name)
+            return JSONResponse(data)
 
     def _within_quota(self, name: str, size: int) -> None:
         """Refuse (507) a write that would make the namespace's export larger than the quota (0: no quota)."""
@@ -514,8 +527,8 @@ def create_app(
         """Counts, Q statistics and the newest `limit` items (at most 100, and fewer past 1 M characters of text)."""
         return service.inspect(ns, limit)
 
-    @app.get("/v1/namespaces/{ns}/export", tags=["memories"])
-    def export(ns: NamespaceName, service: Owner) -> NamespaceSnapshot:
+    @app.get("/v1/namespaces/{ns}/export", tags=["memories"], response_model=NamespaceSnapshot)
+    def export(ns: NamespaceName, service: Owner) -> JSONResponse:
         """The namespace's memories (intent keys with their vectors, items with Q): a snapshot to import later."""
         return service.export(ns)
 
@@ -539,11 +552,13 @@ def serve(
     max_pipelined: int = DEFAULT_MAX_PIPELINED,
     per_client: int = DEFAULT_CONNECTIONS_PER_CLIENT,
     max_waiting: int = DEFAULT_MAX_WAITING,
+    max_unsent: int = DEFAULT_MAX_UNSENT,
     trusted_proxy: str | None = None,
     **limits: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
-    Connections are guarded by `guarded_h11` (the timeouts, the read-ahead and the two connection caps); `limits` go
+    Connections are guarded by `guarded_h11` (the timeouts, the read-ahead, the two connection caps and the budget
+    of unsent answers); `limits` go
     to `create_app`. The error log (uvicorn's and asyncio's) is rate-limited (`LogRateLimit`).
     Proxy headers (X-Forwarded-For) are ignored unless `trusted_proxy` names the proxy's address(es): uvicorn would
     otherwise believe them from loopback, and one header per request would dodge the per-address limits.
@@ -554,7 +569,7 @@ def serve(
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
     app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_rate, auth_burst
-    http = guarded_h11(read_timeout_s, per_client, max_waiting, write_timeout_s, max_pipelined)
+    http = guarded_h11(read_timeout_s, per_client, max_waiting, write_timeout_s, max_pipelined, max_unsent)
     proxy = {"proxy_headers": trusted_proxy is not None, "forwarded_allow_ips": trusted_proxy or ""}
     config = uvicorn.Config(
         app, host=host, port=port, http=http, backlog=ACCEPT_BATCH, timeout_graceful_shutdown=30, **proxy

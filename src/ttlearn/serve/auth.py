@@ -6,7 +6,8 @@ comparison takes says nothing about the secret. 256 random bits need no slow pas
 and the stored hash does not give them back. A key is shown once, when it is issued, and never logged.
 
 Rotation issues a new key and revokes the namespace's older ones in the same transaction; revocation leaves the
-namespace without a key until the next rotation. Keys live in the store (table `service_keys`), so they survive
+namespace without a key until the next rotation. A namespace's first key is stored in the transaction that creates
+the namespace (`NewKey.store`), so two processes creating one name at once cannot both hand out a key. Keys live in the store (table `service_keys`), so they survive
 restarts and every server process on that file or database agrees on them.
 """
 
@@ -78,6 +79,31 @@ class AdminKey:
 
 
 @dataclass(frozen=True)
+class NewKey:
+    """A key not stored yet: `text` is what its caller is shown once, `store` writes its hash."""
+
+    key_id: str
+    secret: str
+
+    @classmethod
+    def make(cls) -> NewKey:
+        return cls(secrets.token_hex(6), secrets.token_urlsafe(32))
+
+    @property
+    def text(self) -> str:
+        return f"{self.key_id}.{self.secret}"
+
+    def store(self, conn: Any, namespace: str) -> None:
+        """Store the key for `namespace` inside the caller's transaction on `conn`, revoking its older keys there."""
+        now = time.time()
+        conn.execute("UPDATE service_keys SET revoked = ? WHERE namespace = ? AND revoked IS NULL", (now, namespace))
+        conn.execute(
+            "INSERT INTO service_keys (id, namespace, secret_sha256, created) VALUES (?, ?, ?, ?)",
+            (self.key_id, namespace, _sha256(self.secret), now),
+        )
+
+
+@dataclass(frozen=True)
 class KeyOwner:
     namespace: str
     key_id: str
@@ -100,23 +126,16 @@ class KeyRing:
 
     def issue(self, namespace: str) -> str:
         """A new key for `namespace`; every older key of it stops working in the same transaction."""
-        key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-        now = time.time()
+        key = NewKey.make()
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.execute(
-                    "UPDATE service_keys SET revoked = ? WHERE namespace = ? AND revoked IS NULL", (now, namespace)
-                )
-                self._conn.execute(
-                    "INSERT INTO service_keys (id, namespace, secret_sha256, created) VALUES (?, ?, ?, ?)",
-                    (key_id, namespace, _sha256(secret), now),
-                )
+                key.store(self._conn, namespace)
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
-        return f"{key_id}.{secret}"
+        return key.text
 
     def revoke(self, namespace: str) -> None:
         """Revoke every key of `namespace`."""

@@ -13,14 +13,19 @@ answered. `guarded_h11` adds these rules to uvicorn's own protocol class:
   `write_timeout_s`, else the connection is dropped with what it holds;
 - a connection reads ahead at most `max_pipelined` requests whose answers were not yet asked for by the client
   (requests already waiting when the previous answer was done); past it the connection is closed after the answers
-  it has;
+  it has. The next of them is not even started while the client leaves part of the previous answer unread: a
+  connection holds at most one answer it cannot send, never one more waiting behind it;
+- the bytes left unsent over every connection together stay within `max_unsent`: an answer that would take the
+  total past it drops its own connection at once (the budget is not taken from the clients that hold it), so the
+  memory that clients who do not read can pin is bounded however many connections they open;
 - the server holds at most `max_open` connections (by default what its descriptor limit leaves free, less a reserve
   and one batch of accepts: `descriptor_budget`); a new connection past it drops the longest-waiting one, or when
   none waits the oldest one. Running out of descriptors must not happen: asyncio then retries the failed accept in a
   tight loop, logging each failure, and answers nobody. It accepts up to its listen backlog in one go before any
   connection is seen here, so the server listens with a short backlog (`ACCEPT_BATCH`; past it the kernel makes new
   clients retry their connection);
-- one client address holds at most `per_client` connections; the next ones are closed as soon as they are accepted;
+- one client address holds at most `per_client` connections; the next ones are closed as soon as they are accepted,
+  before any other connection is dropped to make room;
 - the whole server keeps at most `max_waiting` connections waiting — for a request, or for the client to take an
   answer (over every address: an attacker with many addresses is not held by the per-address cap); a new connection
   past it drops the one that has waited longest, so a newcomer is always read and the descriptors in use stay
@@ -41,6 +46,15 @@ from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ttlearn.serve import (
+    DEFAULT_CONNECTIONS_PER_CLIENT,
+    DEFAULT_MAX_PIPELINED,
+    DEFAULT_MAX_UNSENT,
+    DEFAULT_MAX_WAITING,
+    DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_WRITE_TIMEOUT_S,
+)
 
 _WAITING = (h11.IDLE, h11.SEND_BODY)
 """The client's h11 states while the service still waits for (part of) its request."""
@@ -68,6 +82,7 @@ class _GuardedH11(H11Protocol):
     max_open: int
     per_client: int
     max_waiting: int
+    max_unsent: int
     open_by_address: Counter[str]
     opened: dict[_GuardedH11, None]
     """The open connections, oldest first."""
@@ -82,20 +97,22 @@ class _GuardedH11(H11Protocol):
     write timeout's."""
     _read_ahead = 0
     """Answers in a row finished while the client's next request was already waiting (pipelined)."""
+    _next_held = False
+    """Whether an answer finished while its client left part of it unread: the next request waits until it is taken."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         transport.set_write_buffer_limits(high=0)  # a byte left unsent pauses writing: that is a stuck answer
-        if self.max_open > 0 and len(self.opened) >= self.max_open:
-            next(iter(self.waiting or self.opened))._drop()
-        self.opened[self] = None
         address = self.client[0] if self.client else None
         if address is not None and self.per_client > 0:
             if self.open_by_address[address] >= self.per_client:
-                transport.abort()
+                transport.abort()  # refused before anyone else's connection is dropped to make room for it
                 return
             self.open_by_address[address] += 1
             self._address = address
+        if self.max_open > 0 and len(self.opened) >= self.max_open:
+            next(iter(self.waiting or self.opened))._drop()
+        self.opened[self] = None
         if self.max_waiting > 0 and len(self.waiting) >= self.max_waiting:
             next(iter(self.waiting))._drop()
         self._arm(self.read_timeout_s)
@@ -120,6 +137,12 @@ class _GuardedH11(H11Protocol):
         self._read_ahead = self._read_ahead + 1 if pipelined else 0
         if self.max_pipelined > 0 and self._read_ahead > self.max_pipelined:
             self.transport.close()  # what was answered is still sent; uvicorn then reads no further request
+        if self._stuck and not self.transport.is_closing():
+            self._next_held = True  # resume_writing starts the next request once this answer is taken
+            return
+        self._next_request()
+
+    def _next_request(self) -> None:
         super().on_response_complete()
         if not self._stuck and not self.transport.is_closing() and self.conn.their_state in _WAITING:
             self._arm(self.read_timeout_s)  # the next request on this connection gets its own deadline
@@ -127,14 +150,26 @@ class _GuardedH11(H11Protocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         self._stuck = True
+        if self.max_unsent > 0 and self._unsent() > self.max_unsent:
+            self._drop()  # this answer's bytes go with it, before uvicorn writes more of it
+            return
         self._arm(self.write_timeout_s)
 
     def resume_writing(self) -> None:
         super().resume_writing()
         self._stuck = False
         self._disarm()
-        if not self.transport.is_closing() and self.conn.their_state in _WAITING and self.conn.our_state is h11.IDLE:
+        if self._next_held:
+            self._next_held = False
+            self._next_request()
+        elif not self.transport.is_closing() and self.conn.their_state in _WAITING and self.conn.our_state is h11.IDLE:
             self._arm(self.read_timeout_s)
+
+    def _unsent(self) -> int:
+        """Bytes left unsent over every connection, this one's included (only a stuck connection holds any, and
+        each stuck one is waiting)."""
+        stuck = {self: None, **self.waiting}
+        return sum(c.transport.get_write_buffer_size() for c in stuck if c._stuck and not c.transport.is_closing())
 
     def _arm(self, seconds: float) -> None:
         self._disarm()
@@ -165,23 +200,25 @@ class _GuardedH11(H11Protocol):
 
 
 def guarded_h11(
-    read_timeout_s: float,
-    per_client: int,
-    max_waiting: int = 0,
-    write_timeout_s: float = 30.0,
-    max_pipelined: int = 16,
+    read_timeout_s: float = DEFAULT_READ_TIMEOUT_S,
+    per_client: int = DEFAULT_CONNECTIONS_PER_CLIENT,
+    max_waiting: int = DEFAULT_MAX_WAITING,
+    write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S,
+    max_pipelined: int = DEFAULT_MAX_PIPELINED,
+    max_unsent: int = DEFAULT_MAX_UNSENT,
     max_open: int | None = None,
 ) -> type[H11Protocol]:
     """uvicorn's h11 protocol with the rules above, as a class to pass as `uvicorn.Config(http=...)` (one per server:
-    it counts that server's connections); `per_client` 0 lifts the per-address cap, `max_waiting` 0 the server-wide
-    one, `max_pipelined` 0 the read-ahead one, `max_open` 0 the cap on open connections (None: `descriptor_budget`,
-    measured now)."""
+    it counts that server's connections); the defaults are `ttlearn serve`'s. `per_client` 0 lifts the per-address
+    cap, `max_waiting` 0 the server-wide one, `max_pipelined` 0 the read-ahead one, `max_unsent` 0 the byte budget,
+    `max_open` 0 the cap on open connections (None: `descriptor_budget`, measured now)."""
     for name, seconds in (("read", read_timeout_s), ("write", write_timeout_s)):
         if seconds <= 0:
             raise ValueError(f"the {name} timeout must be positive, got {seconds}")
     max_open = descriptor_budget() if max_open is None else max_open
     for what, count in (("connections per client", per_client), ("waiting connections", max_waiting),
-                        ("pipelined requests", max_pipelined), ("open connections", max_open)):  # fmt: skip
+                        ("pipelined requests", max_pipelined), ("unsent bytes", max_unsent),
+                        ("open connections", max_open)):  # fmt: skip
         if count < 0:
             raise ValueError(f"{what} must be 0 (no cap) or more, got {count}")
     attributes: dict[str, Any] = {
@@ -191,6 +228,7 @@ def guarded_h11(
         "max_open": max_open,
         "per_client": per_client,
         "max_waiting": max_waiting,
+        "max_unsent": max_unsent,
         "open_by_address": Counter(),
         "opened": {},
         "waiting": {},
