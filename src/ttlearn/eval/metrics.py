@@ -17,7 +17,8 @@ import numpy as np
 def cumulative_performance(scores: Sequence[float]) -> np.ndarray:
     """Running average of per-game scores: c_t = (1/t) · Σ_{i=1..t} s_i for t = 1..T.
 
-    The learning curve of a run's units: a learner's curve rises towards its per-game ceiling, a non-learner's stays flat.
+    The learning curve of a run's units: a learner's curve rises towards its per-game ceiling, a non-learner's stays
+    flat.
     """
     s = np.asarray(scores, dtype=float)
     if s.ndim != 1 or s.size == 0:
@@ -251,6 +252,8 @@ class ProtocolResult:
     cumulative_success: float
     """Fraction of tasks solved in at least one epoch."""
     per_epoch: list[float]
+    validation: list[float]
+    """Success rate of each validation epoch that has tasks."""
 
 
 def run_protocol(epochs: Sequence[Mapping[str, bool]], validation: Sequence[Mapping[str, bool]] = ()) -> ProtocolResult:
@@ -261,7 +264,7 @@ def run_protocol(epochs: Sequence[Mapping[str, bool]], validation: Sequence[Mapp
     if not epochs or any(not epoch for epoch in epochs):
         raise ValueError("run_protocol needs at least one epoch, each with at least one task")
     rates = [sum(map(bool, e.values())) / len(e) for e in epochs]
+    held = [sum(map(bool, v.values())) / len(v) for v in validation if v]
     tasks = set().union(*epochs)
     solved = {t for e in epochs for t, ok in e.items() if ok}
-    best = max((sum(map(bool, v.values())) / len(v) for v in validation if v), default=None)
-    return ProtocolResult(rates[-1], best, len(solved) / len(tasks), rates)
+    return ProtocolResult(rates[-1], max(held, default=None), len(solved) / len(tasks), rates, held)

@@ -30,7 +30,7 @@ from ttlearn.eval.metrics import (
 )
 from ttlearn.eval.paired import PairedRow, as_rejudged, paired_success, success_table
 from ttlearn.runs import Run, RunConfig
-from ttlearn.types import Episode, add_causes, count_causes
+from ttlearn.types import Episode, Step, add_causes, count_causes
 
 Record = dict[str, Any]
 
@@ -45,20 +45,19 @@ class Invalid:
     causes: dict[str, int] | None = None
 
     def text(self) -> str:
-        """"12.5% (rejected 3, overflow 2)"."""
+        """ "12.5% (rejected 3, overflow 2)"."""
         parts = ", ".join(f"{cause} {count}" for cause, count in (self.causes or {}).items())
         return f"{self.rate:.1%}" + (f" ({parts})" if parts else "")
 
 
-def invalid_steps(records: Sequence[Record]) -> Invalid | None:
-    """The invalid steps of every attempt of some unit records; None when they played no step."""
-    steps = [s for r in records for a in r["attempts"] for s in Episode.from_json(a).steps]
-    return Invalid(sum(not s.valid for s in steps) / len(steps), count_causes(steps)) if steps else None
+def step_causes(records: Sequence[Record]) -> dict[str, int]:
+    """The invalid steps of every attempt of some unit records, by cause (`count_causes`)."""
+    return count_causes(Step(**s) for r in records for a in r["attempts"] for s in a["steps"])
 
 
 def pooled_invalid(rows: Sequence[UnitRow], causes: Sequence[dict[str, int] | None] = ()) -> Invalid | None:
-    """The invalid steps of several runs' units (an arena method's): invalid / steps over all their attempts, and
-    the runs' causes added up; None when no step was played."""
+    """The invalid steps of some units (a run's, or several runs' for an arena method): invalid / steps over all
+    their attempts as their rows count them, and the causes added up; None when no step was played."""
     steps = sum(row.steps for row in rows)
     if not steps:
         return None
@@ -371,7 +370,7 @@ def summarize_units(records: Sequence[Record], config: RunConfig, head: RunSumma
         trajectory_entropy=mean_trajectory_entropy(
             [[tuple(s.action for s in e.steps) for e in eps] for eps in attempts]
         ),
-        invalid=invalid_steps(tasks),
+        invalid=pooled_invalid(rows, [step_causes(tasks)]),
         tokens=sum(row.tokens for row in rows),
         llm_s=sum(row.llm_s for row in rows),
         played_s=sum(row.wall_s for row in rows),
@@ -398,7 +397,7 @@ def protocol_section(tasks: list[Record], held_out: list[Record], config: RunCon
         epoch_success=protocol.per_epoch,
         last_epoch_success=protocol.last_epoch_success,
         cumulative_success=protocol.cumulative_success,
-        validation_success=[sum(v.values()) / len(v) for v in validation if v],
+        validation_success=protocol.validation,
         best_validation_success=protocol.best_validation_success,
     )
 
@@ -416,7 +415,8 @@ def control_section(tasks: list[Record], held_out: list[Record], config: RunConf
     if not all("control_steps" in r for r in paired):
         return Control(comparison.tasks, comparison.rows, epoch)
     control = Invalid(sum(r["control_invalid_steps"] for r in paired) / sum(r["control_steps"] for r in paired))
-    return Control(comparison.tasks, comparison.rows, epoch, invalid_steps(paired), control)
+    memory = pooled_invalid(unit_rows(paired), [step_causes(paired)])
+    return Control(comparison.tasks, comparison.rows, epoch, memory, control)
 
 
 def memory_gain_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> MemoryGain | None:
@@ -501,5 +501,3 @@ def memory_gain(first_success: list[int | None], attempts: int) -> MemoryGain:
         solved_only_with_memory=later,
         p_value=mcnemar_exact(later, 0),
     )
-
-
