@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 PROBE_FILE = "probe.safetensors"
 PROBE_TEXT = "<|im_start|>user\nWhich move beats rock?<|im_end|>\n<|im_start|>assistant\n"
 CONVERSION_VERSION = 1  # bump when the cached layout changes so stale caches are rebuilt
+NEEDS_EXTRAS = 'the hf back end needs the training extras: pip install "ttlearn[train]"'
 
 
 def clear_quantizer_marks(model: Any) -> None:
@@ -114,7 +115,7 @@ def load_causal_lm(source: str, *, device: str = "cpu", dtype: str = "float32") 
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
     except ImportError as exc:
-        raise LLMError('the hf back end needs the training extras: pip install "ttlearn[train]"') from exc
+        raise LLMError(NEEDS_EXTRAS) from exc
     path = model_dir(source)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(device).eval()
     clear_quantizer_marks(model)

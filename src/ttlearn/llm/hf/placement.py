@@ -9,7 +9,8 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from ttlearn.llm.hf.checkpoints import DTYPES
+from ttlearn.llm.base import LLMError
+from ttlearn.llm.hf.checkpoints import DTYPES, NEEDS_EXTRAS
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -29,17 +30,24 @@ class Device:
 
 
 def resolve_device(
-    requested: str, *, gpus: int, bf16_supported: bool, local_rank: int = 0, dtype: str = "auto"
+    requested: str,
+    *,
+    gpus: int,
+    bf16_supported: bool,
+    local_rank: int = 0,
+    dtype: str = "auto",
+    flag: str = "--device ",
 ) -> Device:
     """cuda when asked or when `auto` finds a GPU, else cpu. dtype `auto`: bfloat16 on a GPU that supports it,
     float32 otherwise (bf16 on a CPU is slower than float32 in torch's kernels); any other dtype is taken as asked.
-    Under a launcher every process takes GPU `local_rank`, so there must be one GPU per process."""
+    Under a launcher every process takes GPU `local_rank`, so there must be one GPU per process. `flag` is how the
+    caller's user spells the device option (`--device `, an `hf:` spec's `device=`), for the error that names it."""
     if requested not in DEVICES:
         raise ValueError(f"device must be auto, cpu or cuda, got {requested!r}")
     if dtype != "auto" and dtype not in DTYPES:
         raise ValueError(f"dtype must be auto, float32 or bfloat16 (float64 for numeric checks), got {dtype!r}")
     if requested == "cuda" and gpus == 0:
-        raise ValueError("no CUDA device visible; use --device cpu or auto")
+        raise ValueError(f"no CUDA device visible; use {flag}cpu or auto")
     if requested == "cpu" or gpus == 0:
         return Device("cpu", "float32" if dtype == "auto" else dtype)  # type: ignore[arg-type] - checked above
     if local_rank >= gpus:
@@ -51,9 +59,12 @@ def resolve_device(
     return Device("cuda", dtype, local_rank)  # type: ignore[arg-type] - checked above
 
 
-def this_device(requested: str, dtype: str = "auto") -> Device:
+def this_device(requested: str, dtype: str = "auto", flag: str = "--device ") -> Device:
     """`resolve_device` on this machine, for this process (LOCAL_RANK is set by accelerate launch and torchrun)."""
-    import torch
+    try:
+        import torch
+    except ImportError as exc:
+        raise LLMError(NEEDS_EXTRAS) from exc
 
     gpus = torch.cuda.device_count()
     return resolve_device(
@@ -62,4 +73,5 @@ def this_device(requested: str, dtype: str = "auto") -> Device:
         bf16_supported=gpus > 0 and torch.cuda.is_bf16_supported(including_emulation=False),  # emulated is slow
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         dtype=dtype,
+        flag=flag,
     )
