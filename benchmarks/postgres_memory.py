@@ -21,7 +21,7 @@
    operation: requests/s, p50, p99, 5xx and other errors, and lost feedback (visits added to the namespace minus
    the ids of every acknowledged feedback; must be 0).
 
-A throwaway PostgreSQL 15 is started (`postgres.temporary_server`, synchronous_commit off: like SQLite's WAL with
+A throwaway PostgreSQL is started (the tests' `tests/local_postgres.py`, synchronous_commit off: like SQLite's WAL with
 synchronous=NORMAL, durable across a crash of the process, not of the machine). The machine's load (`uptime`) is
 recorded at the start and the end: numbers taken under load are not idle numbers.
 """
@@ -44,11 +44,12 @@ from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' throwaway server
 import numpy as np
+from local_postgres import temporary_server
 
 from ttlearn.memory.embed import HashEmbedder
 from ttlearn.memory.items import NewItem
-from ttlearn.memory.postgres import temporary_server
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore
 from ttlearn.memory.vector_index import ANN_CONNECTIVITY, ANN_EXPANSION_ADD, ANN_EXPANSION_SEARCH
@@ -306,7 +307,7 @@ def staleness(url: str, probes: int) -> dict[str, float]:
         for n in range(probes):
             intent, committed, seen = f"fresh situation number {n} xq{n * 7919}", [], threading.Event()
 
-            def watch(intent: str = intent) -> None:
+            def watch(intent: str = intent, seen: threading.Event = seen) -> None:
                 while not seen.is_set():
                     if two_phase_retrieve(reader, intent, cfg, rng)[0]:
                         seen.set()

@@ -24,13 +24,9 @@ def invoke(*args: str):
 
 
 @pytest.fixture(scope="module")
-def guarded_url():
+def guarded_url(start_postgres):
     """A PostgreSQL server whose `postgres` user needs the password SECRET; its URL without the password."""
-    from ttlearn.memory.postgres import server_missing, temporary_server
-
-    if server_missing():
-        pytest.skip(server_missing())
-    with temporary_server({"fsync": "off"}, password=SECRET) as server:
+    with start_postgres({"fsync": "off"}, password=SECRET) as server:
         yield server.url
 
 

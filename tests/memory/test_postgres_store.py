@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 import pytest
+from local_postgres import free_port
 
 pytest.importorskip("psycopg")
 
@@ -87,7 +88,9 @@ def _workload(store: MemoryStore) -> tuple[list, list]:
         if chosen:
             reinforce(ns, chosen, 1.0 if step % 3 else -1.0, 0.3)
         ns.add(NewItem(intent, f"experience {step}", 0.0, "run-1", step), join_threshold=0.9)
-    items = [(m.id, m.intent_id, m.intent, m.experience, m.q_value, m.visits, m.last_reward) for m in store.inspect("run")]
+    items = [
+        (m.id, m.intent_id, m.intent, m.experience, m.q_value, m.visits, m.last_reward) for m in store.inspect("run")
+    ]
     return shown, items
 
 
@@ -193,10 +196,47 @@ def test_the_schema_migrates_from_an_older_version_and_refuses_a_newer(postgres_
         MemoryStore(postgres_url)
 
 
-def test_an_unreachable_database_is_one_clear_error() -> None:
-    with pytest.raises(ConnectionError, match=r"cannot reach the PostgreSQL memory store postgresql://u@127") as refused:
-        MemoryStore("postgresql://u:secret@127.0.0.1:1/none", timeout_s=2)
-    assert "secret" not in str(refused.value)
+UNREACHABLE = ("postgresql://u:secret@127.0.0.1:{port}/none", "postgresql://u@127.0.0.1:{port}/none?password=secret")
+"""A store where no server listens, its password in the user part or in the query (libpq reads both)."""
+
+
+def _one_error_line(output: str, port: int) -> None:
+    """What a command prints for an unreachable store: one line that names it without its password, no traceback."""
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in output and "secret" not in output, output
+    assert errors[0].startswith(f"error: cannot reach the PostgreSQL memory store postgresql://u@127.0.0.1:{port}/none")
+    assert "check that its server is running" in errors[0]
+
+
+@pytest.mark.parametrize("url", UNREACHABLE)
+def test_run_on_an_unreachable_store_prints_one_line_without_the_password(url: str, tmp_path: Path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+
+    monkeypatch.delenv("PGPASSWORD", raising=False)  # `run` moves the URL's password there
+    port = free_port()
+    played = CliRunner().invoke(
+        app,
+        ["run", "rps", "--llm", "scripted:random", "--memory", "memrl", "-m", f"store={url.format(port=port)}",
+         "-m", "embedder=hash", "--games", "1", "--rounds", "2", "--out", str(tmp_path / "run")],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert played.exit_code == 2
+    _one_error_line(played.output, port)
+
+
+@pytest.mark.parametrize("url", UNREACHABLE)
+def test_serve_on_an_unreachable_store_prints_one_line_without_the_password(url: str) -> None:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": "300", "TTLEARN_ADMIN_KEY": "k" * 32}
+    env.pop("PGPASSWORD", None)
+    served = subprocess.run(
+        [sys.executable, "-m", "ttlearn", "serve", "--store", url.format(port=port), "--port", str(free_port())],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert served.returncode == 2
+    _one_error_line(served.stdout + served.stderr, port)
 
 
 def test_commit_order_reconstructs_the_fold_and_spots_a_lost_update() -> None:
@@ -243,30 +283,18 @@ def test_a_real_run_store_goes_sqlite_to_postgresql_and_back_losslessly(postgres
 # ---- the server restarts under the writers ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def own_server():
-    """A PostgreSQL of this test's own, which it may restart (the session's server serves the other tests)."""
-    from ttlearn.memory.postgres import server_missing, temporary_server
-
-    missing = server_missing()
-    if missing:
-        pytest.skip(missing)
-    with temporary_server({"fsync": "off"}) as server:
-        yield server
-
-
-def test_writers_reconnect_through_restarts_losing_nothing_and_applying_nothing_twice(own_server, tmp_path) -> None:
+def test_writers_reconnect_through_restarts_losing_nothing_and_applying_nothing_twice(own_postgres, tmp_path) -> None:
     """A fast restart (sessions ended, open transactions rolled back) and a crash-like one (`immediate`) while 3
     writer processes send feedback and add items: every writer finishes, and every update is applied exactly once.
     Gates hold the writers at a third and two thirds of their work, and each restart follows the gate's opening at
     once, so it lands while all three are connected and writing."""
-    url = own_server.url
+    url = own_postgres.url
     _seed(url)
     writers = _start_writers(url, 3, 150, gates=tmp_path)
     _open_gate(tmp_path, 0, writers)
     for gate, mode in ((1, "fast"), (2, "immediate")):
         _open_gate(tmp_path, gate, writers)
-        own_server.restart(mode)
+        own_postgres.restart(mode)
     answers = [json.loads(w.communicate(timeout=240)[0]) for w in writers]
     assert all(w.returncode == 0 for w in writers)
     with MemoryStore(url) as store:

@@ -25,28 +25,20 @@ implementation; `PostgresDialect` holds what differs (`memory.dialect`), and why
 - Restarts: a connection found broken is replaced, waiting up to `timeout_s` for the server; a write transaction is
   run again unless its receipt (`write_receipts`, written in the same transaction) says it committed before the
   connection was lost, so a server restart mid-run loses nothing and applies nothing twice.
-
-`temporary_server` starts a throwaway PostgreSQL (initdb in a temporary folder, a loopback port) for tests,
-benchmarks and trying it out.
+- A store that cannot be reached (or was lost for longer than `timeout_s`) raises `StoreUnreachable`, which names it
+  without its password: the CLI prints that one line.
 """
 
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, TypeVar
 
+from ttlearn.errors import StoreUnreachable
 from ttlearn.memory.base import without_password
 from ttlearn.memory.vector_index import VectorIndex
 
@@ -223,8 +215,9 @@ class _Connection:
                 return
             except psycopg.OperationalError as exc:
                 if time.monotonic() > deadline:
-                    raise ConnectionError(
-                        f"lost the PostgreSQL memory store {without_password(self.url)}: {_first_line(exc)}"
+                    raise StoreUnreachable(
+                        f"lost the PostgreSQL memory store {without_password(self.url)} for {self.timeout_s:.0f} s: "
+                        f"{_first_line(exc)}"
                     ) from None
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -242,8 +235,10 @@ def connect(url: str, timeout_s: float = 60.0) -> _Connection:
     try:
         pg = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)))
     except psycopg.OperationalError as exc:
-        where = without_password(url)
-        raise ConnectionError(f"cannot reach the PostgreSQL memory store {where}: {_first_line(exc)}") from None
+        raise StoreUnreachable(
+            f"cannot reach the PostgreSQL memory store {without_password(url)} ({_first_line(exc)}): "
+            "check that its server is running and that the URL's host, port, user, password and database are right"
+        ) from None
     with pg.transaction():
         pg.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         migrate(pg, without_password(url))
@@ -383,7 +378,7 @@ class PostgresDialect:
 
         try:
             self.write(save)
-        except (psycopg.Error, ConnectionError) as exc:  # the next process builds it
+        except (psycopg.Error, StoreUnreachable) as exc:  # the next process builds it
             warnings.warn(f"could not save the vector index in {self.location} ({_first_line(exc)})", stacklevel=4)
         finally:
             blob.release()
@@ -395,89 +390,3 @@ class PostgresDialect:
 
     def close(self) -> None:
         self.conn.close()
-
-
-# -- a throwaway server ----------------------------------------------------------------------------------------------
-
-BIN_DIR = Path("/usr/lib/postgresql/15/bin")
-"""Debian's PostgreSQL 15 programs (initdb, pg_ctl)."""
-SERVER_USER = "postgres"
-"""initdb refuses to run as root; as root the server runs as this system user (Debian's package creates it)."""
-
-
-def server_missing(bin_dir: Path = BIN_DIR) -> str | None:
-    """Why `temporary_server` cannot start here, or None when it can."""
-    if not (bin_dir / "initdb").exists():
-        return f"PostgreSQL's initdb is not at {bin_dir} (apt-get install postgresql-15)"
-    if os.geteuid() == 0 and shutil.which("runuser") is None:
-        return "running as root needs runuser to start PostgreSQL as the postgres user"
-    return None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@dataclass(frozen=True)
-class LocalServer:
-    """A PostgreSQL server this process started (`temporary_server`): its URL, and a restart, for tests of what
-    clients do when the database goes away and comes back."""
-
-    url: str
-    data: Path
-    bin_dir: Path
-    run: Callable[..., None]
-    """Runs one of the server's programs (as the postgres user when this process is root)."""
-
-    def restart(self, mode: str = "fast") -> None:
-        """Stop the server (`fast`: every session is ended, open transactions roll back; `immediate`: as a crash)
-        and start it again with the same options; returns once it accepts connections."""
-        log = str(self.data.parent / "server.log")
-        self.run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", log, "-m", mode, "-w", "restart")
-
-
-@contextmanager
-def temporary_server(
-    settings: dict[str, str] | None = None, bin_dir: Path = BIN_DIR, password: str | None = None
-) -> Iterator[LocalServer]:
-    """A fresh PostgreSQL listening on a free loopback port, deleted on exit. `settings` are server options (e.g.
-    {"fsync": "off"} for tests); with `password`, the `postgres` user must give it (scram-sha-256; the URL does not
-    hold it), else every local connection is trusted. As root, its folder (under /tmp, which the postgres user can
-    reach) belongs to that user, and the programs run as it."""
-    missing = server_missing(bin_dir)
-    if missing:
-        raise FileNotFoundError(missing)
-    as_root = os.geteuid() == 0
-    root = Path(tempfile.mkdtemp(prefix="ttlearn-pg-", dir="/tmp" if as_root else None))
-    prefix = ["runuser", "-u", SERVER_USER, "--"] if as_root else []
-    if as_root:
-        shutil.chown(root, SERVER_USER)
-    data = root / "data"
-    options = [f"-c {key}={value}" for key, value in {"listen_addresses": "127.0.0.1", **(settings or {})}.items()]
-
-    def run(*args: str) -> None:
-        done = subprocess.run([*prefix, *args], capture_output=True, text=True, timeout=120)
-        if done.returncode:
-            raise RuntimeError(f"{Path(args[0]).name} failed: {(done.stderr or done.stdout).strip()[-600:]}")
-
-    auth = ["-A", "trust"]
-    if password is not None:
-        (root / "pw").write_text(password)
-        if as_root:
-            shutil.chown(root / "pw", SERVER_USER)
-        auth = ["-A", "scram-sha-256", f"--pwfile={root / 'pw'}"]
-    try:
-        run(str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", *auth, "-E", "UTF8", "--no-sync")
-        port = _free_port()
-        run(
-            str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w", "start",
-            "-o", " ".join([f"-p {port}", f"-k {root}", *options]),
-        )  # fmt: skip
-        try:
-            yield LocalServer(f"postgresql://postgres@127.0.0.1:{port}/postgres", data, bin_dir, run)
-        finally:
-            run(str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)

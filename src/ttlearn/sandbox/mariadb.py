@@ -20,18 +20,15 @@ drops its database and its user: nothing is left behind.
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
-import subprocess
-import tempfile
+import signal
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
+
+from ttlearn.sandbox.dbserver import find_program, server_folder, user_missing
 
 SERVER_USER = "mysql"
 SERVER_PROGRAM = "mariadbd"
@@ -91,19 +88,13 @@ SQL was wrong: the step is an invalid one with this reason."""
 def server_missing() -> str | None:
     """Why `temporary_server` cannot start here, or None when it can."""
     for program in (SERVER_PROGRAM, INSTALL_PROGRAM):
-        if _program(program) is None:
+        if find_program(program, SEARCH_PATH) is None:
             return f"MariaDB's {program} is not installed (apt-get install mariadb-server)"
-    if os.geteuid() == 0 and shutil.which("runuser") is None:
-        return "running as root needs runuser to start MariaDB as the mysql user"
     try:
         import pymysql  # noqa: F401
     except ImportError:
         return "the MariaDB client is not installed: pip install 'ttlearn[mariadb]'"
-    return None
-
-
-def _program(name: str) -> str | None:
-    return shutil.which(name) or next((f"{d}/{name}" for d in SEARCH_PATH if os.access(f"{d}/{name}", os.X_OK)), None)
+    return user_missing(SERVER_USER, "MariaDB")
 
 
 @dataclass(frozen=True)
@@ -131,86 +122,39 @@ class Server:
 
 @contextmanager
 def temporary_server(start_timeout_s: float = START_TIMEOUT_S) -> Iterator[Server]:
-    """A fresh MariaDB on a unix socket in a temporary folder, stopped and deleted on exit. As root, its folder (under
-    /tmp, which the mysql user can reach) belongs to that user and the programs run as it."""
+    """A fresh MariaDB on a unix socket in a temporary folder (`dbserver.server_folder`: as root, the mysql user's),
+    stopped and deleted on exit. A server that fails to install, start or answer raises `DatabaseServerError`."""
     missing = server_missing()
     if missing:
         raise FileNotFoundError(missing)
-    as_root = os.geteuid() == 0
-    root = Path(tempfile.mkdtemp(prefix="ttlearn-mariadb-", dir="/tmp" if as_root else None))
-    prefix = ["runuser", "-u", SERVER_USER, "--"] if as_root else []
-    data, files = root / "data", root / "no-files"
-    files.mkdir()
-    if as_root:
-        for path in (root, files):
-            shutil.chown(path, SERVER_USER, SERVER_USER)
-    process: subprocess.Popen[bytes] | None = None
-    try:
-        installed = subprocess.run(
-            [*prefix, str(_program(INSTALL_PROGRAM)), "--no-defaults", f"--datadir={data}", "--skip-test-db",
-             "--auth-root-authentication-method=normal", "--innodb-log-file-size=8M",
-             "--innodb-buffer-pool-size=32M"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-        if installed.returncode:
-            raise RuntimeError(f"mariadb-install-db failed: {(installed.stderr or installed.stdout).strip()[-600:]}")
-        socket = str(root / "server.sock")
-        log = open(root / "server.log", "wb")  # noqa: SIM115 - the server writes to it until it stops
-        process = subprocess.Popen(
-            [*prefix, str(_program(SERVER_PROGRAM)), "--no-defaults", f"--datadir={data}", f"--socket={socket}",
-             f"--pid-file={root / 'server.pid'}", f"--tmpdir={root}", f"--secure-file-priv={files}", *SERVER_OPTIONS],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent,
-        )  # fmt: skip
-        log.close()
-        password = secrets.token_hex(16)
-        _wait_until_up(process, socket, start_timeout_s, root / "server.log")
-        import pymysql
+    import pymysql
 
+    with server_folder("ttlearn-mariadb-", SERVER_USER, "MariaDB") as folder:
+        data, files, socket = folder.path / "data", folder.folder("no-files"), str(folder.path / "server.sock")
+        folder.run(
+            str(find_program(INSTALL_PROGRAM, SEARCH_PATH)), "--no-defaults", f"--datadir={data}", "--skip-test-db",
+            "--auth-root-authentication-method=normal", "--innodb-log-file-size=8M", "--innodb-buffer-pool-size=32M",
+        )  # fmt: skip
+
+        def answers() -> bool:
+            try:
+                pymysql.connect(unix_socket=socket, user="root", password="").close()
+                return True
+            except pymysql.err.OperationalError:
+                return False
+
+        folder.start(
+            [str(find_program(SERVER_PROGRAM, SEARCH_PATH)), "--no-defaults", f"--datadir={data}", f"--socket={socket}",
+             f"--pid-file={folder.path / 'server.pid'}", f"--tmpdir={folder.path}", f"--secure-file-priv={files}",
+             *SERVER_OPTIONS],
+            answers, signal.SIGTERM, start_timeout_s,
+        )  # fmt: skip
+        password = secrets.token_hex(16)
         with pymysql.connect(unix_socket=socket, user="root", password="", autocommit=True) as admin:
             with admin.cursor() as cursor:
                 cursor.execute("ALTER USER 'root'@'localhost' IDENTIFIED BY %s", (password,))
                 cursor.execute("DROP USER IF EXISTS ''@'localhost'")
         yield Server(socket, password)
-    finally:
-        if process is not None:
-            _stop(process)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def _die_with_parent() -> None:
-    """In the server's first process, before it runs: SIGTERM when the process that started it dies, however it dies
-    (a killed run would otherwise leave its server running; runuser passes the signal on, and the server shuts down)."""
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGTERM
-
-
-def _wait_until_up(process: subprocess.Popen[bytes], socket: str, timeout_s: float, log: Path) -> None:
-    import pymysql
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if process.poll() is not None:
-            raise RuntimeError(f"mariadbd stopped at start: {log.read_text(errors='replace').strip()[-600:]}")
-        if os.path.exists(socket):
-            try:
-                pymysql.connect(unix_socket=socket, user="root", password="").close()
-                return
-            except pymysql.err.OperationalError:
-                pass
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"mariadbd did not answer within {timeout_s:.0f} s")
-        time.sleep(0.05)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM (a clean shutdown), then SIGKILL to the whole group if it lingers."""
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, 9)
-        process.wait()
 
 
 @dataclass(frozen=True)
