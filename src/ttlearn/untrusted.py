@@ -45,13 +45,17 @@ class UntrustedFileError(ValueError):
     """A file refused or a limit reached; the message is one line naming the file."""
 
 
-def _open(path: Path, flags: int) -> int:
-    """A descriptor of `path` opened without following a final symbolic link, refused unless a regular file."""
+def open_descriptor(path: Path, flags: int) -> int:
+    """A descriptor of `path` opened with `flags` (os.O_*) without following a final symbolic link and without
+    waiting (O_NONBLOCK: a FIFO opened to read or write would block until the other end opens it), refused unless a
+    regular file, and, to write, one with a single link."""
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the last component is a symbolic link
-            raise UntrustedFileError(f"{path} is a symbolic link; a run directory holds only regular files") from None
+            raise UntrustedFileError(f"{path} is a symbolic link; only a regular file is opened: refused") from None
+        if exc.errno == errno.ENXIO:  # a FIFO with no reader, opened to write; or a socket
+            raise UntrustedFileError(f"{path} is not a regular file (a FIFO, device or directory); refused") from None
         raise
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -105,7 +109,7 @@ def regular_directory(path: Path) -> None:
 def open_regular(path: Path, mode: str = "rb") -> Iterator[IO[Any]]:
     """`path` opened as a binary file: "rb" to read, "ab" to append (created when missing), "r+b" to cut."""
     flags = {"rb": os.O_RDONLY, "ab": os.O_WRONLY | os.O_APPEND | os.O_CREAT, "r+b": os.O_RDWR}[mode]
-    with os.fdopen(_open(Path(path), flags), mode) as fh:
+    with os.fdopen(open_descriptor(Path(path), flags), mode) as fh:
         yield fh
 
 
@@ -114,7 +118,7 @@ def write_new(path: Path, data: bytes) -> None:
     path = Path(path)
     if path.is_symlink() or path.exists():
         path.unlink()
-    fd = _open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    fd = open_descriptor(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
         fh.flush()
@@ -157,12 +161,26 @@ def loads(text: str | bytes, where: str) -> Any:
     return json.loads(data)
 
 
-def read_json(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> Any:
-    """The JSON document in the regular file `path`, of at most `limit` bytes."""
+def read_bytes(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The contents of the regular file `path`, of at most `limit` bytes."""
     with open_regular(path) as fh:
         data = fh.read(limit + 1)
     if len(data) > limit:
         raise UntrustedFileError(f"{path} is larger than {limit >> 20} MiB; refused")
+    return data
+
+
+def read_text(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> str:
+    """The UTF-8 text in the regular file `path`, of at most `limit` bytes."""
+    try:
+        return read_bytes(path, limit).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UntrustedFileError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}); refused") from None
+
+
+def read_json(path: Path, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    """The JSON document in the regular file `path`, of at most `limit` bytes."""
+    data = read_bytes(path, limit)
     try:
         return loads(data, str(path))
     except json.JSONDecodeError as exc:

@@ -367,6 +367,27 @@ def test_the_largest_snapshot_under_the_limit_is_read_in_seconds(real_run, tmp_p
             assert seconds < LIMIT_S and peak_mb < 1500, (args[1], seconds, peak_mb)
 
 
+# ---- issue 48, item 4: the weight of n references to n pieces is counted before anything is built -----------------
+def square_bomb(run: Path, n: int) -> None:
+    """Point the last unit at a state whose list is n references to one list of n references to one leaf: three lines
+    (2.7 MB at n = 20,000) that expand to n² elements."""
+    leaf, pieces = "1".ljust(64, "0"), "2".ljust(64, "0")
+    append(run / "snapshots.jsonl", [{"hash": leaf, "value": "x"}, {"hash": pieces, "value": [leaf] * n},
+                                     {"hash": last_hash(run), "value": {"memory": {CHUNKS: [pieces] * n}}}])
+
+
+def test_n_references_to_n_pieces_are_refused_at_once(real_run, tmp_path):
+    """n = 20,000: `memory fork` built the 4·10⁸-element list before weighing it and died with MemoryError after
+    79 s; at n = 12,000 `memory diff` refused after 31 s and 1.18 GB. The weight now comes from the counts."""
+    run = crafted(real_run, tmp_path, tmp_path / "marker")
+    square_bomb(run, 20_000)
+    for args in (["memory", "fork", str(run), "--unit", "2", "--out", str(tmp_path / "fork")],
+                 ["memory", "diff", str(run), "--from", "1", "--to", "2"]):  # fmt: skip
+        done, seconds, peak_mb = run_command(args, tmp_path)
+        assert done.returncode == 2 and "expands to more than" in done.stdout, done.stdout + done.stderr
+        assert seconds < 10 and peak_mb < 400, (args[1], seconds, peak_mb)
+
+
 # ---- issue 41, item 7: `results` reads committed records under the file rules -------------------------------------
 def inflating_gzip(path: Path, inflated: int) -> None:
     """A gzip file of `inflated` spaces: about a thousandth of that on disk."""
@@ -407,6 +428,47 @@ def test_results_reads_committed_records_under_the_file_rules(real_run, tmp_path
     errors = [line for line in done.stdout.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout
     assert seconds < 10 and peak_mb < 500, (seconds, peak_mb)
+
+
+# ---- issue 48, item 9: `results --write FILE` reads and writes FILE under the same rules --------------------------
+@pytest.mark.parametrize("case", ["/dev/zero", "a FIFO", "a link to another file"])
+def test_results_write_opens_its_file_under_the_file_rules(tmp_path, case):
+    """`results --write README.md` where README.md linked to /dev/zero ended in MemoryError, a FIFO hung, and a link to
+    another file rewrote that file. Each is now one error line at once, and nothing outside changes."""
+    root = tmp_path / "results"
+    root.mkdir()
+    (root / "table.json").write_text(json.dumps({"rows": []}))
+    victim = tmp_path / "victim.md"
+    victim.write_text("<!-- results table: rebuilt from results/ by `ttlearn results --write README.md` -->\n"
+                      "precious\n<!-- end of results table -->\n")  # fmt: skip
+    readme = tmp_path / "README.md"
+    if case == "/dev/zero":
+        readme.symlink_to("/dev/zero")
+    elif case == "a FIFO":
+        os.mkfifo(readme)
+    else:
+        readme.symlink_to(victim)
+    before = victim.read_text()
+    done, seconds, peak_mb = run_command(["results", "--root", str(root), "--write", str(readme)], tmp_path)
+    errors = [line for line in done.stdout.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and "Traceback" not in done.stdout + done.stderr, done.stdout
+    assert seconds < 10 and peak_mb < 500, (seconds, peak_mb)
+    assert victim.read_text() == before
+
+
+def test_results_write_replaces_a_regular_file(tmp_path):
+    """A regular README with the markers is rewritten; another name (a hard link) of it keeps the old text."""
+    root = tmp_path / "results"
+    root.mkdir()
+    (root / "table.json").write_text(json.dumps({"rows": []}))
+    readme = tmp_path / "README.md"
+    readme.write_text("head\n<!-- results table: rebuilt from results/ by `ttlearn results --write README.md` -->\n"
+                      "old\n<!-- end of results table -->\ntail\n")  # fmt: skip
+    os.link(readme, tmp_path / "other-name.md")
+    result = invoke("results", "--root", str(root), "--write", str(readme))
+    assert result.exit_code == 0, result.output
+    assert "old" not in readme.read_text() and readme.read_text().startswith("head\n")
+    assert "old" in (tmp_path / "other-name.md").read_text()
 
 
 # ---- issue 41, item 8: terminal escape sequences are printed escaped ----------------------------------------------
@@ -496,6 +558,11 @@ def fifo(run: Path) -> None:
     os.mkfifo(records_file(run))
 
 
+def fifo_lock(run: Path) -> None:
+    (run / ".lock").unlink(missing_ok=True)
+    os.mkfifo(run / ".lock")
+
+
 def malformed(run: Path) -> None:
     """The last record's attempts (an old game's episode) not a list but a number."""
     path = records_file(run)
@@ -579,6 +646,8 @@ CORPUS = {
     "store -shm a hard link": store_linked("shm"),
     "terminal escapes": terminal_escapes,
     "84 M integers": lambda run: nested_bomb(run, 0, 20, 16),
+    "n references to n pieces": lambda run: square_bomb(run, 20_000),
+    "lock a FIFO": fifo_lock,
 }
 
 COMMANDS = [

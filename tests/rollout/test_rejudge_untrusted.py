@@ -102,3 +102,18 @@ def test_a_signal_ends_rejudge_and_its_sandboxes_at_once(endless_run, tmp_path, 
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def test_a_lock_that_is_a_fifo_is_refused_at_once(endless_run, tmp_path):
+    """A `.lock` that is a FIFO hung rejudge for ever: the lock was opened to write without O_NONBLOCK, which waits
+    for a reader. It is now refused like any file of a run directory that is not a regular one."""
+    run = crafted(endless_run, tmp_path, 300)
+    (run / ".lock").unlink(missing_ok=True)
+    os.mkfifo(run / ".lock")
+    process = rejudge(run, {"COLUMNS": "1000"})  # the error's one line unwrapped
+    try:
+        output, _ = process.communicate(timeout=30)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    assert process.returncode == 2 and "not a regular file" in output, output
+    assert [line for line in output.splitlines() if line.startswith("error:")] == [output.strip()]

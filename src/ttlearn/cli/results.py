@@ -9,6 +9,7 @@ import typer
 
 from ttlearn.cli.common import console
 from ttlearn.eval.results import render, replace_table
+from ttlearn.untrusted import read_text, write_atomic
 
 
 def results(
@@ -20,5 +21,7 @@ def results(
     if write is None:
         console.print(table, markup=False, highlight=False, soft_wrap=True)
         return
-    write.write_text(replace_table(write.read_text(), table))
+    # FILE is read as any named file is (a link, FIFO or device refused, the read bounded) and replaced, never
+    # written through: a README that links elsewhere would otherwise rewrite what it links to
+    write_atomic(write, replace_table(read_text(write), table))
     console.print(f"rebuilt the results table of {write} from {root}")

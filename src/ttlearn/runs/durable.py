@@ -100,8 +100,11 @@ def expanded_size(objects: Mapping[str, Any], key: str, where: Path) -> int:
     """The weight of the state stored under `key` once its pieces are expanded (each element ELEMENT_WEIGHT, each
     character of text or of a key 1), checking that the pieces form a DAG (no cycle, no missing piece) whose
     expansion nests no deeper than MAX_DEPTH and weighs no more than MAX_EXPANDED; each error one line naming the
-    file. A piece is measured once, so a shared piece costs its weight on every use without being walked again."""
+    file. A piece and a reference list are each measured once, so a shared one costs its weight on every use without
+    being walked again: the work is linear in the stored text, and a list of n references to a list of n pieces weighs
+    n² elements without n² of anything being built."""
     measured: dict[str, tuple[int, int] | None] = {}  # piece → (weight, height); None while being measured
+    listed: dict[str, tuple[int, int]] = {}  # reference list → (weight, height) of the pieces it names
 
     def refs(value: Any) -> list[str]:
         if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
@@ -123,25 +126,33 @@ def expanded_size(objects: Mapping[str, Any], key: str, where: Path) -> int:
             raise UntrustedFileError(f"{where}: a snapshot nests deeper than {MAX_DEPTH} levels; refused")
         return found
 
+    def chunk(ref: str, depth: int) -> tuple[int, int]:
+        if ref not in listed:
+            parts = [piece(e, depth) for e in refs(objects[ref])]
+            listed[ref] = checked(sum(p[0] for p in parts), max((p[1] for p in parts), default=0))
+        return listed[ref]
+
+    def checked(weight: int, height: int) -> tuple[int, int]:
+        if weight > MAX_EXPANDED:
+            raise UntrustedFileError(
+                f"{where}: a snapshot expands to more than {MAX_EXPANDED:,} (elements weigh {ELEMENT_WEIGHT} "
+                "characters each); refused"
+            )
+        return weight, height
+
     def measure(value: Any, depth: int) -> tuple[int, int]:
         if depth > MAX_DEPTH:
             raise UntrustedFileError(f"{where}: a snapshot nests deeper than {MAX_DEPTH} levels; refused")
         keys = 0
         if isinstance(value, dict) and CHUNKS in value:
-            parts = [piece(e, depth + 1) for c in refs(value[CHUNKS]) for e in refs(objects[c])]
+            parts = [chunk(c, depth + 1) for c in refs(value[CHUNKS])]
         elif isinstance(value, dict):
             parts, keys = [measure(v, depth + 1) for v in value.values()], sum(len(str(k)) for k in value)
         elif isinstance(value, list):
             parts = [measure(v, depth + 1) for v in value]
         else:
             return ELEMENT_WEIGHT + (len(value) if isinstance(value, str) else 0), 0
-        weight = ELEMENT_WEIGHT + keys + sum(p[0] for p in parts)
-        if weight > MAX_EXPANDED:
-            raise UntrustedFileError(
-                f"{where}: a snapshot expands to more than {MAX_EXPANDED:,} (elements weigh {ELEMENT_WEIGHT} "
-                "characters each); refused"
-            )
-        return weight, 1 + max((p[1] for p in parts), default=0)
+        return checked(ELEMENT_WEIGHT + keys + sum(p[0] for p in parts), 1 + max((p[1] for p in parts), default=0))
 
     if key not in objects:
         raise FileNotFoundError(f"no memory snapshot {key[:12]} in {where}")

@@ -27,7 +27,6 @@ tasks.jsonl, one snapshots/game_NNNN.json per game, forks of those) are read by 
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import json
 import os
@@ -38,10 +37,11 @@ from typing import IO, Any, ClassVar, Sequence
 
 from ttlearn.runs.durable import SnapshotStore, append_durable
 from ttlearn.types import Episode
-from ttlearn.untrusted import UntrustedFileError, read_json, write_atomic
+from ttlearn.untrusted import open_descriptor, read_json, write_atomic
 
-OUTPUTS = Path("runs")
-"""Where a command writes when it is given no --out: runs/<name> under the current folder."""
+RUNS_DIR = "runs"
+"""The folder of run directories: where a command writes when given no --out (runs/<name> under the current folder),
+and inside an arena folder (runs/<label>/<opponent>/seed<k>)."""
 
 
 class RunBusyError(ValueError):
@@ -50,7 +50,9 @@ class RunBusyError(ValueError):
 
 @dataclass
 class RunDir:
-    """The paths of one run directory (or fork, or trainer's directory), and what a fork holds."""
+    """One run directory (or fork, or trainer's directory): the names of its files, and the jobs that belong to the
+    directory rather than to one reader — its write lock (`hold_lock`), a trainer's record of the episodes it played
+    (`record_played`) and a fork's state (`fork_state`, `write_fork`)."""
 
     path: Path
     CONFIG: ClassVar[str] = "run.json"
@@ -119,13 +121,7 @@ class RunDir:
         or the process ending releases the lock): one writer per run, so two `resume`s of one directory cannot both
         append a unit. `wait`: block until the holder is done (an arena worker behind an orphan of a killed arena);
         else refuse at once."""
-        try:
-            fd = os.open(self.lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                linked = f"{self.lock} is a symbolic link; a run directory holds only regular files"
-                raise UntrustedFileError(linked) from None
-            raise
+        fd = open_descriptor(self.lock, os.O_WRONLY | os.O_CREAT)  # a link, FIFO or device is refused at once
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
@@ -209,7 +205,7 @@ class OldLayout:
 
 def default_run_dir(env: str, memory: str) -> Path:
     """Where `ttlearn run` writes without --out: runs/ENV-MEMORY-DATE-TIME."""
-    return OUTPUTS / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(RUNS_DIR) / f"{env}-{memory}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def replay_dir(run_dir: Path) -> Path:
@@ -218,7 +214,6 @@ def replay_dir(run_dir: Path) -> Path:
 
 
 ARENA_FILE = "arena.json"
-RUNS_DIR = "runs"
 NO_OPPONENT = "default"
 """The opponent label of sequences in environments without opponents (puzzles): one directory level, same layout."""
 REPORT_JSON, REPORT_HTML = "report.json", "report.html"
@@ -227,7 +222,7 @@ REPORT_JSON, REPORT_HTML = "report.json", "report.html"
 
 def default_arena_dir(name: str) -> Path:
     """Where `ttlearn arena` writes without --out: runs/arena-NAME."""
-    return OUTPUTS / f"arena-{name}"
+    return Path(RUNS_DIR) / f"arena-{name}"
 
 
 def arena_run(out: Path, label: str, opponent: str, seed: int) -> Path:
