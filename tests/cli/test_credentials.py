@@ -154,3 +154,25 @@ def test_a_back_end_that_declares_a_key_is_guarded_like_openai(tmp_path: Path, m
         check_trusted(config, [], tmp_path, env={"KEYED_API_KEY": "k"})
     check_trusted(config, ["https://api.example"], tmp_path, env={"KEYED_API_KEY": "k"})
     assert credential_urls(config.model_copy(update={"player": "unregistered:x"})) == {}  # cannot play: nothing sent
+
+
+def test_a_password_in_an_llm_url_is_never_recorded_shown_or_sent(tmp_path: Path, listener: Listener) -> None:
+    """`--llm openai:http://user:PASSWORD@host/v1#m` was recorded in run.json, shown in the header line, and sent as
+    Basic auth in place of the Bearer key. The config and the back end now refuse it, naming the key's variable."""
+    from ttlearn.llm.openai import OpenAIChat
+
+    secret = "pw-in-an-llm-url-0123456789"
+    url = listener.url.replace("http://", f"http://agent:{secret}@") + "/v1"
+    refusal = f"never recorded in a run: drop it from the URL and set {OPENAI_KEY_ENV}"
+    with pytest.raises(ValueError, match=refusal) as no:
+        RunConfig(env="rps", player="scripted:random", writer=f"openai:{url}#model")
+    assert secret not in str(no.value)
+    with pytest.raises(ValueError, match="user part") as no:
+        OpenAIChat(url, "model")
+    assert secret not in str(no.value)
+    out = tmp_path / "run"
+    result = invoke("run", "rps", "--opponent", "constant", "--llm", f"openai:{url}#model", "-e", "rounds=2",
+                    "--games", "1", "--out", str(out))  # fmt: skip
+    assert result.exit_code == 2 and "error:" in result.output and secret not in result.output, result.output
+    assert not out.exists() or secret not in files_text(out)
+    assert listener.seen == []

@@ -27,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass, fields
 from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
 
 import httpx2
 
@@ -162,6 +163,11 @@ class OpenAIChat(LLM):
         policy: RetryPolicy | None = None,
         side_by_side: int = 1,
     ) -> None:
+        if "@" in urlsplit(base_url).netloc:  # httpx would send it as Basic auth in place of the Bearer key
+            raise ValueError(
+                "the openai back end's URL holds a user part (user:password@), which would be sent instead of the key "
+                f"and recorded with the run: drop it and set {OPENAI_KEY_ENV}"
+            )
         if not base_url.startswith(("http://", "https://")):
             raise ValueError(f"openai back end needs an http(s) base URL, got {base_url!r}")
         if side_by_side < 1:

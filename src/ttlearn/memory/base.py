@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from ttlearn.llm.base import LLM
 from ttlearn.registry import Registry
@@ -22,19 +22,61 @@ STORE_PASSWORD_ENV = "PGPASSWORD"
 """Where a PostgreSQL store's password lives (libpq reads it, or ~/.pgpass): never in a config or run directory."""
 
 
+CREDENTIAL_PARAMETERS = ("password", "sslpassword")
+"""The query parameters of a URL that hold a credential: libpq reads `?password=` as the password, as it reads the
+user part's, and `?sslpassword=` as the pass phrase of the client's key."""
+
+
+def _split(url: str) -> SplitResult:
+    try:
+        return urlsplit(url)
+    except ValueError as exc:  # never the URL itself in the message: it may hold a password
+        raise ValueError(
+            f"a URL that cannot be read ({exc}): correct it, since a password in it could not be kept out of records"
+        ) from None
+
+
+def _credential(parameter: str) -> str | None:
+    """The credential parameter a query's `key=value` part sets (keys percent-decoded, as libpq decodes them)."""
+    key = unquote(parameter.partition("=")[0]).lower()
+    return key if key in CREDENTIAL_PARAMETERS else None
+
+
 def url_password(url: str) -> str | None:
-    """The password a URL carries (`scheme://user:PASSWORD@host/…`), None when it holds none or is no URL."""
-    return urlsplit(url).password if "://" in url else None
+    """The password a URL carries — in its user part (`scheme://user:PASSWORD@host/…`) or its query
+    (`…?password=PASSWORD`, which libpq reads too) — None when it holds none or is no URL. Refused (ValueError) when it
+    cannot be moved into STORE_PASSWORD_ENV: two different passwords, or an `sslpassword=`, which libpq reads from no
+    environment variable."""
+    if "://" not in url:
+        return None
+    parts = _split(url)
+    found = [] if parts.password is None else [unquote(parts.password)]
+    for parameter in parts.query.split("&"):
+        if _credential(parameter) == "sslpassword":
+            raise ValueError(
+                "the URL holds sslpassword=, a credential that is never recorded nor shown: drop it and name a service "
+                "(?service=NAME) whose service file (PGSERVICEFILE) holds it"
+            )
+        if _credential(parameter) == "password":
+            found.append(unquote(parameter.partition("=")[2]))
+    if len(set(found)) > 1:
+        raise ValueError(f"the URL holds {len(found)} different passwords; drop them and set {STORE_PASSWORD_ENV}")
+    return found[0] if found else None
 
 
 def without_password(url: str) -> str:
-    """`url` as it may be recorded and shown: without its password (`scheme://user@host/…`), anything else as is."""
-    if url_password(url) is None:
+    """`url` as it may be recorded and shown: without the password of its user part (`scheme://user@host/…`) and
+    without any credential parameter of its query; anything else as is."""
+    if "://" not in url:
         return url
-    parts = urlsplit(url)
-    netloc = parts.netloc.rpartition("@")[2]
-    user = parts.netloc.rpartition("@")[0].partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc}"))
+    parts = _split(url)
+    query = [parameter for parameter in parts.query.split("&") if _credential(parameter) is None]
+    if parts.password is None and len(query) == len(parts.query.split("&")):
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    netloc = f"{user.partition(':')[0]}@{host}" if user else host
+    return urlunsplit(parts._replace(netloc=netloc, query="&".join(query)))
+
 
 MEMORIES: Registry[type["Memory"]] = Registry(
     "memory method",

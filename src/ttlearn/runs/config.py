@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ttlearn.envs.base import ENVS, recorded_defaults
-from ttlearn.llm.base import DEFAULT_LLM
+from ttlearn.llm.base import DEFAULT_LLM, credential_target, split_spec
 from ttlearn.memory.base import MEMORIES, MEMORY_KEY_ENV, STORE_PASSWORD_ENV, url_password
 from ttlearn.registry import PLUGINS_VAR, PluginError, UnknownNameError, loaded_plugins
 from ttlearn.types import NoteAt
@@ -101,6 +101,20 @@ class PartsConfig(BaseModel):
                     f"from the URL and set {where} instead (ttlearn run -m {name}=… keeps it out of the directory)"
                 )
         return options
+
+    @field_validator("player", "writer")
+    @classmethod
+    def _no_llm_credentials(cls, spec: str | None) -> str | None:
+        """An LLM spec is recorded and shown like the rest of the config, and a password in its URL's user part
+        (`openai:http://user:PASSWORD@host/v1#model`) would also be sent as Basic auth in place of the key."""
+        if spec is not None and url_password(split_spec(spec)[1]) is not None:
+            target = credential_target(spec)
+            where = target[1] if target else "the variable its back end reads its key from"
+            raise ValueError(
+                f"the LLM spec holds a password in its URL, a credential that is never recorded in a run: drop it "
+                f"from the URL and set {where} instead"
+            )
+        return spec
 
 
 
