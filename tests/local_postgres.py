@@ -8,6 +8,7 @@ packages install (/usr/lib/postgresql/N/bin), newest first.
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import socket
@@ -17,10 +18,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from ttlearn.sandbox.dbserver import ServerFolder, find_program, server_folder, user_missing
+from ttlearn.sandbox.dbserver import ServerFolder, server_folder, user_missing
 
 SERVER_USER = "postgres"
 """initdb refuses to run as root; as root the server runs as this system user (Debian's package creates it)."""
+PROGRAMS = ("initdb", "postgres")
 DEBIAN_VERSIONS = Path("/usr/lib/postgresql")
 START_TIMEOUT_S = 60.0
 STOP_SIGNALS = {"smart": signal.SIGTERM, "fast": signal.SIGINT, "immediate": signal.SIGQUIT}
@@ -29,20 +31,19 @@ next start recovers from the log)."""
 
 
 def bin_dir() -> Path | None:
-    """The folder of the server's programs (initdb and postgres, of one version), or None when none is installed."""
+    """The first folder that holds both server programs (of one version): None when no version is installed."""
+    initdb = shutil.which("initdb")
     versions = sorted(DEBIAN_VERSIONS.glob("*/bin"), key=lambda path: _version(path.parent.name), reverse=True)
-    initdb = find_program("initdb", [*_pg_config_bin_dir(), *versions])
-    if initdb is None or not (Path(initdb).parent / "postgres").exists():
-        return None
-    return Path(initdb).parent
+    folders = [*([Path(initdb).parent] if initdb else []), *_pg_config_bin_dir(), *versions]
+    return next((folder for folder in folders if all(os.access(folder / p, os.X_OK) for p in PROGRAMS)), None)
 
 
-def _pg_config_bin_dir() -> list[str]:
+def _pg_config_bin_dir() -> list[Path]:
     pg_config = shutil.which("pg_config")
     if pg_config is None:
         return []
     done = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=30)
-    return [done.stdout.strip()] if done.returncode == 0 and done.stdout.strip() else []
+    return [Path(done.stdout.strip())] if done.returncode == 0 and done.stdout.strip() else []
 
 
 def _version(name: str) -> tuple[int, ...]:

@@ -4,6 +4,7 @@ the server (`DatabaseServerError`), from the library and from `ttlearn run`; its
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -59,3 +60,50 @@ def test_ttlearn_run_prints_a_mariadb_that_cannot_start_as_one_line(mariadb_serv
     errors = [line for line in played.output.splitlines() if line.startswith("error:")]
     assert played.exit_code == 2 and "Traceback" not in played.output, played.output
     assert len(errors) == 1 and errors[0].startswith("error: MariaDB stopped as it started: "), played.output
+
+
+def _programs(folder: Path, *names: str) -> Path:
+    folder.mkdir(parents=True)
+    for name in names:
+        (folder / name).write_text("#!/bin/sh\n")
+        (folder / name).chmod(0o755)
+    return folder
+
+
+def test_postgresql_is_found_on_path_then_at_pg_config_then_in_the_newest_debian_version(tmp_path, monkeypatch):
+    import local_postgres
+
+    versions = tmp_path / "lib"
+    for version in ("9.6", "15", "17"):
+        _programs(versions / version / "bin", "initdb", "postgres")
+    _programs(versions / "18" / "bin", "initdb")  # half an install: no server program
+    monkeypatch.setattr(local_postgres, "DEBIAN_VERSIONS", versions)
+    monkeypatch.setenv("PATH", str(_programs(tmp_path / "empty")))
+    assert local_postgres.bin_dir() == versions / "17" / "bin"
+
+    config_dir = _programs(tmp_path / "config", "initdb", "postgres")
+    tools = _programs(tmp_path / "tools")
+    (tools / "pg_config").write_text(f"#!/bin/sh\necho {config_dir}\n")
+    (tools / "pg_config").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tools))
+    assert local_postgres.bin_dir() == config_dir
+
+    on_path = _programs(tmp_path / "path", "initdb", "postgres")
+    monkeypatch.setenv("PATH", f"{on_path}:{tools}")
+    assert local_postgres.bin_dir() == on_path
+
+    monkeypatch.setattr(local_postgres, "DEBIAN_VERSIONS", tmp_path / "none")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert local_postgres.bin_dir() is None
+    assert "apt-get install postgresql" in str(local_postgres.server_missing())
+
+
+def test_a_server_that_cannot_start_skips_the_test_here_and_fails_it_under_ci(monkeypatch) -> None:
+    from conftest import unavailable
+
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="^no server here$"):
+        unavailable("no server here")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI runs every test that needs a database server.*no server here"):
+        unavailable("no server here")
