@@ -121,8 +121,9 @@ def test_an_unreachable_store_is_named_without_its_password(tmp_path):
             "run", "rps", "--llm", "scripted:random", "--memory", "memrl", "-m", f"store={url}", "-m", "embedder=hash",
             "--games", "1", "--rounds", "4", "--out", str(tmp_path / f"run{number}"),
         )  # fmt: skip
-        said = result.output + str(result.exception)
-        assert result.exit_code != 0 and "127.0.0.1:1" in said and SECRET not in said, said
+        errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+        assert result.exit_code == 2 and len(errors) == 1 and "127.0.0.1:1" in errors[0], result.output
+        assert SECRET not in result.output
         assert files_holding(tmp_path, SECRET) == []
 
 
