@@ -21,6 +21,7 @@ from local_postgres import free_port
 
 pytest.importorskip("psycopg")
 
+from ttlearn.errors import StoreUnreachable  # noqa: E402
 from ttlearn.memory.embed import HashEmbedder  # noqa: E402
 from ttlearn.memory.items import MemoryItem, NewItem  # noqa: E402
 from ttlearn.memory.retrieval import RetrievalConfig, commit_order, q_update, reinforce, two_phase_retrieve  # noqa: E402
@@ -302,6 +303,15 @@ def test_writers_reconnect_through_restarts_losing_nothing_and_applying_nothing_
         assert sum(items[i].visits for i in range(1, 5)) == 3 * 150 * 2
         assert store.stats("shared")["intents"] == 4 + 3  # no add was applied twice (nor a key made twice)
         assert len(items) == 4 + 3 * 15
+
+
+def test_a_store_lost_for_longer_than_its_timeout_is_one_clear_error(own_postgres) -> None:
+    with MemoryStore(own_postgres.url, timeout_s=2) as store:
+        store.namespace("n", HashEmbedder(8))
+        own_postgres.folder.stop()  # and it does not come back
+        lost = rf"^lost the PostgreSQL memory store {own_postgres.url} for 2 s: [^\n]+$"
+        with pytest.raises(StoreUnreachable, match=lost):
+            store.stats("n")
 
 
 def test_a_transaction_cut_before_its_commit_is_run_again(postgres_url: str) -> None:
