@@ -3,7 +3,7 @@ root (a database server refuses root, and a hostile query then reaches only that
 process that started it however that one dies, stopped and deleted at the end.
 
 Two recipes use it: db_bench's MariaDB (`sandbox.mariadb.temporary_server`) and the tests' and benchmarks'
-PostgreSQL (`tests/postgres_server.py`). A recipe says which programs fill the data folder (`ServerFolder.run`), the
+PostgreSQL (`tests/local_postgres.py`). A recipe says which programs fill the data folder (`ServerFolder.run`), the
 command that serves it, how to tell that it answers, and which signal stops it (`ServerFolder.start`).
 
 Programs run as the server's user through `subprocess`'s own `user` and `group` (no supplementary groups), not a
