@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ttlearn.envs import make_env
-from ttlearn.envs.db_bench import read_reply
+from ttlearn.envs._db_bench_reply import read_reply
 
 ENDS = ("answer", "unreadable", "round limit", "repeat", "no reply")
 

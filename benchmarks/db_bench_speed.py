@@ -35,13 +35,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from db_bench_replies import attempts_of, unit_records  # noqa: E402
 
 from ttlearn.cli.common import parse_options  # noqa: E402
-from ttlearn.data.db_bench import load_tasks  # noqa: E402
+from ttlearn.data.db_bench import in_split, load_tasks  # noqa: E402
 from ttlearn.envs import make_env  # noqa: E402
-from ttlearn.envs.db_bench import SHARED_SERVER, in_split, open_table, read_reply  # noqa: E402
+from ttlearn.envs._db_bench_engine import open_engine  # noqa: E402
+from ttlearn.envs._db_bench_reply import read_reply  # noqa: E402
 from ttlearn.llm import make_llm  # noqa: E402
 from ttlearn.llm.cache import RecordingLLM  # noqa: E402
 from ttlearn.players.llm import LLMPlayer  # noqa: E402
 from ttlearn.rollout.loop import play_episode  # noqa: E402
+from ttlearn.sandbox.statements import StatementLimits  # noqa: E402
 
 TARGET_S = 30 * 60
 VAL_TASKS = 136
@@ -73,11 +75,11 @@ def raw_seconds(task) -> float:
         return time.perf_counter() - started
 
 
-def engine_seconds(task, engine: str, server) -> tuple[float, float]:
+def engine_seconds(task, engine) -> tuple[float, float]:
     """(seconds to open and close the task's table, seconds to run its gold as one reply) on `engine`."""
     action = read_reply(f"Action: Operation\n```sql\n{task.gold}\n```")
     started = time.perf_counter()
-    table = open_table(task, engine, server, 2000, 1000, 64_000)
+    table = engine.open_table(task)
     opened = time.perf_counter()
     table.execute(action.statements)
     ran = time.perf_counter()
@@ -115,13 +117,14 @@ def main() -> None:
     print(f"load before: {load()}")
     print(f"threads: TTLEARN_THREADS={os.environ.get('TTLEARN_THREADS', 'auto')}")
 
+    engines = {name: open_engine(name, StatementLimits()) for name in ("sqlite", "mariadb")}
+    tasks = dev_tasks(args.tasks, "mariadb")
     started = time.perf_counter()
-    server = SHARED_SERVER.acquire()
+    engines["mariadb"].open_table(tasks[0]).close()  # its server starts at its first table
     print(f"MariaDB server start: {time.perf_counter() - started:.2f} s")
     try:
-        tasks = dev_tasks(args.tasks, "mariadb")
         raw = [raw_seconds(t) for t in tasks]
-        per_engine = {e: [engine_seconds(t, e, server if e == "mariadb" else None) for t in tasks] for e in ("sqlite", "mariadb")}
+        per_engine = {name: [engine_seconds(t, engine) for t in tasks] for name, engine in engines.items()}
         print(f"engines, {len(tasks)} dev tasks' gold SQL, median per reply (raw: in-process sqlite3 "
               f"{statistics.median(raw) * 1000:.2f} ms):")  # fmt: skip
         for engine, times in per_engine.items():
@@ -142,7 +145,8 @@ def main() -> None:
                       f"{model / turns:.1f} s per turn (ratio of a turn to it {wall / max(model, 1e-9):.2f}); "
                       f"solved {sum(p['solved'] for p in played)}")  # fmt: skip
     finally:
-        SHARED_SERVER.release()
+        for engine in engines.values():
+            engine.close()
 
     if args.run is not None:
         plays = attempts_of(args.run)

@@ -6,7 +6,7 @@ truth on both engines, and print the counts `docs/db_bench.md` cites.
 SOURCE_DIR holds `db_bench_runtime_learning_data.json`, `db_train.json` and `db_val.json` from `data/llb/` of
 MemTensor/MemRL at 7c3beba (e.g. `git show 7c3beba:data/llb/db_train.json > SOURCE_DIR/db_train.json`). Every gold
 query runs on SQLite (sandboxed, as the agent's SQL runs) and on a MariaDB this script starts
-(`envs.db_bench.gold_truth`; `repeats` says how often). The file is written byte-for-byte reproducibly (sorted keys, gzip without a time stamp);
+(`envs._db_bench_truth.gold_truth`; `repeats` says how often). The file is written byte-for-byte reproducibly (sorted keys, gzip without a time stamp);
 its SHA-256 is printed for `data/db_bench.py`.
 """
 
@@ -22,7 +22,9 @@ from collections import Counter
 from pathlib import Path
 
 from ttlearn.data.db_bench import DATA_FILE, ENGINES, task_from_json
-from ttlearn.envs.db_bench import gold_truth
+from ttlearn.envs._db_bench_mariadb import MariaDBEngine
+from ttlearn.envs._db_bench_sqlite import SQLiteEngine
+from ttlearn.envs._db_bench_truth import GOLD_LIMITS, gold_truth
 from ttlearn.sandbox.mariadb import temporary_server
 
 SOURCE_COMMIT = "7c3beba1244d707b74207b494be254f391819e09"
@@ -85,10 +87,11 @@ def main() -> None:
     tasks = released_tasks(args.source)
     started = time.perf_counter()
     with temporary_server() as server:
+        engines = {"sqlite": SQLiteEngine(GOLD_LIMITS), "mariadb": MariaDBEngine(GOLD_LIMITS, server)}
         for number, data in enumerate(tasks, 1):
             task = task_from_json(data)
             data["truth"] = {
-                engine: truth_json(gold_truth(task, engine, server, runs=repeats(task, engine))) for engine in ENGINES
+                engine: truth_json(gold_truth(task, engines[engine], runs=repeats(task, engine))) for engine in ENGINES
             }
             print(f"\r{number}/{len(tasks)}", end="", file=sys.stderr)
     print(f"\n{time.perf_counter() - started:.0f} s", file=sys.stderr)

@@ -4,26 +4,27 @@ oracle on both engines, and a task's life: an invalid reply, the round limit, a 
 
 from __future__ import annotations
 
+import gc
 import gzip
 import hashlib
+import time
+import tracemalloc
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
-from ttlearn.data.db_bench import DATA_FILE, load_tasks, read_data
+from ttlearn.data.db_bench import DATA_FILE, in_split, load_tasks, read_data
 from ttlearn.envs import make_env
+from ttlearn.envs._db_bench_mariadb import MariaDBEngine
+from ttlearn.envs._db_bench_prompts import INSTRUCTION, MEMORY_HEADING, OUTPUT_FORMAT, SYSTEM_PROMPT
+from ttlearn.envs._db_bench_reply import read_reply
+from ttlearn.envs._db_bench_sqlite import SQLiteEngine
+from ttlearn.envs._db_bench_truth import GOLD_LIMITS, gold_truth
 from ttlearn.envs._llb_verdict import answer_matches, server_answer, table_hash, tuple_spans
-from ttlearn.envs.db_bench import (
-    INSTRUCTION,
-    MEMORY_HEADING,
-    OUTPUT_FORMAT,
-    SYSTEM_PROMPT,
-    gold_truth,
-    in_split,
-    read_reply,
-)
 from ttlearn.players.basic import OraclePlayer
 from ttlearn.rollout.loop import play_episode
+from ttlearn.sandbox.statements import Refusal, StatementLimits
 
 ENGINES = ("sqlite", "mariadb")
 
@@ -95,7 +96,7 @@ def test_the_table_hash_by_hand():
 
 
 def test_the_table_hash_is_mariadbs_own(mariadb_server):
-    from ttlearn.sandbox.mariadb import TaskDatabase
+    from ttlearn.sandbox.task_database import TaskDatabase
 
     rows = [(i, f"name {i}", None if i % 7 == 0 else i * 3) for i in range(250)]
     with TaskDatabase(mariadb_server, "t", [("id", "INT"), ("name", "TEXT"), ("n", "INT")], rows) as db:
@@ -175,23 +176,21 @@ def _sample(engine: str) -> list:
 
 def test_the_shipped_truth_is_what_the_golds_give_on_sqlite():
     for task in _sample("sqlite"):
-        assert gold_truth(task, "sqlite") == task.truth["sqlite"], task.id
+        assert gold_truth(task, SQLiteEngine(GOLD_LIMITS)) == task.truth["sqlite"], task.id
 
 
 def test_the_shipped_truth_is_what_the_golds_give_on_mariadb(mariadb_server):
     for task in _sample("mariadb"):
-        assert gold_truth(task, "mariadb", mariadb_server) == task.truth["mariadb"], task.id
+        assert gold_truth(task, MariaDBEngine(GOLD_LIMITS, mariadb_server)) == task.truth["mariadb"], task.id
 
 
 def test_mariadb_returns_tied_rows_in_one_order(mariadb_server):
     """Task 18's ORDER BY leaves two pairs tied; with temporary tables in memory their order changed between runs."""
     task = load_tasks()[18]
-    assert gold_truth(task, "mariadb", mariadb_server, runs=6).source == "recorded"
+    assert gold_truth(task, MariaDBEngine(GOLD_LIMITS, mariadb_server), runs=6).source == "recorded"
     orders = set()
     for _ in range(6):
-        from ttlearn.envs.db_bench import open_table
-
-        table = open_table(task, "mariadb", mariadb_server, 2000, 1000, 64_000)
+        table = MariaDBEngine(StatementLimits(), mariadb_server).open_table(task)
         orders.add(repr(table.execute([task.gold.rstrip(";")]).rows))
         table.close()
     assert len(orders) == 1
@@ -280,71 +279,207 @@ def test_a_select_answer_is_judged_by_the_benchmarks_check(engine):
 
 PROBES = {
     "mariadb": [
-        ("DROP TABLE {table}", "refused"),
-        ("SELECT SLEEP(30)", "time limit"),
-        ("SET SESSION max_statement_time = 0; SELECT SLEEP(30)", "stopped"),
-        ("SELECT COUNT(*) FROM {table} a, {table} b, {table} c, {table} d, {table} e, {table} f", "time limit"),
-        ("SELECT a.* FROM {table} a, {table} b, {table} c", "rows"),
-        ("SELECT * FROM {other}.{other}", "refused"),
-        ("SELECT * FROM mysql.user", "refused"),
-        ("SELECT * FROM {table} INTO OUTFILE '/tmp/ttlearn-probe.txt'", "privilege"),
-        ("CREATE TABLE extra (a INT)", "refused"),
-        ("GRANT ALL ON *.* TO CURRENT_USER", "refused"),
+        ("DROP TABLE {table}", Refusal.RIGHT),
+        ("SELECT SLEEP(30)", Refusal.TIME),
+        ("SET SESSION max_statement_time = 0; SELECT SLEEP(30)", Refusal.TIME),
+        ("SELECT COUNT(*) FROM {table} a, {table} b, {table} c, {table} d, {table} e, {table} f", Refusal.TIME),
+        ("SELECT a.* FROM {table} a, {table} b, {table} c", Refusal.ROWS),
+        ("SELECT * FROM {other}.{other}", Refusal.RIGHT),
+        ("SELECT * FROM mysql.user", Refusal.RIGHT),
+        ("SELECT * FROM {table} INTO OUTFILE '/tmp/ttlearn-probe.txt'", Refusal.RIGHT),
+        ("CREATE TABLE extra (a INT)", Refusal.RIGHT),
+        ("GRANT ALL ON *.* TO CURRENT_USER", Refusal.RIGHT),
+        ("SELECT REPEAT('x', 4000000) FROM {table} a, {table} b LIMIT 1000", Refusal.SIZE),
     ],
     "sqlite": [
-        ("DROP TABLE {table}", "refused"),
-        ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n", "timed out"),
-        ("SELECT a.* FROM {table} a, {table} b, {table} c", "rows"),
-        ("ATTACH DATABASE '/tmp/ttlearn-probe.sqlite' AS other", "refused"),
-        ("CREATE TABLE extra (a INT)", "refused"),
-        ("SELECT load_extension('/tmp/x')", "refused"),
-        ("PRAGMA writable_schema = ON", "refused"),
+        ("DROP TABLE {table}", Refusal.RIGHT),
+        ("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT count(*) FROM n", Refusal.TIME),
+        ("SELECT a.* FROM {table} a, {table} b, {table} c", Refusal.ROWS),
+        ("ATTACH DATABASE '/tmp/ttlearn-probe.sqlite' AS other", Refusal.RIGHT),
+        ("CREATE TABLE extra (a INT)", Refusal.RIGHT),
+        ("SELECT load_extension('/tmp/x')", Refusal.RIGHT),
+        ("PRAGMA writable_schema = ON", Refusal.RIGHT),
+        ("SELECT printf('%.*c', 900000, 'x') FROM {table} a, {table} b LIMIT 1000", Refusal.SIZE),
     ],
 }
+"""Each engine's escapes, with the cause both engines name the same way (`Refusal`)."""
 
 
 def test_hostile_sql_is_an_invalid_step_with_its_reason_and_leaves_nothing_behind(engine):
     env = make_env("db_bench", engine=engine, split="all", timeout_ms=1000)
-    other = make_env("db_bench", engine=engine, split="all")
     index = next(i for i, t in enumerate(env.tasks) if t.kind == "select")
-    other_index = next(i for i, t in enumerate(other.tasks) if t.table != env.tasks[index].table)
-    other.reset(other_index)
+    other_task = next(t for t in env.tasks if t.table != env.tasks[index].table)
     env.reset(index)
+    other = env.engine.open_table(other_task)  # another task's table on the same server
     before = env.table.table_hash()
     names = {"table": f"`{env.current.table}`" if engine == "mariadb" else env.current.table,
-             "other": f"`{other.current.table}`"}  # fmt: skip
+             "other": f"`{other_task.table}`"}  # fmt: skip
     for probe, reason in PROBES[engine]:
         result = env.step(f"Action: Operation\n```sql\n{probe.format(**names)}\n```")
-        assert result.rejected is not None, (probe, result.observation.text)
-        assert reason in result.observation.text or reason in result.rejected, (probe, result.observation.text)
-        assert not result.done
+        assert result.rejected == reason, (probe, result.rejected, result.observation.text)
+        assert result.info["refused"] == reason and not result.done
         env.history.clear()  # stay under the round limit
     assert env.table.table_hash() == before
+    other.close()
     if engine == "mariadb":
-        from ttlearn.envs.db_bench import SHARED_SERVER
-
         env.close()
-        other.close()
-        assert SHARED_SERVER.server is None  # the last environment stopped the server
+        assert env.engine.server is None  # the environment stopped the server it started
     else:
-        folders = [env.table.folder, other.table.folder]
+        folders = [env.table.folder, other.folder]
         env.close()
-        other.close()
         assert not any(folder.exists() for folder in folders)
 
 
-def test_a_finished_task_leaves_no_database_and_no_user_on_the_server(mariadb_server):
-    from ttlearn.envs.db_bench import SHARED_SERVER
+def _on_server(server, *statements: str) -> list[tuple]:
+    """The last statement's rows, run as the server's administrator."""
+    with server.connect() as admin, admin.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement)
+        return list(cursor.fetchall())
 
-    env = make_env("db_bench", engine="mariadb", split="dev")
+
+def _clean(server) -> bool:
+    """Whether the server holds nothing a task left: no database, no task user, no prepared XA transaction."""
+    databases = {name for (name,) in _on_server(server, "SHOW DATABASES")}
+    users = _on_server(server, "SELECT user FROM mysql.user WHERE user LIKE 'task%'")
+    return databases == {"information_schema", "mysql", "performance_schema", "sys"} and not users and not (
+        _on_server(server, "XA RECOVER")
+    )
+
+
+def _on_session_server(server, **options):
+    """A MariaDB environment whose tables open on the session's server instead of one of its own (a start saved)."""
+    env = make_env("db_bench", engine="mariadb", **options)
+    env.engine = MariaDBEngine(env.engine.limits, server)
+    return env
+
+
+def _update_task(env) -> int:
+    return next(i for i, t in enumerate(env.tasks) if t.kind == "update" and t.rows)
+
+
+def test_a_prepared_xa_transaction_ends_its_task_only(mariadb_server):
+    """Issue 48: XA PREPARE outlives the session and held the table's locks, so the task's DROP DATABASE waited a
+    day and the run died. Now the task's clean-up rolls it back: the task is judged, the next one runs."""
+    env = _on_session_server(mariadb_server, split="all", timeout_ms=1000)
+    index = _update_task(env)
+    env.reset(index)
+    table, column = f"`{env.current.table}`", f"`{env.current.columns[0][0]}`"
+    hostile = f"XA START 'x1'; UPDATE {table} SET {column} = {column}; XA END 'x1'; XA PREPARE 'x1'"
+    env.step(f"Action: Operation\n```sql\n{hostile}\n```")
+    server = env.engine.server
+    assert _on_server(server, "XA RECOVER")  # prepared, and outliving any session
+    started = time.monotonic()
+    assert env.step("Action: Answer\nFinal Answer: done").done
+    assert time.monotonic() - started < 15 and _clean(server)
+    env.reset(index)  # the next task starts clean, on the same table name
+    assert env.step(env.oracle_action()).observation.text == "[]"
+    assert env.invalid_step("done").reward == 1.0
+    env.close()
+
+
+def test_a_changed_password_ends_no_task_and_no_run(mariadb_server):
+    """Issue 48: a reply set its user's password, then ran past the watchdog; the new session, with the stored
+    password, raised 1045 outside the error handling and ended the run. Now the password is set again first."""
+    env = _on_session_server(mariadb_server, split="all", timeout_ms=1000)
+    env.reset(0)
+    hostile = "SET PASSWORD = PASSWORD('mine'); SET SESSION max_statement_time = 0; SELECT SLEEP(10)"
+    assert env.step(f"Action: Operation\n```sql\n{hostile}\n```").rejected == Refusal.TIME
+    result = env.step(f"Action: Operation\n```sql\nSELECT COUNT(*) FROM `{env.current.table}`\n```")
+    assert result.rejected is None and result.observation.text == f"[({len(env.current.rows)},)]"
+    env.close()
+
+
+def test_a_table_grown_past_what_can_be_read_fails_its_task_only(engine, request):
+    """Issue 48: on SQLite an INSERT … SELECT of a cross join grew the table to 50,020 rows, whose hash then read
+    past the 10,000-row cap and raised, ending the run. Now such a table fails its own task."""
+    options = {"split": "all", "timeout_ms": 2000}
+    if engine == "mariadb":
+        env = _on_session_server(request.getfixturevalue("mariadb_server"), **options)
+    else:
+        env = make_env("db_bench", engine=engine, **options)
+    index = next(i for i, t in enumerate(env.tasks) if t.kind == "insert" and len(t.rows) >= 12)
+    env.reset(index)
+    table = env.current.table if engine == "sqlite" else f"`{env.current.table}`"
+    grow = f"INSERT INTO {table} SELECT a.* FROM {table} a, {table} b, {table} c, {table} d LIMIT 20000"
+    env.step(f"Action: Operation\n```sql\n{grow}\n```")
+    done = env.step("Action: Answer\nFinal Answer: done")
+    assert done.done and done.reward == 0.0
+    env.reset(index)  # and the run goes on
+    env.step(env.oracle_action())
+    assert env.invalid_step("done").reward == 1.0
+    env.close()
+
+
+def test_a_result_is_measured_as_it_streams(mariadb_server):
+    """Issue 48: MariaDB results were fetched (1,001 rows of 4 MB each) before the 64,000-character cap applied,
+    taking the process to 646 MB. Now the rows stream in one at a time and the session ends at the cap."""
+    env = _on_session_server(mariadb_server, split="dev", timeout_ms=2000)
+    env.reset(0)
+    table = f"`{env.current.table}`"
+    huge = f"SELECT REPEAT('x', 4000000), REPEAT('y', 4000000) FROM {table} a, {table} b LIMIT 1000"
+    tracemalloc.start()
+    try:
+        result = env.step(f"Action: Operation\n```sql\n{huge}\n```")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.rejected == Refusal.SIZE and "64,000 characters" in result.observation.text
+    assert peak < 40 * 2**20, peak  # two rows' worth of packets at most, not a thousand
+    env.close()
+
+
+def test_a_database_name_with_a_wildcard_grants_that_database_alone(mariadb_server):
+    """Issue 48: in a database-level GRANT, `_` matches any character, so the user of `staff_schedules` could read
+    and delete `staffXschedules`."""
+    from ttlearn.sandbox.task_database import TaskDatabase
+
+    _on_server(mariadb_server, "CREATE DATABASE staffXschedules", "CREATE TABLE staffXschedules.t (a INT)",
+               "INSERT INTO staffXschedules.t VALUES (1)")  # fmt: skip
+    try:
+        with TaskDatabase(mariadb_server, "staff_schedules", [("a", "INT")], [(1,)]) as db:
+            for statement in ("SELECT * FROM staffXschedules.t", "DELETE FROM staffXschedules.t"):
+                assert db.execute([statement]).refused == Refusal.RIGHT, statement
+            assert db.execute(["SELECT * FROM staff_schedules"]).rows == ((1,),)
+        assert _on_server(mariadb_server, "SELECT * FROM staffXschedules.t") == [(1,)]
+    finally:
+        _on_server(mariadb_server, "DROP DATABASE staffXschedules")
+
+
+def test_a_finished_task_leaves_no_database_and_no_user_on_the_server(mariadb_server):
+    env = _on_session_server(mariadb_server, split="dev")
     env.reset(0)
     env.step("Action: Answer\nFinal Answer: []")
-    assert SHARED_SERVER.server is not None
-    with SHARED_SERVER.server.connect() as admin, admin.cursor() as cursor:
-        cursor.execute("SHOW DATABASES")
-        assert {name for (name,) in cursor.fetchall()} == {"information_schema", "mysql", "performance_schema", "sys"}
-        cursor.execute("SELECT user FROM mysql.user WHERE user LIKE 'task%'")
-        assert cursor.fetchall() == ()
+    assert env.engine.server is not None and _clean(env.engine.server)
+    env.close()
+
+
+def test_the_servers_lifetime_is_its_engines(mariadb_server):
+    """No process-wide server: an engine given one leaves it running; one that started its own stops it when closed
+    or collected."""
+    task = load_tasks()[0]
+    given = MariaDBEngine(StatementLimits(), mariadb_server)
+    given.open_table(task).close()
+    given.close()
+    assert _on_server(mariadb_server, "SELECT 1") == [(1,)]
+    own = MariaDBEngine(StatementLimits())
+    own.open_table(task).close()
+    folder = Path(own.server.socket).parent
+    del own
+    gc.collect()
+    assert not folder.exists()
+
+
+def test_a_table_the_shipped_rows_cannot_build_is_a_data_error(engine):
+    from dataclasses import replace
+
+    from ttlearn.errors import BenchmarkDataError
+
+    task = load_tasks()[0]
+    broken = replace(task, rows=((1,),))  # one value for a table of several columns
+    env = make_env("db_bench", engine=engine)
+    with pytest.raises(BenchmarkDataError, match=f"task {task.id} cannot be built"):
+        env.engine.open_table(broken)
     env.close()
 
 
@@ -353,8 +488,6 @@ def test_a_killed_process_takes_its_server_with_it(mariadb_server, tmp_path):
     import os
     import subprocess
     import sys
-    import time
-    from pathlib import Path
 
     program = (
         "import os\nfrom ttlearn.sandbox.mariadb import temporary_server\n"

@@ -120,7 +120,7 @@ COUNT_TO = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n LIMIT
     "query, error",
     [
         (COUNT_TO.format(10_001) + " SELECT x FROM n", "more than 10,000 rows"),
-        (COUNT_TO.format(3_000) + " SELECT hex(randomblob(2000)) FROM n", "larger than 8,000,000 bytes"),
+        (COUNT_TO.format(3_000) + " SELECT hex(randomblob(2000)) FROM n", "longer than 8,000,000 characters"),
     ],
 )
 def test_oversized_results_are_refused(cache, query: str, error: str):

@@ -23,6 +23,11 @@ DATA_SHA256 = "f7112e38f6161824704bc9cd1274df8a4d5370b22af89b6e0ecbc1f964ca3335"
 ENGINES = ("sqlite", "mariadb")
 SPLITS = ("train", "val")
 """The runner's split: `db_train.json` (the sections' tasks) and `db_val.json` (validation)."""
+SPLIT_CHOICES = ("train", "val", "all", "dev", "build")
+"""What an environment may play: the runner's `train` (361 tasks) and `val` (139), or both; `dev` and `build` cut
+`train` in two for development (`dev`: the quarter of its tasks whose id hashes lowest, `build`: the rest), so that no
+choice needs `val`."""
+DEV_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -101,3 +106,17 @@ def read_data(path: Path = DATA_FILE) -> dict[str, Any]:
 def load_tasks() -> tuple[Task, ...]:
     """The 500 tasks in the order of their ids."""
     return tuple(sorted((task_from_json(t) for t in read_data()["tasks"]), key=lambda task: task.id))
+
+
+def in_split(task: Task, split: str) -> bool:
+    """Whether `task` belongs to `split` (`SPLIT_CHOICES`)."""
+    if split == "all":
+        return True
+    if split in SPLITS:
+        return task.split == split
+    return task.split == "train" and (dev_score(task.id) < DEV_SHARE) == (split == "dev")
+
+
+def dev_score(task_id: int) -> float:
+    """A task's place in [0, 1) by the SHA-256 of its id: the lowest `DEV_SHARE` of `train` is `dev`."""
+    return int(hashlib.sha256(f"db_bench:{task_id}".encode()).hexdigest()[:12], 16) / 16**12

@@ -11,8 +11,9 @@ scripted players and the reports may rely on — nothing is looked up by name el
 
 Rules the runners rely on:
 - The constructor takes every option as a keyword, and always `seed=` (the run's seed; the runners pass it, so
-  accept it even if instances are seeded by `reset`). `make_env` records the options it was built with, and the
-  default `config()` returns them, so a twin or a resumed run rebuilds the same environment.
+  accept it even if instances are seeded by `reset`). However it is built, an environment records the options it was
+  given and `config()` returns them, so a twin or a resumed run rebuilds the same environment; an option that bounds
+  a resource is refused past its ceiling (`ceilings.CEILINGS`).
 - Building an environment and `instance_count()` are cheap (milliseconds): validation builds one before any model
   loads, and `check_env` builds a twin. Start a simulator's process lazily, on the first `reset`.
 - `close()` releases what the environment started; whoever builds one (the runners, validation, `check_env`)
@@ -27,6 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from ttlearn.envs.ceilings import check_ceilings
 from ttlearn.registry import Registry
 from ttlearn.types import Observation, StepResult
 
@@ -101,7 +103,17 @@ class Env(ABC):
         ENVS.name_class(cls)  # a class of the package takes its name from the table
 
     _made_with: dict[str, Any]
-    """The options `make_env` built this environment with (unset when the class was called directly)."""
+    """The options this environment was built with (`config()`)."""
+
+    def __new__(cls, *args: Any, **options: Any) -> Env:
+        """Record the options the environment is built with, however it is built (`make_env`, the class itself, a
+        twin), after refusing one past its ceiling: every way an option comes in passes here."""
+        env = super().__new__(cls)
+        given = inspect.signature(cls.__init__).bind_partial(env, *args, **options).arguments
+        given.pop(next(iter(given)))  # self
+        check_ceilings(getattr(cls, "name", cls.__name__), given)
+        env._made_with = dict(given)
+        return env
 
     actions_per_turn: int = 1
     """How many moves one `step` may carry (Sokoban: up to 3, comma-separated). A choice-scoring player composes a
@@ -246,9 +258,8 @@ class Env(ABC):
         return type(self).oracle_action is not Env.oracle_action
 
     def config(self) -> dict[str, Any]:
-        """The constructor options, so a run can rebuild the same environment: by default those `make_env` built it
-        with (an environment built by calling its class directly has none recorded and overrides this)."""
-        return dict(getattr(self, "_made_with", {}))
+        """The options the environment was built with, so a run can rebuild the same environment."""
+        return dict(self._made_with)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the environment started (a JVM, a worker process); the runners call it when done."""
@@ -262,8 +273,6 @@ def recorded_defaults(name: str) -> dict[str, Any]:
 
 
 def make_env(name: str, **options: Any) -> Env:
-    """Build a registered environment, refusing unknown options with the list of accepted ones; the options are
-    recorded for the default `config()`."""
-    env = ENVS.build(name, **options)
-    env._made_with = dict(options)
-    return env
+    """Build a registered environment, refusing unknown options with the list of accepted ones (and, as any
+    construction does, options past their ceiling)."""
+    return ENVS.build(name, **options)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 from pokerkit import Automation, FixedLimitTexasHoldem
@@ -257,9 +257,6 @@ class HoldemEnv(Env):
         self._net_chips = 0
 
     # ------------------------------------------------------------ protocol
-
-    def config(self) -> dict[str, Any]:
-        return {"opponent": self.opponent, "hands": self.hands, "duplicate": self.duplicate, "seed": self.seed}
 
     @property
     def total_hands(self) -> int:

@@ -248,12 +248,3 @@ class Household(Env):
 
     def instance_count(self) -> int:
         return FOLD_SIZE
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "game": self.game,
-            "split": self.split,
-            "game_params": self.game_params,
-            "step_limit": self.step_limit,
-            "seed": self.seed,
-        }

@@ -410,13 +410,3 @@ class Minesweeper(Env):
 
     def instance_stats(self) -> dict[str, Any]:
         return {"min_reveals": self.min_reveals, "no_guess": self.no_guess}
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "rows": self.rows,
-            "cols": self.cols,
-            "mines": self.mines,
-            "turns": self.turns,
-            "invalid_reward": self.invalid_reward,
-            "seed": self.seed,
-        }

@@ -9,7 +9,6 @@ under `restart()` and the same player moves.
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import numpy as np
 
@@ -56,12 +55,6 @@ class RPSEnv(Env):
         self._game_seed: int | None = None
         self.my_moves: list[int] = []
         self.opp_moves: list[int] = []
-
-    def config(self) -> dict[str, Any]:
-        """The options; `transcript` only when not the default, so the records of runs made before it existed keep
-        their config."""
-        config: dict[str, Any] = {"opponent": self.opponent, "rounds": self.rounds, "seed": self.seed}
-        return config if self.transcript_form == "rounds" else {**config, "transcript": self.transcript_form}
 
     def describe(self) -> str:
         return (

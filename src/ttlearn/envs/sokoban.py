@@ -370,15 +370,3 @@ class Sokoban(Env):
 
     def instance_stats(self) -> dict[str, Any]:
         return {"optimal_length": self.optimal_length}
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "size": self.size,
-            "boxes": self.boxes,
-            "min_moves": self.min_moves,
-            "max_moves": self.max_moves,
-            "turns": self.turns,
-            "actions_per_turn": self.actions_per_turn,
-            "invalid_reward": self.invalid_reward,
-            "seed": self.seed,
-        }

@@ -67,8 +67,6 @@ class Tools(Env):
     """
 
     reply_tokens = 96
-    MAX_CALL_TIMEOUT_S = 60.0
-    """The longest one API call may run: a config (a run directory anyone may have written) names no longer one."""
 
     def __init__(
         self,
@@ -86,8 +84,8 @@ class Tools(Env):
             raise ValueError(f"categories must be some of {', '.join(CATEGORIES)}, got {list(categories)}")
         if answer_chars < 100:
             raise ValueError(f"answer_chars must be >= 100, got {answer_chars}")
-        if not 0 < call_timeout_s <= self.MAX_CALL_TIMEOUT_S:
-            raise ValueError(f"call_timeout_s must be > 0 and at most {self.MAX_CALL_TIMEOUT_S}, got {call_timeout_s}")
+        if not call_timeout_s > 0:  # its ceiling: `ceilings.CEILINGS`
+            raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s}")
         self.split, self.categories = split, tuple(c for c in CATEGORIES if c in categories)
         self.answer_chars, self.call_timeout_s = answer_chars, call_timeout_s
         self.seed = seed  # the run passes its seed to every env; tasks are chosen by reset(seed) alone
@@ -301,15 +299,6 @@ class Tools(Env):
         test = SCENARIOS // TEST_EVERY
         scenarios = {"train": SCENARIOS - test, "test": test, "all": SCENARIOS}[self.split]
         return scenarios * len(self.categories)
-
-    def config(self) -> dict[str, Any]:
-        return {
-            "split": self.split,
-            "categories": list(self.categories),
-            "answer_chars": self.answer_chars,
-            "call_timeout_s": self.call_timeout_s,
-            "seed": self.seed,
-        }
 
 
 def _gold_call(text: str) -> Call:

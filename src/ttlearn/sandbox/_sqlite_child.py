@@ -19,7 +19,8 @@ from urllib.parse import quote
 MAX_ROWS = 10_000
 """Rows fetched for comparison; a query returning more is reported as too large (no gold answer comes near it)."""
 MAX_OUTPUT_BYTES = 8_000_000
-"""The child's reply is refused past this size, so a query building huge strings cannot flood the parent."""
+"""The child's reply is refused past this size, so a query building huge strings cannot flood the parent; a read-only
+query's answer is cut at this many characters as its rows stream in."""
 MAX_VALUE_BYTES = 1_000_000
 """The longest string or blob one expression may build (SQLITE_LIMIT_LENGTH; SQLite's own default is 10^9)."""
 HEAP_BYTES = 256 * 2**20
@@ -36,6 +37,8 @@ WRITE_ACTIONS = frozenset({sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3
 READ_ONLY_HINT = "only read-only queries run here (one SELECT or WITH statement)"
 WRITABLE_HINT = "only SELECT, INSERT, UPDATE and DELETE on this task's table run here"
 WORK_COPY = "work.sqlite"
+RIGHT, TIME, ROWS, SIZE = "RIGHT", "TIME", "ROWS", "SIZE"
+"""Why the sandbox stopped a statement, as the reply's "refused" names it (`sandbox.statements.Refusal`'s names)."""
 
 
 def _json_value(value: object) -> object:
@@ -76,10 +79,12 @@ def _connect(db: str, timeout_ms: int, writable: bool) -> tuple[sqlite3.Connecti
 
 def _run(
     connection: sqlite3.Connection, refused: list[str], deadline: float, sql: str, timeout_ms: int, max_rows: int,
-    writable: bool,
+    max_bytes: int, writable: bool,
 ) -> dict:
     """One statement: `{"columns", "rows"}` (both empty for a statement that returns no rows, in writable mode) or
-    `{"error"}`, with `"refused": true` when the sandbox stopped it rather than SQLite finding it wrong."""
+    `{"error"}`, with "refused" naming why when the sandbox stopped it rather than SQLite finding it wrong. Rows are
+    fetched one at a time and counted in rows and in the characters of the answer as the client writes it, so a
+    result past either cap stops there instead of being held whole."""
     try:
         sql.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -89,32 +94,35 @@ def _run(
         if cursor.description is None:
             if writable:
                 return {"columns": [], "rows": []}
-            return {"error": f"the statement returned no rows: {READ_ONLY_HINT}", "refused": True}
-        rows = cursor.fetchmany(max_rows + 1)
+            return {"error": f"the statement returned no rows: {READ_ONLY_HINT}", "refused": RIGHT}
+        rows, chars = [], 0
+        for row in cursor:
+            values = [_json_value(value) for value in row]
+            chars += len(repr(tuple(values))) + 2
+            if len(rows) == max_rows:
+                return {"error": f"the query returned more than {max_rows:,} rows", "refused": ROWS}
+            if chars > max_bytes:
+                return {"error": f"the result is longer than {max_bytes:,} characters", "refused": SIZE}
+            rows.append(values)
     except (sqlite3.Error, sqlite3.Warning) as exc:  # Warning: "You can only execute one statement at a time."
         if refused:
-            return {"error": refused[0], "refused": True}
+            return {"error": refused[0], "refused": RIGHT}
         if time.monotonic() > deadline:
-            return {"error": f"timed out after {timeout_ms} ms", "refused": True}
+            return {"error": f"timed out after {timeout_ms} ms", "refused": TIME}
         if isinstance(exc, sqlite3.DataError) or "too big" in str(exc) or "out of memory" in str(exc):
-            return {"error": f"{type(exc).__name__}: {exc}", "refused": True}
+            return {"error": f"{type(exc).__name__}: {exc}", "refused": SIZE}
         return {"error": f"{type(exc).__name__}: {exc}"}
-    if len(rows) > max_rows:
-        return {"error": f"the query returned more than {max_rows:,} rows", "refused": True}
-    return {
-        "columns": [column[0] for column in cursor.description],
-        "rows": [[_json_value(value) for value in row] for row in rows],
-    }
+    return {"columns": [column[0] for column in cursor.description], "rows": rows}
 
 
 def execute(db: str, sql: str, timeout_ms: int) -> dict:
     """`{"columns", "rows"}` or `{"error"}`: `sql` on the database file `db`, read-only, bounded in time, in the
     length of any one value and in SQLite's heap."""
     connection, refused, deadline = _connect(db, timeout_ms, writable=False)
-    return _run(connection, refused, deadline, sql, timeout_ms, MAX_ROWS, writable=False)
+    return _run(connection, refused, deadline, sql, timeout_ms, MAX_ROWS, MAX_OUTPUT_BYTES, writable=False)
 
 
-def execute_writable(db: str, statements: list[str], timeout_ms: int, max_rows: int) -> dict:
+def execute_writable(db: str, statements: list[str], timeout_ms: int, max_rows: int, max_bytes: int) -> dict:
     """Writable mode: `statements` in order on a copy of `db` in this directory (the original is a read-only file),
     each committed, up to the first error, as a MySQL client runs a reply's SQL; the last outcome, and the changed
     database's bytes (base64) under "database" when a statement changed a row."""
@@ -122,7 +130,7 @@ def execute_writable(db: str, statements: list[str], timeout_ms: int, max_rows: 
     connection, refused, deadline = _connect(WORK_COPY, timeout_ms, writable=True)
     reply: dict = {"columns": [], "rows": []}
     for statement in statements:
-        reply = _run(connection, refused, deadline, statement, timeout_ms, max_rows, writable=True)
+        reply = _run(connection, refused, deadline, statement, timeout_ms, max_rows, max_bytes, writable=True)
         if "error" in reply:
             break
     changed = connection.total_changes > 0
@@ -134,17 +142,19 @@ def execute_writable(db: str, statements: list[str], timeout_ms: int, max_rows: 
 
 
 def main() -> None:
-    """Request on stdin: the database file's name, the query (or, writable, the statements and the row cap), the
-    timeout."""
+    """Request on stdin: the database file's name, the query (or, writable, the statements and the caps on rows and
+    characters), the timeout."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the (zero) file-size limit fails instead of killing
     request = json.load(sys.stdin)
     if "statements" in request:
-        done = execute_writable(request["db"], request["statements"], request["timeout_ms"], request["max_rows"])
+        done = execute_writable(
+            request["db"], request["statements"], request["timeout_ms"], request["max_rows"], request["max_bytes"]
+        )
     else:
         done = execute(request["db"], request["sql"], request["timeout_ms"])
     reply = json.dumps(done)
     if len(reply) > MAX_OUTPUT_BYTES:
-        reply = json.dumps({"error": f"the result is larger than {MAX_OUTPUT_BYTES:,} bytes"})
+        reply = json.dumps({"error": f"the result is larger than {MAX_OUTPUT_BYTES:,} bytes", "refused": SIZE})
     sys.stdout.write(reply)
 
 

@@ -14,6 +14,9 @@ happened; nothing the query does raises in the caller.
 copies the read-only database into its own directory, runs the statements there with an authorizer that also allows
 INSERT, UPDATE and DELETE on the database's own tables (nothing else: no CREATE, DROP, ATTACH or PRAGMA), and sends
 the changed database back as bytes for the caller to keep; the caller never opens a file the statements wrote.
+
+In both modes the rows are counted as they stream in the child, in rows and in the characters of the answer, and a
+result past either cap is refused there; a refusal names its cause (`sandbox.statements.Refusal`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from ttlearn.sandbox._sqlite_child import MAX_OUTPUT_BYTES, execute
 from ttlearn.sandbox.python import Limits, run_python
+from ttlearn.sandbox.statements import Refusal, StatementLimits
 
 __all__ = ["MEMORY_BYTES", "STARTUP_SECONDS", "QueryResult", "execute", "run_query", "run_statements"]
 
@@ -46,8 +50,9 @@ class QueryResult:
     columns: tuple[str, ...] = ()
     rows: tuple[tuple, ...] = ()
     error: str | None = None
-    refused: bool = False
-    """The sandbox stopped the statement (a right it lacks, its time, its size) rather than SQLite finding it wrong."""
+    refused: Refusal | None = None
+    """Why the sandbox stopped the statement (a right it lacks, its time, its size), rather than SQLite finding it
+    wrong; None when it did not."""
 
     @property
     def ok(self) -> bool:
@@ -61,19 +66,21 @@ def run_query(db_path: Path, sql: str, timeout_ms: int) -> QueryResult:
 
 
 def run_statements(
-    db_path: Path, statements: list[str], timeout_ms: int, max_rows: int
+    db_path: Path, statements: list[str], limits: StatementLimits
 ) -> tuple[QueryResult, bytes | None]:
     """Run `statements` in order, each committed, up to the first error, on a copy of `db_path` in a sandboxed child
     (writable mode, see the module docstring); the last outcome, and the database's new bytes when a row changed
-    (None: unchanged). `timeout_ms` bounds all of them together."""
-    request = {"db": "database.sqlite", "statements": statements, "timeout_ms": timeout_ms, "max_rows": max_rows}
-    reply = _run_child(db_path, request, timeout_ms, disk_bytes=WRITABLE_DISK_BYTES)
+    (None: unchanged). `limits.timeout_ms` bounds all of them together."""
+    request = {"db": "database.sqlite", "statements": statements, "timeout_ms": limits.timeout_ms,
+               "max_rows": limits.max_rows, "max_bytes": limits.max_bytes}  # fmt: skip
+    reply = _run_child(db_path, request, limits.timeout_ms, disk_bytes=WRITABLE_DISK_BYTES)
     changed = None
     if isinstance(reply, dict) and "database" in reply:
         try:
             changed = base64.b64decode(reply.pop("database"), validate=True)
         except (binascii.Error, TypeError):
-            return QueryResult(error="the statements' process sent back an unreadable database", refused=True), None
+            unreadable = "the statements' process sent back an unreadable database"
+            return QueryResult(error=unreadable, refused=Refusal.CRASH), None
     return _result(reply), changed
 
 
@@ -89,17 +96,18 @@ def _run_child(db_path: Path, request: dict, timeout_ms: int, disk_bytes: int) -
     )
     done = run_python(_child_program(), limits, json.dumps(request).encode(), {"database.sqlite": str(db_path)})
     if done.status == "timeout":
-        return QueryResult(error=f"timed out after {timeout_ms} ms", refused=True)
+        return QueryResult(error=f"timed out after {timeout_ms} ms", refused=Refusal.TIME)
     if done.status == "killed":
         signal = -(done.returncode or 0)
-        return QueryResult(error=f"the query was killed by signal {signal}: it used too much CPU time", refused=True)
+        killed = f"the query was killed by signal {signal}: it used too much CPU time"
+        return QueryResult(error=killed, refused=Refusal.TIME)
     try:
         reply = json.loads(done.output)
     except ValueError:
         last = done.output.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-        return QueryResult(error=f"the query crashed its process: {last[0][:300]}", refused=True)
+        return QueryResult(error=f"the query crashed its process: {last[0][:300]}", refused=Refusal.CRASH)
     if not isinstance(reply, dict):
-        return QueryResult(error="the query's process sent back no reply", refused=True)
+        return QueryResult(error="the query's process sent back no reply", refused=Refusal.CRASH)
     return reply
 
 
@@ -107,7 +115,7 @@ def _result(reply: dict | QueryResult) -> QueryResult:
     if isinstance(reply, QueryResult):
         return reply
     if "error" in reply:
-        return QueryResult(error=reply["error"], refused=bool(reply.get("refused")))
+        return QueryResult(error=reply["error"], refused=Refusal.__members__.get(str(reply.get("refused"))))
     return QueryResult(tuple(reply["columns"]), tuple(tuple(row) for row in reply["rows"]))
 
 
