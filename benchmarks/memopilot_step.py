@@ -1,37 +1,45 @@
-"""Seconds of a MemoPilot training step by phase, against the raw cost of the same work; peak RSS of the run.
+"""Seconds of a MemoPilot training step by phase, against the raw cost of the same work; peak memory of the run.
 
     python benchmarks/memopilot_step.py [--writer smollm2 --player gemma270m --group 8 --sequences 4 --steps 2]
+    python benchmarks/memopilot_step.py --device cuda --player "hf:/models/p?device=cuda" --writer /models/w
 
-Runs `--steps` real training steps (the development recipe of docs/memopilot.md unless told otherwise) and reports,
-per step and per sampled note, the seconds of its three phases as the trainer measured them:
+Runs `--steps` real training steps (the development recipe of docs/memopilot.md unless told otherwise) on `--device`
+(auto: a visible GPU, else the CPU; the trainers' `--device` / `--dtype`) against any player spec, and reports, per
+step and per sampled note, the seconds of its three phases as the trainer measured them:
   write:  the writer's notes (`HFPolicy.sample`: the step's S·G rows of a turn in one call, shared prompts and
           prompt heads evaluated once, ended rows leaving the batch);
-  play:   the frozen player's games (greedy decisions reused from the embedded runtime's reply cache);
+  play:   the frozen player's games (greedy decisions reused from the embedded runtime's reply cache, where the
+          player's back end has one);
   update: the GRPO update (rescoring with gradients, loss, backward, clip, AdamW).
-Then the raw cost of the same work, measured in the same run on the last step's writes and games:
+Then the raw cost of the same work, measured in the same run on the last step's notes and games:
   write:  transformers' `generate` on the same prompts, batched and left-padded, sampling as many new tokens as
           the longest note (`min_new_tokens`), no prompt shared;
-  play:   every decision of the step's games asked again with the reply cache off (each one evaluated);
-  update: a plain forward + backward of each write as its own left-padded row (prompt + completion), by micro-batch.
+  play:   every decision of the step's games asked again with the reply cache off (each one evaluated; a back end
+          without a reply cache plays them again as it did);
+  update: a plain forward + backward of each note as its own left-padded row (prompt + completion), by micro-batch.
 Ratios < 1 mean the trainer does the work in less time than doing it plainly. Peak RSS is the process's maximum
-resident set (`getrusage`), which covers the training steps and the baselines.
+resident set (`getrusage`), which covers the training steps and the baselines; on a GPU, peak GPU memory is torch's
+most allocated over the training steps. `measure` returns the same figures for benchmarks/gpu_check.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import tempfile
 import time
+from collections.abc import Iterator
+from typing import Any
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch
 
-from ttlearn.llm.hf import positions_from_mask
-from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer, Write
+from ttlearn.llm.hf import HFPolicy, Sample, pad_rows, positions_from_mask
+from ttlearn.train.memopilot import MemoPilotTrainConfig, MemoPilotTrainer
 
 DEVELOPMENT = (
     "biased,biased-paper,biased-scissors,cycle-rrps,cycle-ppsr,cycle-ssrp,"
@@ -39,57 +47,65 @@ DEVELOPMENT = (
 )
 
 
-def raw_generate(trainer: MemoPilotTrainer, writes: list[Write]) -> float:
-    """Seconds of `generate` on the writes' prompts (one row each), sampling the longest note's length."""
+def finished(device: torch.device) -> float:
+    """perf_counter once the device has done the work queued on it (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def raw_generate(trainer: MemoPilotTrainer, notes: list[Sample]) -> float:
+    """Seconds of `generate` on the notes' prompts (one row each), sampling the longest note's length."""
     policy = trainer.policy
-    rows = [list(w.sample.prompt_ids) for w in writes]
-    width = max(map(len, rows))
-    ids = torch.tensor([[policy.pad_id] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    new = max(len(w.sample.completion_ids) for w in writes)
-    start = time.perf_counter()
+    ids, mask = pad_rows([n.prompt_ids for n in notes], policy.pad_id, left=True, device=policy.device)
+    new = max(len(n.completion_ids) for n in notes)
+    start = finished(policy.device)
     with torch.no_grad():
         policy.model.generate(
             input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=new, min_new_tokens=new, top_k=0
         )
-    return time.perf_counter() - start
+    return finished(policy.device) - start
 
 
-def raw_forward_backward(trainer: MemoPilotTrainer, writes: list[Write]) -> float:
-    """Seconds of a plain forward + backward of each write as its own row, `micro_batch` rows at a time."""
+def raw_forward_backward(trainer: MemoPilotTrainer, notes: list[Sample]) -> float:
+    """Seconds of a plain forward + backward of each note as its own row, `micro_batch` rows at a time."""
     policy, size = trainer.policy, trainer.config.micro_batch
-    start = time.perf_counter()
-    for i in range(0, len(writes), size):
-        rows = [list(w.sample.prompt_ids) + list(w.sample.completion_ids) for w in writes[i : i + size]]
-        keep = max(len(w.sample.completion_ids) for w in writes[i : i + size]) + 1
-        width = max(map(len, rows))
-        ids = torch.tensor([[policy.pad_id] * (width - len(r)) + r for r in rows])
-        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    start = finished(policy.device)
+    for i in range(0, len(notes), size):
+        rows = [list(n.prompt_ids) + list(n.completion_ids) for n in notes[i : i + size]]
+        keep = max(len(n.completion_ids) for n in notes[i : i + size]) + 1
+        ids, mask = pad_rows(rows, policy.pad_id, left=True, device=policy.device)
         logits = policy.model(
             input_ids=ids, attention_mask=mask, position_ids=positions_from_mask(mask), logits_to_keep=keep
         ).logits
         torch.log_softmax(logits.float(), -1).mean().backward()
+    seconds = finished(policy.device) - start
     policy.model.zero_grad(set_to_none=True)
-    return time.perf_counter() - start
+    return seconds
 
 
 def raw_play(trainer: MemoPilotTrainer, jobs: list[tuple]) -> tuple[float, int]:
-    """(seconds, decisions) of the same games played again with every decision evaluated (the reply cache off)."""
+    """(seconds, decisions) of the same games played again with every decision evaluated: the reply cache off where
+    the player's back end has one (`greedy_replies`, the embedded runtime), as played otherwise."""
     llm = trainer.player.llm  # type: ignore[attr-defined]
-    kept, llm.greedy_replies = llm.greedy_replies, None
+    kept = getattr(llm, "greedy_replies", None)
+    if kept is not None:
+        llm.greedy_replies = None
     start = time.perf_counter()
     try:
         games = trainer.play(jobs)
     finally:
-        llm.greedy_replies = kept
+        if kept is not None:
+            llm.greedy_replies = kept
     return time.perf_counter() - start, sum(len(g.steps) for g in games)
 
 
-def record_last_step(trainer: MemoPilotTrainer) -> dict[str, list]:
-    """The play jobs and the writes of the step in progress, kept by wrapping the trainer's two calls."""
+@contextlib.contextmanager
+def recording_last_step(trainer: MemoPilotTrainer) -> Iterator[dict[str, list]]:
+    """The play jobs and the notes of the step in progress, kept by wrapping the trainer's two calls while inside."""
     import ttlearn.train.memopilot as trainer_module
 
-    last: dict[str, list] = {"jobs": [], "writes": []}
+    last: dict[str, Any] = {"jobs": [], "notes": []}
     play, update = trainer.play, trainer_module.policy_update
 
     def recording_play(jobs):
@@ -98,19 +114,97 @@ def record_last_step(trainer: MemoPilotTrainer) -> dict[str, list]:
         last["jobs"] += list(jobs)
         return play(jobs)
 
-    def recording_update(policy, optimizer, writes, *args, **kwargs):
-        last["writes"] = list(writes)
-        return update(policy, optimizer, writes, *args, **kwargs)
+    def recording_update(policy, optimizer, notes, *args, **kwargs):
+        last["notes"] = list(notes)
+        return update(policy, optimizer, notes, *args, **kwargs)
 
     trainer.play = recording_play  # type: ignore[method-assign]
     trainer_module.policy_update = recording_update
-    return last
+    try:
+        yield last
+    finally:
+        trainer.play, trainer_module.policy_update = play, update  # type: ignore[method-assign]
+
+
+def measure(config: MemoPilotTrainConfig, *, policy: HFPolicy | None = None) -> dict[str, Any]:
+    """The figures of `config.steps` training steps and of the raw work of the last one: the metrics of every step,
+    the last step's seconds against the raw ones, seconds per note, peak RSS and (on a GPU) peak GPU memory. `policy`:
+    a writer already built (a LoRA policy on the config's device), else `config.writer_base` is loaded."""
+    trainer = MemoPilotTrainer(config, policy=policy)
+    device = trainer.policy.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with recording_last_step(trainer) as last:
+        steps = trainer.train()
+    peak_gpu = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+    m, notes, jobs = steps[-1], last["notes"], last["jobs"]
+    play_raw, decisions = raw_play(trainer, jobs)
+    raw = {"write": raw_generate(trainer, notes), "play": play_raw, "update": raw_forward_backward(trainer, notes)}
+    ours = {phase: m[f"{phase}_s"] for phase in raw}
+    count = m["notes"]
+    return {
+        "device": str(device),
+        "dtype": str(next(trainer.policy.model.parameters()).dtype).removeprefix("torch."),
+        "steps": [{k: row[k] for k in ("step", "notes", "write_s", "play_s", "update_s", "wall_s")} for row in steps],
+        "last_step": {"notes": len(notes), "games": len(jobs), "decisions": decisions},
+        "seconds": ours,
+        "raw_seconds": raw,
+        "ratio": {phase: ours[phase] / raw[phase] for phase in raw},
+        "seconds_per_note": {"wall": m["wall_s"] / count, **{phase: ours[phase] / count for phase in raw}},
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_gpu_mib": peak_gpu,
+    }
+
+
+def report(figures: dict[str, Any]) -> None:
+    print("step  notes  write_s  play_s  update_s  wall_s  s/note")
+    for m in figures["steps"]:
+        cells = [m["write_s"], m["play_s"], m["update_s"], m["wall_s"], m["wall_s"] / m["notes"]]
+        print(f"{m['step']:>4} {m['notes']:>6} " + " ".join(f"{c:8.2f}" for c in cells))
+    last = figures["last_step"]
+    print(f"last step: {last['notes']} notes, {last['games']} games, {last['decisions']} decisions; trainer vs raw")
+    for phase, raw in figures["raw_seconds"].items():
+        ours = figures["seconds"][phase]
+        print(f"  {phase:<6} {ours:7.1f} s vs {raw:7.1f} s   ratio {figures['ratio'][phase]:.2f}")
+    per = figures["seconds_per_note"]
+    print(
+        f"seconds per sampled note: {per['wall']:.2f} (write {per['write']:.2f}, play {per['play']:.2f}, "
+        f"update {per['update']:.2f})"
+    )
+    print(f"peak RSS: {figures['peak_rss_mib']:.0f} MiB")
+    if figures["peak_gpu_mib"] is not None:
+        print(f"peak GPU memory ({figures['device']}, {figures['dtype']}): {figures['peak_gpu_mib']:.0f} MiB")
+
+
+def development_config(**options: Any) -> MemoPilotTrainConfig:
+    """The step of the development recipe (docs/memopilot.md): `options` override its sizes, player and writer."""
+    steps = options.get("steps", 2)
+    return MemoPilotTrainConfig(
+        **{
+            "note_at": "default",
+            "opponents": DEVELOPMENT.split(","),
+            "games": 3,
+            "rounds": 6,
+            "group": 8,
+            "sequences_per_step": 4,
+            "writer_form": "counter",
+            "max_completion_length": 24,
+            "memory_chars": 120,
+            "memory_words": 15,
+            "eval_every": 0,
+            "save_every": steps,
+            "out": tempfile.mkdtemp(prefix="memopilot-step-"),
+            **options,
+        }
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--player", default="gemma270m")
+    parser.add_argument("--player", default="gemma270m", help="any LLM spec, e.g. hf:DIR?device=cuda")
     parser.add_argument("--writer", default="smollm2", help="the writer G_θ's HF source (`writer_base`)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"), help="the writer's device")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"), help="the writer's dtype")
     parser.add_argument("--opponents", default=DEVELOPMENT)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--sequences", type=int, default=4)
@@ -121,53 +215,24 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = MemoPilotTrainConfig(
+    config = development_config(
         player=args.player,
         writer_base=args.writer,
-        note_at="default",
         opponents=args.opponents.split(","),
         games=args.games,
         rounds=args.rounds,
         group=args.group,
         sequences_per_step=args.sequences,
         steps=args.steps,
-        writer_form="counter",
         max_completion_length=args.max_completion_length,
-        memory_chars=120,
-        memory_words=15,
-        eval_every=0,
-        save_every=args.steps,
-        device="cpu",
-        out=tempfile.mkdtemp(prefix="memopilot-step-"),
+        device=args.device,
+        dtype=args.dtype,
     )
-    trainer = MemoPilotTrainer(config)
-    last = record_last_step(trainer)
     print(
         f"{args.steps} steps × {args.sequences} sequences × G {args.group} × {args.games - 1} notes, "
         f"writer {args.writer}, player {args.player}"
     )
-    print("step  notes  write_s  play_s  update_s  wall_s  s/note")
-    for m in trainer.train():
-        cells = [m["write_s"], m["play_s"], m["update_s"], m["wall_s"], m["wall_s"] / m["notes"]]
-        print(f"{m['step']:>4} {m['notes']:>6} " + " ".join(f"{c:8.2f}" for c in cells))
-    writes, jobs = last["writes"], last["jobs"]
-    write_raw = raw_generate(trainer, writes)
-    play_raw, decisions = raw_play(trainer, jobs)
-    update_raw = raw_forward_backward(trainer, writes)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"last step: {len(writes)} notes, {len(jobs)} games, {decisions} decisions; trainer vs raw")
-    for phase, ours, raw in (
-        ("write", m["write_s"], write_raw),
-        ("play", m["play_s"], play_raw),
-        ("update", m["update_s"], update_raw),
-    ):
-        print(f"  {phase:<6} {ours:7.1f} s vs {raw:7.1f} s   ratio {ours / raw:.2f}")
-    notes = m["notes"]
-    print(
-        f"seconds per sampled note: {m['wall_s'] / notes:.2f} (write {m['write_s'] / notes:.2f}, "
-        f"play {m['play_s'] / notes:.2f}, update {m['update_s'] / notes:.2f})"
-    )
-    print(f"peak RSS: {peak:.0f} MiB")
+    report(measure(config))
 
 
 if __name__ == "__main__":
