@@ -24,15 +24,9 @@ from test_train_lamer import tiny_policy, tokenizer  # noqa: E402,F401 - the tin
 
 from ttlearn.cli import app  # noqa: E402
 from ttlearn.llm.hf import HFPolicy, LoraOptions  # noqa: E402
-from ttlearn.train.lamer import (  # noqa: E402
-    ActionRecord,
-    LamerTrainConfig,
-    LamerTrainer,
-    PolicyRecorder,
-    TextRecord,
-    update,
-)
-from ttlearn.train.memopilot import MemoPilotTrainConfig, Write, policy_update  # noqa: E402
+from ttlearn.train.lamer import LamerTrainConfig, PolicyRecorder  # noqa: E402
+from ttlearn.train.memopilot import MemoPilotTrainConfig  # noqa: E402
+from ttlearn.train.update import Choice, UpdateSettings, policy_update  # noqa: E402
 
 torch.set_num_threads(1)
 SRC = Path(__file__).resolve().parents[2] / "src" / "ttlearn"
@@ -71,29 +65,22 @@ def test_the_policy_makes_no_tensor_on_the_default_device(policy: HFPolicy) -> N
     assert got == expected
 
 
-def lamer_rows(policy: HFPolicy) -> list[tuple[ActionRecord | TextRecord, float]]:
-    prompt = policy.encode(PROMPTS[1])
-    answers = tuple(tuple(policy.answer_ids(m)) for m in MOVES)
-    (sample,) = policy.sample([PROMPTS[0]], max_new_tokens=4, temperature=1.0, seed=1)
-    return [
-        (ActionRecord(("act", 1, 0), tuple(prompt), answers, 1, -1.1), 0.5),
-        (TextRecord(("reflect", 1, 0), sample), -1.0),
-    ]
-
-
 def test_the_trainers_updates_make_no_tensor_on_the_default_device(policy: HFPolicy, tmp_path) -> None:
     frozen = torch.optim.AdamW(policy.trainable_parameters(), lr=0.0)  # gradients, but the weights stay put
-    lamer_config = LamerTrainConfig(out=tmp_path / "lamer")
-    rows = lamer_rows(policy)
-    memopilot_config = MemoPilotTrainConfig(out=tmp_path / "mp", micro_batch=1, beta=0.1)
-    samples = policy.sample(PROMPTS, max_new_tokens=4, temperature=1.0, seed=2)
-    writes = [Write(0, i, 1, s) for i, s in enumerate(samples)]
+    lamer = UpdateSettings.of(LamerTrainConfig(out=tmp_path / "lamer"))
+    memopilot = UpdateSettings.of(MemoPilotTrainConfig(out=tmp_path / "mp", micro_batch=1, beta=0.1))
+    answers = tuple(tuple(policy.answer_ids(m)) for m in MOVES)
+    (reflection,) = policy.sample([PROMPTS[0]], max_new_tokens=4, temperature=1.0, seed=1)
+    lamer_rows = [Choice(tuple(policy.encode(PROMPTS[1])), answers, 1, -1.1), reflection]  # a decision, a reflection
+    writes = policy.sample(PROMPTS, max_new_tokens=4, temperature=1.0, seed=2)
 
     def updates() -> list:
         decision = PolicyRecorder(policy).complete(PROMPTS[1], temperature=1.0, seed=4, choices=MOVES)
-        lamer = update(policy, frozen, rows, lamer_config)
-        memopilot = policy_update(policy, frozen, writes, np.array([1.0, -1.0]), memopilot_config, step=False)
-        return [(decision.text, decision.choice_logprobs), lamer, memopilot]
+        return [
+            (decision.text, decision.choice_logprobs),
+            policy_update(policy, frozen, lamer_rows, np.array([0.5, -1.0]), lamer),
+            policy_update(policy, frozen, writes, np.array([1.0, -1.0]), memopilot, step=False),
+        ]
 
     expected = updates()
     with torch.device("meta"):
@@ -126,12 +113,6 @@ def test_device_cuda_without_a_gpu_is_one_clear_error(trainer: str, tmp_path) ->
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "no CUDA device visible; use --device cpu or auto" in result.output
     assert not (tmp_path / "run").exists()  # refused before the run directory is written
-
-
-def test_lamer_refuses_to_run_under_a_launcher(tmp_path, monkeypatch) -> None:
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(ValueError, match="runs in one process"):
-        LamerTrainer(LamerTrainConfig(out=tmp_path / "run"))
 
 
 @pytest.mark.model

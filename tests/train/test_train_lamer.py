@@ -15,18 +15,19 @@ pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
 from ttlearn.llm.hf import HFPolicy, LoraOptions, Sample, model_dir
+from ttlearn.memory.lamer import LamerMemory
 from ttlearn.rollout.loop import Trial
 from ttlearn.train.lamer import (
-    ActionRecord,
     LamerTrainConfig,
     LamerTrainer,
-    TextRecord,
+    Record,
     TrainStep,
     choice_logprobs,
-    seen_reflection,
     step_advantages,
+    trained_part,
     trial_steps,
 )
+from ttlearn.train.update import Choice
 from ttlearn.types import Episode, Step
 
 torch.set_num_threads(1)
@@ -80,11 +81,12 @@ def test_reflection_steps_sit_between_attempts_and_take_the_next_return() -> Non
 
     trial = Trial(1, [attempt(1, [-1.0, -1.0]), attempt(2, [10.0])])
     sample = type("S", (), {"prompt_ids": (1, 2)})()
+    decision = Choice((1,), ((5,),), 0, 0.0)
     records = [
-        ActionRecord(("act", 1, 0), (1,), ((5,),), 0, 0.0),
-        ActionRecord(("act", 1, 1), (1,), ((5,),), 0, 0.0),
-        TextRecord(("reflect", 1, 0), sample),
-        ActionRecord(("act", 2, 0), (1,), ((5,),), 0, 0.0),
+        Record(("act", 1, 0), decision),
+        Record(("act", 1, 1), decision),
+        Record(("reflect", 1, 0), sample),
+        Record(("act", 2, 0), decision),
     ]
     # attempt 2 restarts from the board of attempt 1's first step: same state key "s0", other attempt
     steps = trial_steps(trial, records, {(1, 0): "s0", (1, 1): "s1", (2, 0): "s0"})
@@ -114,18 +116,20 @@ def test_only_the_reflection_tokens_the_next_attempt_sees_are_trained(tokenizer)
     tail = tokenizer.encode("</reflection>", add_special_tokens=False)
     ids = tuple(head + body + tail)
     sample = Sample((1, 2), ids, tuple(float(-k) for k in range(len(ids))), "unused", True)
-    seen = seen_reflection(policy, TextRecord(("reflect", 1, 0), sample), max_chars=400)
+    seen = trained_part(policy, Record(("reflect", 1, 0), sample), LamerMemory(max_chars=400))
     assert seen is not None
-    assert tokenizer.decode(seen.sample.completion_ids).strip() == "Reveal the corner first then the edge</reflection>"
-    assert seen.sample.prompt_ids[:2] == (1, 2) and seen.sample.prompt_ids[2:] + seen.sample.completion_ids == ids
-    start = len(seen.sample.prompt_ids) - 2
-    assert seen.sample.logprobs == sample.logprobs[start:]
+    assert tokenizer.decode(seen.row.completion_ids).strip() == "Reveal the corner first then the edge</reflection>"
+    assert seen.row.prompt_ids[:2] == (1, 2) and seen.row.prompt_ids[2:] + seen.row.completion_ids == ids
+    start = len(seen.row.prompt_ids) - 2
+    assert seen.row.logprobs == sample.logprobs[start:]
     # cut at 20 characters: "Reveal the corner" is all the next attempt reads, so the rest is not trained
-    cut = seen_reflection(policy, TextRecord(("reflect", 1, 0), sample), max_chars=20)
-    assert tokenizer.decode(cut.sample.completion_ids).strip() == "Reveal the corner"
+    cut = trained_part(policy, Record(("reflect", 1, 0), sample), LamerMemory(max_chars=20))
+    assert tokenizer.decode(cut.row.completion_ids).strip() == "Reveal the corner"
     empty = tuple(tokenizer.encode("<reflection></reflection>", add_special_tokens=False))
     empty_sample = dataclasses.replace(sample, completion_ids=empty, logprobs=(0.0,) * len(empty))
-    assert seen_reflection(policy, TextRecord(("reflect", 1, 0), empty_sample), 400) is None  # nothing shown
+    assert trained_part(policy, Record(("reflect", 1, 0), empty_sample), LamerMemory()) is None  # nothing shown
+    action = Record(("act", 1, 0), sample)
+    assert trained_part(policy, action, LamerMemory(max_chars=20)) is action  # an action reply is trained whole
 
 
 @pytest.mark.parametrize("actions", ["text", "choices"])

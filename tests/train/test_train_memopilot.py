@@ -15,18 +15,17 @@ import pytest
 
 from ttlearn.memory.memopilot import seen_token_count
 from ttlearn.players.base import Decision, Player
+from ttlearn.train.base import rank_share
 from ttlearn.train.memopilot import (
     MemoPilotTrainConfig,
     MemoPilotTrainer,
     Write,
     interval,
-    micro_batch_weight,
     move_shares,
     paired_change,
-    policy_update,
-    rank_rollouts,
     write_advantages,
 )
+from ttlearn.train.update import UpdateSettings, micro_batch_weight, policy_update
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
@@ -80,10 +79,11 @@ def test_micro_batch_weights_recover_the_whole_batch_loss() -> None:
         assert torch.allclose(parts, whole, atol=1e-6), loss_type
 
 
-def test_rank_rollouts_split_the_group_evenly() -> None:
-    assert rank_rollouts(4, 0, 2) == [0, 2] and rank_rollouts(4, 1, 2) == [1, 3] and rank_rollouts(3, 0, 1) == [0, 1, 2]
-    with pytest.raises(ValueError, match="multiple"):
-        rank_rollouts(3, 0, 2)
+def test_rank_share_splits_the_group_evenly() -> None:
+    assert rank_share(4, 0, 2, "group") == [0, 2] and rank_share(4, 1, 2, "group") == [1, 3]
+    assert rank_share(3, 0, 1, "group") == [0, 1, 2]
+    with pytest.raises(ValueError, match=r"group \(3\) must be a multiple of the number of processes \(2\)"):
+        rank_share(3, 0, 2, "group")
 
 
 def test_the_curve_statistics_by_hand() -> None:
@@ -143,6 +143,10 @@ def tiny(tmp_path, **overrides) -> MemoPilotTrainConfig:
     return MemoPilotTrainConfig(**{**settings, **overrides})
 
 
+def settings(trainer: MemoPilotTrainer) -> UpdateSettings:
+    return UpdateSettings.of(trainer.config)
+
+
 def lora_weights(trainer: MemoPilotTrainer) -> list[torch.Tensor]:
     return [p.detach().clone() for p in trainer.params]
 
@@ -165,7 +169,7 @@ def test_loss_logprobs_come_from_the_sampling_weights_and_temperature(trainer: M
     for row, s in enumerate(samples):
         assert torch.allclose(recomputed[row, : len(s.logprobs)], torch.tensor(s.logprobs), atol=1e-4)
     advantages = np.array([1.0, -0.5])
-    stats = policy_update(trainer.policy, trainer.optimizer, writes, advantages, trainer.config, step=False)
+    stats = policy_update(trainer.policy, trainer.optimizer, samples, advantages, settings(trainer), step=False)
     assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-5) and stats["clip_fraction"] == 0.0
     assert np.isfinite(stats["grad_norm"]) and stats["grad_norm"] > 0
     grads = [p.grad for p in trainer.params if p.grad is not None]
@@ -178,8 +182,9 @@ def test_one_step_changes_the_adapters_and_lowers_the_loss(trainer: MemoPilotTra
     writes = trainer.play_rollouts([(0, "biased", 12)], [0, 1], 1.0, sample_seed=6)[0].writes
     advantages = np.array([1.0, -1.0])
     before = lora_weights(trainer)
-    first = policy_update(trainer.policy, trainer.optimizer, writes, advantages, trainer.config)
-    after = policy_update(trainer.policy, trainer.optimizer, writes, advantages, trainer.config, step=False)
+    samples = [w.sample for w in writes]
+    first = policy_update(trainer.policy, trainer.optimizer, samples, advantages, settings(trainer))
+    after = policy_update(trainer.policy, trainer.optimizer, samples, advantages, settings(trainer), step=False)
     trainer.optimizer.zero_grad(set_to_none=True)
     assert any(not torch.equal(a, b) for a, b in zip(before, lora_weights(trainer)))
     assert after["loss"] < first["loss"] - 1e-4

@@ -15,16 +15,19 @@ A run directory OUT holds
 
 A new trainer is one module in this package: a `TrainConfig` subclass (every field with a `description`, which a
 generic `ttlearn train NAME --option value` turns into help) and a `Trainer` subclass named once, by its line in the
-`TRAINERS` table below, that loads its policy and implements one step. The loop, checkpoints, resume and the metrics log are here.
+`TRAINERS` table below, that loads its policy and implements one step, updating the policy with the one policy
+update (`ttlearn.train.update`). The loop, checkpoints, resume and the metrics log are here.
 
 Devices: `--device auto|cpu|cuda` is resolved once (`this_device`); the policy is loaded there and every tensor a
 trainer makes follows `policy.device`. Checkpoints are loaded onto the CPU first (`map_location`), so a run saved on a
 GPU resumes on a CPU and the other way round; the optimiser moves its state to the parameters' device.
 
-Data parallel (`accelerate launch`, `torchrun`): one process per GPU, each on `cuda:LOCAL_RANK`; rank 0 writes the
-directory, every rank reads the checkpoint, and the ranks meet at barriers around writes. In one process the helpers
-are no-ops. torch is imported inside functions, so the registry lists trainers on an install without the `train`
-extra.
+Data parallel (`accelerate launch`, `torchrun`): one process per GPU (or several on the CPU, over gloo), each on
+`cuda:LOCAL_RANK`; every trainer holds `accelerate`'s prepared scorer and optimiser (`self.scorer`,
+`self.optimizer`), so the update averages the gradients over the processes and the weights stay the same everywhere.
+Rank 0 writes the directory, every rank reads the checkpoint, and the ranks meet at barriers around writes. In one
+process the helpers are no-ops. torch is imported inside functions, so the registry lists trainers on an install
+without the `train` extra.
 
 A trainer's directory may come from anyone, like a run directory (docs/run-directory.md): resuming reads only
 regular files inside it (`ttlearn.untrusted`; a checkpoint is a real directory of regular files) and unpickles
@@ -48,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ttlearn.llm.hf.placement import Device, resolve_device, this_device  # noqa: F401 - re-exported
 from ttlearn.registry import Registry
 from ttlearn.runs import RunDir, append_durable, read_durable
+from ttlearn.train.update import scorer_module
 from ttlearn.types import Episode
 from ttlearn.untrusted import UntrustedFileError, open_regular, read_json, regular_directory, write_atomic
 
@@ -97,6 +101,14 @@ def world() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def rank_share(count: int, rank: int, world: int, what: str) -> list[int]:
+    """The items 0..count−1 rank `rank` plays: i ≡ rank (mod world). Equal shares give every rank the same work and
+    every advantage group the same weight on each rank."""
+    if count % world:
+        raise ValueError(f"{what} ({count}) must be a multiple of the number of processes ({world})")
+    return list(range(rank, count, world))
 
 
 def barrier() -> None:
@@ -157,10 +169,11 @@ def load_trainer_state(path: Path) -> dict[str, Any]:
 
 # ---- the trainer -------------------------------------------------------------------------------------------------
 class Trainer(ABC):
-    """The loop of a trainer: claim or reopen the run directory, load the policy and the optimiser, resume from the
-    last checkpoint, then `train_step` until `config.steps`, logging and checkpointing. Subclasses set
-    `config_class` and implement `load_policy` and `train_step`; they check their own options (env names, …) before
-    calling `super().__init__`, so a bad option fails before a model loads or a directory is written."""
+    """The loop of a trainer: start the processes, claim or reopen the run directory, load the policy and the
+    optimiser, resume from the last checkpoint, then `train_step` until `config.steps`, logging and checkpointing.
+    Subclasses set `config_class` and implement `load_policy` and `train_step`; they check their own options (env
+    names, how the work splits over the processes, …) in `check`, so a bad option fails before a model loads or a
+    directory is written."""
 
     name: ClassVar[str]
     config_class: ClassVar[type[TrainConfig]]
@@ -171,11 +184,16 @@ class Trainer(ABC):
 
     def __init__(self, config: TrainConfig, *, progress: Progress | None = None, policy: HFPolicy | None = None):
         import torch
+        from accelerate import Accelerator
 
         self.config, self.progress = config, progress
-        self.rank, self.world = world()
         self.out = Path(config.out)
         self.device = this_device(config.device, config.dtype)
+        # under a launcher this starts torch.distributed (NCCL between GPUs, gloo between CPUs); the policy is placed
+        # by `this_device`, so accelerate leaves placement alone
+        self.accelerator = Accelerator(cpu=self.device.name == "cpu", device_placement=False)
+        self.rank, self.world = world()
+        self.check()
         self._claim_run_directory()
         torch.manual_seed(config.seed)  # the same LoRA initialisation on every rank
         self.policy = policy or self.load_policy()
@@ -186,6 +204,9 @@ class Trainer(ABC):
         self.played: list[Episode] = []
         """The episodes the step in progress played (rank 0's are recorded)."""
         self.step = self._resume()
+        self.scorer, self.optimizer = self.accelerator.prepare(scorer_module(self.policy), self.optimizer)
+        """The policy's `row_logprobs` as `accelerate` prepared it (data parallel under a launcher) and the optimiser
+        it wraps: what `policy_update` takes."""
 
     @property
     def final(self) -> Path:
@@ -195,6 +216,10 @@ class Trainer(ABC):
     def next_command(self) -> str:
         """How to use what was trained, for the end of `ttlearn train`."""
         return f"play it with --llm hf:{self.final}"
+
+    def check(self) -> None:  # noqa: B027 - a hook: a trainer with nothing to check keeps it empty
+        """Refuse options that cannot work before a model loads or the directory is written (`self.rank` and
+        `self.world` are known); keep what the check built."""
 
     @abstractmethod
     def load_policy(self) -> HFPolicy:

@@ -5,9 +5,10 @@ each (`ttlearn.rollout.loop.play_trial`), with the policy both choosing the acti
 attempts; score every step with `cross_episode_returns` (G_t⁽ⁿ⁾ = its attempt's γ_step-discounted return from t plus
 Σ_{m>n} γ_trajᵐ⁻ⁿ of each later attempt's discounted return, so an early attempt is credited for what the later ones
 achieve and the first step's return is the trial's score R(τ)), turn returns into advantages by GiGPO or the GRPO
-variant, and take one clipped policy-gradient step (`policy_loss`) on the action tokens and on the reflection tokens
-the next attempt sees. The baselines `gigpo` and `grpo` play the same number of attempts per instance, all
-independent and without reflection (LaMer's 8 × 3 against 24 × 1).
+variant, and take one clipped policy-gradient step, the one policy update of every trainer (`ttlearn.train.update`,
+in micro-batches), on the action tokens and on the reflection tokens the next attempt sees (`train.seen`). The
+baselines `gigpo` and `grpo` play the same number of attempts per instance, all independent and without reflection
+(LaMer's 8 × 3 against 24 × 1).
 
 A trial's score is LaMer's discounted R(τ) = Σₙ γ_trajⁿ Σₜ γ_stepᵗ rₜ⁽ⁿ⁾ (`discounted_score_terms`): the paper's
 formula, the default. The authors' released code computes the returns and GiGPO's episode term otherwise;
@@ -25,26 +26,31 @@ impossible, which LaMer's agents do not enjoy, so it is the option for models to
 Each choice is a sequence of one "token", log π(a | s); each text is its sampled tokens at T. With one update per
 batch the PPO ratio is 1 and the clip inactive (TRL's default, num_iterations = 1).
 
+Data parallel: under `accelerate launch` or `torchrun` (one process per GPU, or several on the CPU) every rank plays
+its share of each instance's trials (trial j on rank j mod P, with the seeds one process would give it), the ranks
+exchange what they played (`accelerate.utils.gather_object`), so every rank computes the advantages of the whole
+step, and each updates on its own trials' rows through `accelerate`'s prepared scorer and optimiser, which average
+the gradients: the same step as one process, and the same weights on every rank.
+
 The run directory, checkpoints and resume are the trainer base's (`ttlearn.train.base`); play the result with
 `hf:OUT/final`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import random
 import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.llm.base import LLM, Message
+from ttlearn.llm.hf import Sample
 from ttlearn.memory.base import make_memory
 from ttlearn.memory.lamer import LamerMemory, seen_token_span
 from ttlearn.rollout.loop import Trial, play_trial
@@ -60,16 +66,19 @@ from ttlearn.train.advantages import (
     released_gigpo_advantages,
     released_step_returns,
 )
-from ttlearn.train.base import Progress, TrainConfig, Trainer
+from ttlearn.train.base import TrainConfig, Trainer, rank_share
+from ttlearn.train.seen import seen_tokens
+from ttlearn.train.update import Choice, Row, UpdateSettings, choice_logprobs, policy_update
 from ttlearn.types import Completion
 
 if TYPE_CHECKING:
-    import torch
+    from ttlearn.llm.hf import HFPolicy
 
-    from ttlearn.llm.hf import HFPolicy, Sample
 
 class LamerTrainConfig(TrainConfig):
     """`ttlearn train lamer` options."""
+
+    resumable: ClassVar[frozenset[str]] = TrainConfig.resumable | {"micro_batch"}
 
     env: str = Field("sokoban", description="Environment of the trials (sokoban or minesweeper).")
     env_options: dict[str, Any] = Field(default_factory=dict, description="Environment options.")
@@ -113,6 +122,9 @@ class LamerTrainConfig(TrainConfig):
     moves_per_turn: int | None = Field(
         None, ge=1, description="Scored moves per turn; None: the environment's actions per turn."
     )
+    micro_batch: int = Field(
+        8, ge=1, description="Rows (decisions, reflections) per forward/backward pass: memory, not the update."
+    )
 
     @property
     def reflects(self) -> bool:
@@ -139,28 +151,13 @@ class LamerTrainConfig(TrainConfig):
 
 
 # ---- the policy as the trial loop's LLM, keeping what the loss needs ---------------------------------------------
-def choice_logprobs(
-    policy: HFPolicy, prompt: Sequence[int], answers: Sequence[Sequence[int]], temperature: float
-) -> torch.Tensor:
-    """log π(a | prompt) = log_softmax_a(score(a) / T), score by `HFPolicy.choice_scores` (gradients flow)."""
-    import torch
-
-    return torch.log_softmax(policy.choice_scores(prompt, answers) / temperature, dim=0)
-
-
 @dataclass(frozen=True)
-class ActionRecord:
-    tag: tuple[str, int, int]
-    prompt: tuple[int, ...]
-    answers: tuple[tuple[int, ...], ...]
-    chosen: int
-    old_logp: float
+class Record:
+    """One call of the policy during a trial: what it sampled (a text, or a choice among the legal actions), filed
+    under the trial step it served: (kind "act" or "reflect", attempt, step)."""
 
-
-@dataclass(frozen=True)
-class TextRecord:
     tag: tuple[str, int, int]
-    sample: Sample
+    row: Row
 
 
 class PolicyRecorder(LLM):
@@ -171,7 +168,7 @@ class PolicyRecorder(LLM):
 
     def __init__(self, policy: HFPolicy) -> None:
         self.policy, self.spec = policy, policy.spec
-        self.records: list[ActionRecord | TextRecord] = []
+        self.records: list[Record] = []
         self.tag: tuple[str, int, int] = ("act", 1, 0)
 
     def mark(self, kind: str, attempt: int, step: int) -> None:
@@ -198,16 +195,16 @@ class PolicyRecorder(LLM):
             with torch.no_grad():
                 logps = choice_logprobs(self.policy, prompt, answers, temperature)
             chosen = int(torch.multinomial(logps.exp(), 1, generator=self.policy.generator(seed)))
-            self.records.append(ActionRecord(self.tag, tuple(prompt), answers, chosen, float(logps[chosen])))
+            self.records.append(Record(self.tag, Choice(tuple(prompt), answers, chosen, float(logps[chosen]))))
             scores = dict(zip(choices, logps.tolist()))
             return Completion(choices[chosen], len(prompt), 0, time.perf_counter() - start, choice_logprobs=scores)
         (sample,) = self.policy.sample_ids(
             [prompt], max_new_tokens=max_tokens, temperature=temperature, seed=seed, stop=stop
         )
-        self.records.append(TextRecord(self.tag, sample))
+        self.records.append(Record(self.tag, sample))
         return Completion(sample.text.strip(), len(prompt), len(sample.completion_ids), time.perf_counter() - start)
 
-    def take(self) -> list[ActionRecord | TextRecord]:
+    def take(self) -> list[Record]:
         records, self.records = self.records, []
         return records
 
@@ -221,17 +218,15 @@ class TrainStep:
     attempt: int
     reflection: bool
     anchor: Any
-    records: tuple[ActionRecord | TextRecord, ...]
+    records: tuple[Record, ...]
 
 
-def trial_steps(
-    trial: Trial, records: list[ActionRecord | TextRecord], states: dict[tuple[int, int], Hashable | None]
-) -> list[TrainStep]:
+def trial_steps(trial: Trial, records: list[Record], states: dict[tuple[int, int], Hashable | None]) -> list[TrainStep]:
     """The trial's steps in play order: each attempt's turns, then the reflection written after it (if any).
 
     `states[(attempt, step)]` is the environment's `state_key()` when the step was decided (None where it names
     none); a step's GiGPO anchor is (attempt, that state)."""
-    by_tag: dict[tuple[str, int, int], list[ActionRecord | TextRecord]] = {}
+    by_tag: dict[tuple[str, int, int], list[Record]] = {}
     for record in records:
         by_tag.setdefault(record.tag, []).append(record)
     steps = []
@@ -248,28 +243,17 @@ def trial_steps(
             )
         written = by_tag.get(("reflect", episode.index, 0), [])
         if written:
-            steps.append(
-                TrainStep(0.0, episode.index, True, ("reflection", written[0].sample.prompt_ids), tuple(written))
-            )
+            steps.append(TrainStep(0.0, episode.index, True, ("reflection", written[0].row.prompt_ids), tuple(written)))
     return steps
 
 
-def seen_reflection(policy: HFPolicy, record: TextRecord, max_chars: int) -> TextRecord | None:
-    """The reflection cut to the tokens the next attempt sees (`seen_token_span`): the tokens before the span join
-    the prompt, those after it are dropped, log-probs alike; None when nothing is seen."""
-    sample = record.sample
-    ids = sample.completion_ids
-    prefixes = [policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True) for k in range(len(ids))]
-    start, end = seen_token_span(prefixes, max_chars)
-    if start == end:
-        return None
-    seen = dataclasses.replace(
-        sample,
-        prompt_ids=sample.prompt_ids + ids[:start],
-        completion_ids=ids[start:end],
-        logprobs=sample.logprobs[start:end],
-    )
-    return TextRecord(record.tag, seen)
+def trained_part(policy: HFPolicy, record: Record, memory: Any) -> Record | None:
+    """What of a record is trained: a reflection only as far as the next attempt sees it (`seen_token_span`; None
+    when it sees nothing), the rest whole."""
+    if record.tag[0] != "reflect" or not isinstance(record.row, Sample) or not isinstance(memory, LamerMemory):
+        return record
+    seen = seen_tokens(policy, record.row, lambda texts: seen_token_span(texts, memory.max_chars))
+    return Record(record.tag, seen) if seen.completion_ids else None
 
 
 def refuse_stateless_gigpo(config: LamerTrainConfig, env: Env) -> None:
@@ -311,54 +295,6 @@ def step_advantages(trials: list[tuple[Any, Any, list[TrainStep]]], config: Lame
     return grpo_episode_advantages(scores, groups, trial_ids)
 
 
-# ---- the update --------------------------------------------------------------------------------------------------
-def record_logprobs(
-    policy: HFPolicy, record: ActionRecord | TextRecord, temperature: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-probs with gradients [1, L], the sampling-time ones [1, L]) of one decision or reflection."""
-    import torch
-
-    if isinstance(record, ActionRecord):
-        logp = choice_logprobs(policy, record.prompt, record.answers, temperature)[record.chosen].reshape(1, 1)
-        return logp, torch.tensor([[record.old_logp]], device=logp.device)
-    logp, _ = policy.sequence_logprobs([record.sample.prompt_ids], [record.sample.completion_ids], temperature)
-    return logp, torch.tensor([record.sample.logprobs], device=logp.device)
-
-
-def update(
-    policy: HFPolicy, optimizer: Any, rows: list[tuple[ActionRecord | TextRecord, float]], config: LamerTrainConfig
-) -> dict[str, float]:
-    """One optimiser step on `policy_loss` with TRL's "grpo" aggregation: (1/B) Σ_rows mean over the row's tokens.
-
-    The sum splits by row, so each row is backpropagated on its own (memory stays one row deep); rows with zero
-    advantage contribute neither loss nor gradient and are skipped.
-    """
-    import torch
-
-    from ttlearn.train.loss import policy_loss
-
-    optimizer.zero_grad()
-    total, clipped, used = 0.0, 0.0, 0
-    for record, advantage in rows:
-        if advantage == 0.0:
-            continue
-        logp, old = record_logprobs(policy, record, config.temperature)
-        loss, stats = policy_loss(logp, old, torch.tensor([advantage], device=logp.device), torch.ones_like(logp))
-        (loss / len(rows)).backward()
-        total += float(loss.detach()) / len(rows)
-        clipped += stats["clip_fraction"]
-        used += 1
-    norm = torch.nn.utils.clip_grad_norm_(policy.trainable_parameters(), config.max_grad_norm)
-    optimizer.step()
-    return {
-        "loss": total,
-        "rows": len(rows),
-        "rows_trained": used,
-        "grad_norm": float(norm),
-        "clip_fraction": clipped / max(used, 1),
-    }
-
-
 # ---- the trainer -------------------------------------------------------------------------------------------------
 def pool_seed(config: LamerTrainConfig, index: int) -> int:
     return derive_seed(config.seed, "train-task", index)
@@ -381,6 +317,16 @@ def trial_metrics(trials: list[Trial]) -> dict[str, float]:
     }
 
 
+@dataclass(frozen=True)
+class PlayedTrial:
+    """One trial of a step: its instance, its index in the instance's group, its steps (`trial_steps`), the trial."""
+
+    instance: int
+    index: int
+    steps: list[TrainStep]
+    trial: Trial
+
+
 class LamerTrainer(Trainer):
     """LaMer: cross-episode meta-RL of the agent policy over multi-attempt trials (LoRA on the embedded model).
 
@@ -389,15 +335,14 @@ class LamerTrainer(Trainer):
     config_class = LamerTrainConfig
     config: LamerTrainConfig
 
-    def __init__(
-        self, config: LamerTrainConfig, *, progress: Progress | None = None, policy: HFPolicy | None = None
-    ) -> None:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ValueError("the lamer trainer runs in one process; start it without accelerate launch or torchrun")
+    def check(self) -> None:
+        """The environment, its moves per turn and the estimator fit together, and each instance's trials split
+        evenly over the processes (`self.trials`: this rank's)."""
+        config = self.config
         self.env = make_env(config.env, **{"seed": config.seed, **config.env_options})
-        resolve_moves_per_turn(config.moves_per_turn, self.env)  # refuse a bad moves_per_turn before a model loads
+        resolve_moves_per_turn(config.moves_per_turn, self.env)
         refuse_stateless_gigpo(config, self.env)
-        super().__init__(config, progress=progress, policy=policy)
+        self.trials = rank_share(config.trial_shape()[0], self.rank, self.world, "trials per instance")
 
     def next_command(self) -> str:
         final = self.final
@@ -415,8 +360,10 @@ class LamerTrainer(Trainer):
             return HFPolicy.from_adapter(self.config.policy, **placement)
         return HFPolicy.from_source(self.config.policy, lora=LoraOptions(r=self.config.lora_r), **placement)
 
-    def collect(self, step: int) -> tuple[list[tuple[Any, Any, list[TrainStep]]], list[Trial]]:
-        """Play every trial of one step; returns (instance, trial id, steps) per trial and the trials themselves."""
+    def collect(self, step: int) -> list[PlayedTrial]:
+        """Play this rank's trials of one step; returns every rank's, in the order one process plays them."""
+        from accelerate.utils import gather_object
+
         config, env = self.config, self.env
         recorder = PolicyRecorder(self.policy)
         player, _ = make_player(
@@ -435,10 +382,11 @@ class LamerTrainer(Trainer):
             if kind == "act":  # the state the coming decision acts on: the GiGPO anchor
                 states[(attempt, index)] = env.state_key()
 
-        n_trials, attempts = config.trial_shape()
-        batch, trials = [], []
-        for instance in step_instances(config, step):
-            for j in range(n_trials):
+        attempts = config.trial_shape()[1]
+        instances = step_instances(config, step)
+        played = []
+        for instance in instances:
+            for j in self.trials:
                 memory = (
                     make_memory(
                         "lamer",
@@ -461,30 +409,51 @@ class LamerTrainer(Trainer):
                     mark=mark,
                     act_seed=lambda a, s, i=instance, j=j: derive_seed(config.seed, "train-act", step, i, j, a, s),
                 )
-                records = [self.trained_part(r, memory) for r in recorder.take()]
-                batch.append((instance, j, trial_steps(trial, [r for r in records if r is not None], states)))
-                trials.append(trial)
-                self.played.extend(trial.attempts)
-        return batch, trials
-
-    def trained_part(self, record: ActionRecord | TextRecord, memory: Any) -> ActionRecord | TextRecord | None:
-        """What of a record is trained: a reflection only as far as the next attempt sees it, the rest whole."""
-        if record.tag[0] != "reflect" or not isinstance(record, TextRecord) or not isinstance(memory, LamerMemory):
-            return record
-        return seen_reflection(self.policy, record, memory.max_chars)
+                records = [trained_part(self.policy, r, memory) for r in recorder.take()]
+                steps = trial_steps(trial, [r for r in records if r is not None], states)
+                played.append(PlayedTrial(instance, j, steps, trial))
+        return sorted(gather_object(played), key=lambda p: (instances.index(p.instance), p.index))
 
     def train_step(self, step: int) -> dict[str, Any]:
         start = time.perf_counter()
-        batch, trials = self.collect(step)
-        advantages = step_advantages(batch, self.config)
-        rows, position = [], 0
-        for _, _, steps in batch:
-            for train_step in steps:
-                rows.extend((record, float(advantages[position])) for record in train_step.records)
+        played = self.collect(step)
+        advantages = step_advantages([(p.instance, p.index, p.steps) for p in played], self.config)
+        rows, mine, position = [], [], 0
+        for trial in played:
+            for train_step in trial.steps:
+                for record in train_step.records:
+                    rows.append((record, float(advantages[position])))
+                    mine.append(trial.index in self.trials)
                 position += 1
+        self.played.extend(episode for p in played for episode in p.trial.attempts)
         return {
-            **update(self.policy, self.optimizer, rows, self.config),
-            **trial_metrics(trials),
+            **self.update(rows, mine),
+            **trial_metrics([p.trial for p in played]),
             "reflections": sum(r.tag[0] == "reflect" for r, _ in rows),
             "wall_s": time.perf_counter() - start,
         }
+
+    def update(self, rows: list[tuple[Record, float]], mine: list[bool]) -> dict[str, float]:
+        """The policy update on this rank's rows of the step (`mine`) with TRL's "grpo" aggregation over all of them:
+        (1/B) Σ_rows mean over the row's tokens.
+
+        Rows with zero advantage add neither loss nor gradient and are skipped; when the whole step has none with
+        one, no step is taken (AdamW leaves parameters without a gradient alone). A rank whose own rows all have
+        zero advantage still joins the gradient average, with one of them."""
+        trained = sum(advantage != 0.0 for _, advantage in rows)
+        stats = {"loss": 0.0, "grad_norm": 0.0, "clip_fraction": 0.0}
+        if trained:
+            own = [row for row, is_mine in zip(rows, mine) if is_mine]
+            part = [row for row in own if row[1] != 0.0] or own[:1]
+            found = policy_update(
+                self.policy,
+                self.optimizer,
+                [record.row for record, _ in part],
+                np.array([advantage for _, advantage in part]),
+                UpdateSettings.of(self.config),
+                accelerator=self.accelerator,
+                scorer=self.scorer,
+                batch_rows=len(rows),
+            )
+            stats = {name: found[name] for name in stats}
+        return {**stats, "rows": len(rows), "rows_trained": trained}

@@ -4,8 +4,9 @@ One training sequence = (opponent, seed). Its G rollouts each play T games: game
 every rollout, so it is played once), then after game t the writer samples m_t ~ G_θ(· | e_t, m_{t−1}) — with the
 exact prompt and length bound of `ttlearn.memory.memopilot` — and the frozen player plays game t+1 reading m_t.
 The reward of write t is the per-round score of game t+1; advantages are turn-level and context-independent
-(`turn_level_advantages` over the G rollouts of the sequence), and the loss is TRL's clipped GRPO loss on the tokens
-of each write, with the sampling-time log-probs as the old policy.
+(`turn_level_advantages` over the G rollouts of the sequence), and the step is the one policy update
+(`ttlearn.train.update`): TRL's clipped GRPO loss on the tokens of each write, with the sampling-time log-probs as
+the old policy, in micro-batches.
 
 What makes a step cheap without changing what it computes: the step's sequences advance in lockstep, so each turn's
 S·G writes are one batched sampling call (`HFPolicy.sample`, which evaluates the G identical prompts after game 1
@@ -14,7 +15,7 @@ other rollout's note suggested replays that game from the embedded runtime's rep
 the writes that share a prompt on one evaluation of it (`HFPolicy.sequence_logprobs`).
 
 Only the tokens the player sees are trained: the memory is cut to `memory_chars` after sampling, and the tokens past
-the cut (`seen_token_count`) are dropped from the write, since no reward depends on them.
+the cut (`seen_token_count`) are dropped from the write (`train.seen`), since no reward depends on them.
 
 Data parallel: under `accelerate launch` or `torchrun` (one process per GPU, or several on the CPU) every rank plays
 its share of the G rollouts and the reward matrices are summed across ranks (`Accelerator.reduce`), so all ranks
@@ -25,8 +26,6 @@ and resume are the trainer base's (`ttlearn.train.base`).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -49,14 +48,12 @@ from ttlearn.rollout.parts import make_player
 from ttlearn.runs import RunDir, read_durable
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
-from ttlearn.train.base import Progress, TrainConfig, Trainer, this_device
-from ttlearn.train.loss import LOSS_TYPES
+from ttlearn.train.base import Progress, TrainConfig, Trainer, rank_share
+from ttlearn.train.seen import seen_tokens
+from ttlearn.train.update import UpdateSettings, base_logprobs, policy_update
 from ttlearn.types import Episode, NoteAt
 
 if TYPE_CHECKING:
-    import torch
-    from accelerate import Accelerator
-
     from ttlearn.llm.hf import HFPolicy, Sample
 
 
@@ -171,30 +168,6 @@ def write_advantages(writes: Sequence[Write], rewards: dict[int, np.ndarray], sc
     return np.array([table[w.sequence][w.rollout, w.turn - 1] for w in writes], dtype=float)
 
 
-def micro_batch_weight(loss_type: str, rows: int, tokens: int, total_rows: int, total_tokens: int) -> float:
-    """w_c such that Σ_c w_c · loss_c over micro-batches c equals the loss of the whole batch:
-
-    grpo, dr_grpo: w_c = B_c / B   (both average over sequences; dr_grpo's divisor is B · max_completion_length),
-    bnpo:          w_c = N_c / N   (a mean over all N completion tokens),
-    dapo:          w_c = 1         (policy_loss already divides by num_items_in_batch, the whole batch's tokens).
-    """
-    if loss_type in ("grpo", "dr_grpo"):
-        return rows / total_rows
-    if loss_type == "bnpo":
-        return tokens / total_tokens
-    if loss_type == "dapo":
-        return 1.0
-    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
-
-
-def rank_rollouts(group: int, rank: int, world: int) -> list[int]:
-    """The rollouts rank `rank` plays: i ≡ rank (mod world). Equal shares keep the sequence means of every rank equal
-    in weight when gradients are averaged."""
-    if group % world:
-        raise ValueError(f"group ({group}) must be a multiple of the number of processes ({world})")
-    return list(range(rank, group, world))
-
-
 def interval(values: Sequence[float]) -> list[float]:
     """[mean, low, high]: the mean with its 95 % t-interval (low = high = mean for one value)."""
     mean, half = mean_ci(values) if len(values) > 1 else (float(np.mean(values)), 0.0)
@@ -218,113 +191,14 @@ def move_shares(moves: Sequence[str | None]) -> dict[str, float]:
     return {move: round(n / len(moves), 4) for move, n in counts.items()}
 
 
-# ---- the policy update -------------------------------------------------------------------------------------------
-def policy_update(
-    policy: HFPolicy,
-    optimizer: torch.optim.Optimizer,
-    writes: Sequence[Write],
-    advantages: np.ndarray,
-    config: MemoPilotTrainConfig,
-    *,
-    accelerator: Accelerator | None = None,
-    scorer: torch.nn.Module | None = None,
-    global_tokens: int | None = None,
-    step: bool = True,
-) -> dict[str, float]:
-    """`ppo_epochs` optimiser steps of `policy_loss` on the writes' completion tokens, old log-probs = sampled ones.
-
-    With an `accelerator` the log-probs come from its prepared `scorer` (the policy's `sequence_logprobs` as a
-    module, data parallel under a launcher) and the gradients are synchronised on the last micro-batch's backward;
-    without one, from the policy directly. Returns stats of the first epoch's loss (the number a resumed run must
-    reproduce) and of the last step's gradient. `global_tokens`: completion tokens of the step over all ranks (for
-    "dapo"). `step=False` computes loss and gradients only (tests, benchmarks)."""
-    import torch
-
-    from ttlearn.llm.hf import pad_rows
-    from ttlearn.train.loss import policy_loss
-
-    if not writes:
-        raise ValueError("policy_update needs at least one write")
-    processes = accelerator.num_processes if accelerator else 1
-    score = scorer or policy.sequence_logprobs
-    params = policy.trainable_parameters()
-    tokens = [len(w.sample.completion_ids) for w in writes]
-    total_tokens = sum(tokens)
-    num_items = (global_tokens or total_tokens * processes) / processes  # TRL: the batch's tokens per process
-    chunks = [range(i, min(i + config.micro_batch, len(writes))) for i in range(0, len(writes), config.micro_batch)]
-    refs: list[torch.Tensor | None] = [None] * len(chunks)
-    if config.beta:
-        refs = [base_logprobs(policy, [writes[i] for i in c], config.temperature) for c in chunks]
-    first: dict[str, float] = {}
-    policy.model.train()
-    try:
-        for epoch in range(config.ppo_epochs):
-            totals = {"loss": 0.0, "clip_fraction": 0.0, "ratio_mean": 0.0, "kl": 0.0}
-            for n, (chunk, ref) in enumerate(zip(chunks, refs)):
-                batch = [writes[i].sample for i in chunk]
-                last = n == len(chunks) - 1
-                with accelerator.no_sync(scorer) if accelerator and not last else contextlib.nullcontext():
-                    logp, mask = score(
-                        [s.prompt_ids for s in batch], [s.completion_ids for s in batch], config.temperature
-                    )
-                    old, _ = pad_rows(
-                        [s.logprobs for s in batch], 0.0, left=False, device=logp.device, dtype=logp.dtype
-                    )
-                    loss, stats = policy_loss(
-                        logp,
-                        old,
-                        torch.tensor(advantages[list(chunk)], dtype=logp.dtype, device=logp.device),
-                        mask,
-                        epsilon=config.epsilon,
-                        epsilon_high=config.epsilon_high,
-                        beta=config.beta,
-                        ref_logp=ref,
-                        loss_type=config.loss_type,
-                        max_completion_length=config.max_completion_length,
-                        num_items_in_batch=num_items,
-                    )
-                    chunk_tokens = sum(tokens[i] for i in chunk)
-                    weight = micro_batch_weight(config.loss_type, len(chunk), chunk_tokens, len(writes), total_tokens)
-                    if accelerator:
-                        accelerator.backward(loss * weight)
-                    else:
-                        (loss * weight).backward()
-                share = chunk_tokens / total_tokens
-                totals["loss"] += float(loss.detach()) * weight
-                totals["clip_fraction"] += stats["clip_fraction"] * share
-                totals["ratio_mean"] += stats["ratio_mean"] * share
-                totals["kl"] += stats.get("kl_mean", 0.0) * share
-            clip = accelerator.clip_grad_norm_ if accelerator else torch.nn.utils.clip_grad_norm_
-            grad_norm = float(clip(params, config.max_grad_norm))
-            if epoch == 0:
-                first = totals
-            if step:
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-    finally:
-        policy.model.eval()
-    return {**first, "grad_norm": grad_norm, "completion_tokens": float(total_tokens)}
-
-
-def base_logprobs(policy: HFPolicy, writes: Sequence[Write], temperature: float) -> torch.Tensor:
-    """The writes' completion log-probs under the frozen base writer (adapters off), without gradients: the
-    reference of the KL term and of the reported KL."""
-    import torch
-
-    with torch.no_grad(), policy.adapters_disabled():
-        samples = [w.sample for w in writes]
-        return policy.sequence_logprobs(
-            [s.prompt_ids for s in samples], [s.completion_ids for s in samples], temperature
-        )[0]
-
-
+# ---- how far the writer moved -----------------------------------------------------------------------------------
 def kl_to_base(policy: HFPolicy, writes: Sequence[Write], temperature: float, micro_batch: int) -> float:
     """KL(π_θ ‖ π_base) per token, estimated on the sampled tokens as mean(log π_θ − log π_base) (the k1 estimator,
     unbiased for tokens drawn from π_θ at the sampling temperature)."""
     total, count = 0.0, 0
     for i in range(0, len(writes), micro_batch):
         part = writes[i : i + micro_batch]
-        ref = base_logprobs(policy, part, temperature)
+        ref = base_logprobs(policy, [w.sample for w in part], temperature)
         for row, write in enumerate(part):
             n = len(write.sample.logprobs)
             total += sum(write.sample.logprobs) - float(ref[row, :n].sum())
@@ -332,35 +206,7 @@ def kl_to_base(policy: HFPolicy, writes: Sequence[Write], temperature: float, mi
     return total / max(count, 1)
 
 
-def scorer_module(policy: HFPolicy) -> torch.nn.Module:
-    """`policy.sequence_logprobs` as one module call, for `accelerate` to prepare: a data-parallel wrapper
-    synchronises gradients once per forward, and the scorer's forward evaluates a prompt and then its completions."""
-    import torch
-
-    class SequenceScorer(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = policy.model
-
-        def forward(self, prompts: Any, completions: Any, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-            return policy.sequence_logprobs(prompts, completions, temperature)
-
-    return SequenceScorer()
-
-
 # ---- the trainer -------------------------------------------------------------------------------------------------
-def seen_part(policy: HFPolicy, sample: Sample, form: str, max_chars: int, rules: str = "") -> Sample:
-    """The sample cut to the tokens the player sees (`seen_token_count` of the notes its prefixes make), log-probs
-    alike."""
-    ids = sample.completion_ids
-    prefixes = [
-        note_source(form, policy.tokenizer.decode(ids[: k + 1], skip_special_tokens=True), rules)
-        for k in range(len(ids))
-    ]
-    seen = seen_token_count(prefixes, max_chars)
-    return dataclasses.replace(sample, completion_ids=ids[:seen], logprobs=sample.logprobs[:seen])
-
-
 class MemoPilotTrainer(Trainer):
     """MemoPilot: train the memory writer by multi-turn GRPO with turn-level, context-independent advantages.
 
@@ -377,16 +223,7 @@ class MemoPilotTrainer(Trainer):
         progress: Progress | None = None,
         policy: HFPolicy | None = None,
     ) -> None:
-        from accelerate import Accelerator
-
-        # initialises torch.distributed when launched with several processes: NCCL between GPUs, gloo between CPUs;
-        # the policy is placed by the trainer base (`this_device`), so accelerate leaves placement alone
-        self.accelerator = Accelerator(cpu=this_device(config.device).name == "cpu", device_placement=False)
-        self.rollouts = rank_rollouts(config.group, self.accelerator.process_index, self.accelerator.num_processes)
-        for opponent in config.opponents:  # fail on a bad name before any model loads
-            self.make_env(config, opponent, config.seed)
         super().__init__(config, progress=progress, policy=policy)
-        self.scorer, self.optimizer = self.accelerator.prepare(scorer_module(self.policy), self.optimizer)
         probe_env = self.make_env(config, config.opponents[0], config.seed)
         self.player = (
             player
@@ -396,6 +233,13 @@ class MemoPilotTrainer(Trainer):
         """The first decision's legal actions: what a note's suggested move is read against in the metrics."""
         self._no_memory: dict[tuple[str, int], float] = {}
         self._eval_start: list[float] | None = None
+
+    def check(self) -> None:
+        """Every opponent names a game, and the group splits evenly over the processes (`self.rollouts`: this
+        rank's)."""
+        self.rollouts = rank_share(self.config.group, self.rank, self.world, "group")
+        for opponent in self.config.opponents:
+            self.make_env(self.config, opponent, self.config.seed)
 
     def train(self) -> list[dict[str, Any]]:
         """The base's loop, then the learning curve of the whole run (`RunDir.TRAINING_CURVE`) from its metrics."""
@@ -507,13 +351,21 @@ class MemoPilotTrainer(Trainer):
                             result.sequence,
                             rollout,
                             turn,
-                            seen_part(
-                                self.policy, sample, cfg.writer_form, cfg.memory_chars, episodes[j][i].info["rules"]
-                            ),
+                            self.trained_part(sample, episodes[j][i].info["rules"]),
                         )
                     )
                     result.notes[i].append(note)
         return results
+
+    def trained_part(self, sample: Sample, rules: str) -> Sample:
+        """What of a write is trained: the tokens of the note the player reads (`seen_token_count` of the notes its
+        prefixes make)."""
+        form, max_chars = self.config.writer_form, self.config.memory_chars
+        return seen_tokens(
+            self.policy,
+            sample,
+            lambda texts: (0, seen_token_count([note_source(form, text, rules) for text in texts], max_chars)),
+        )
 
     def sequences(self, step: int) -> list[tuple[int, str, int]]:
         """(index, opponent, seed) of the training sequences of step `step` (from 1); opponents cycle across steps."""
@@ -560,12 +412,12 @@ class MemoPilotTrainer(Trainer):
         stats = policy_update(
             self.policy,
             self.optimizer,
-            writes,
+            [w.sample for w in writes],
             advantages,
-            cfg,
+            UpdateSettings.of(cfg),
             accelerator=self.accelerator,
             scorer=self.scorer,
-            global_tokens=global_tokens,
+            batch_tokens=global_tokens,
         )
         update_s = time.perf_counter() - update_start
         table = np.stack(list(rewards.values()))  # [S, G, T−1]
