@@ -506,3 +506,17 @@ def test_a_killed_process_takes_its_server_with_it(mariadb_server, tmp_path):
         time.sleep(0.2)
     assert not running()
     subprocess.run(["rm", "-rf", str(folder)], check=True)
+
+
+def test_a_mariadb_that_cannot_start_ends_the_command_in_one_line(monkeypatch, tmp_path):
+    """Issue 53: a MariaDB that failed to install or start ended `ttlearn run` in a RuntimeError traceback."""
+    from typer.testing import CliRunner
+
+    from ttlearn.cli import app
+
+    monkeypatch.setattr("ttlearn.sandbox.mariadb.INSTALL_PROGRAM", "false")  # an install that fails, for real
+    args = ["run", "db_bench", "-e", "engine=mariadb", "--llm", "scripted:oracle", "--units", "1"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "run")], env={"COLUMNS": "200"})
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]  # beside the progress bar
+    assert result.exit_code == 2 and errors == ["error: MariaDB: false failed: no output"], result.output
+    assert "Traceback" not in result.output
