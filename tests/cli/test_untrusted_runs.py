@@ -471,6 +471,21 @@ def test_results_write_replaces_a_regular_file(tmp_path):
     assert "old" in (tmp_path / "other-name.md").read_text()
 
 
+def test_memory_export_never_writes_through_a_link_beside_its_output(tmp_path):
+    """`memory export --out dump.json` wrote a temporary file beside it with `write_text`, which followed a link
+    planted there into any file; it now writes as every file is written (`untrusted.write_atomic`)."""
+    from ttlearn.memory.store import MemoryStore
+
+    MemoryStore(tmp_path / "m.sqlite").close()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    for name in (".dump.json.partial", "dump.json.tmp"):  # the temporary names, then and now
+        (tmp_path / name).symlink_to(victim)
+    result = invoke("memory", "export", str(tmp_path / "m.sqlite"), "--out", str(tmp_path / "dump.json"))
+    assert result.exit_code == 0, result.output
+    assert victim.read_text() == "precious\n" and json.loads((tmp_path / "dump.json").read_text())["namespaces"] == []
+
+
 # ---- issue 41, item 8: terminal escape sequences are printed escaped ----------------------------------------------
 OSC52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # writes the clipboard
 OSC8 = "\x1b]8;;https://evil.example\x1b\\click\x1b]8;;\x1b\\"  # a link whose target is hidden

@@ -13,7 +13,7 @@ from rich.table import Table
 from ttlearn.cli.common import console, friendly, keep_password_out, print_plain, reads_runs
 from ttlearn.eval.retrievals import q_effect
 from ttlearn.runs import Run, RunDir, read_config
-from ttlearn.untrusted import read_json
+from ttlearn.untrusted import read_json, write_atomic
 
 MAX_EXPORT_BYTES = 256 << 20
 """The largest export `memory import` reads (a namespace at the memory service's default quota exports ~100 MB)."""
@@ -182,9 +182,7 @@ def memory_export(
         raise FileExistsError(f"{out} already exists; export into a new file")
     with MemoryStore(store) as source:
         dump = source.export_all()
-    partial = out.with_name(f".{out.name}.partial")
-    partial.write_text(json.dumps(dump))
-    partial.replace(out)
+    write_atomic(out, json.dumps(dump))  # a link or FIFO planted at the temporary name is replaced, not written through
     console.print(f"exported {len(dump['namespaces'])} namespaces of {store} → {out}")
 
 
