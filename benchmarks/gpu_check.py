@@ -117,7 +117,8 @@ def cuda_tests(folder: Path) -> dict[str, Any]:
     report = folder / "junit.xml"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", "tests/llm/test_cuda.py"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
+        + ["tests/llm/test_cuda.py"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -192,7 +193,8 @@ def main() -> int:
         print("gpu_check: no CUDA device visible; the CPU rehearsal is --device cpu --tiny")
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False  # the figures are IEEE float32 where float32 is used
-    dtype = "bfloat16" if args.device == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False) else "float32"
+    bf16 = args.device == "cuda" and torch.cuda.is_bf16_supported(including_emulation=False)
+    dtype = "bfloat16" if bf16 else "float32"
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     figures: dict[str, Any] = {

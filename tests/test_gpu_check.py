@@ -45,7 +45,9 @@ def test_the_cpu_rehearsal_runs_every_part(tmp_path) -> None:
         assert figures["train"][trainer]["result"]["steps_logged"] == [1, 2]  # one step, then resumed for another
 
 
-@pytest.mark.parametrize("shape,parameters", [("smollm2-135m", 134.5e6), ("qwen2.5-1.5b", 1.54e9), ("qwen2.5-7b", 7.62e9)])
+@pytest.mark.parametrize(
+    "shape,parameters", [("smollm2-135m", 134.5e6), ("qwen2.5-1.5b", 1.54e9), ("qwen2.5-7b", 7.62e9)]
+)
 def test_the_shipped_shapes_are_the_named_models(shape: str, parameters: float) -> None:
     """Each config builds a model of its namesake's published parameter count (on the meta device: no memory)."""
     config = json.loads((SHAPES / f"{shape}.json").read_text())

@@ -1,11 +1,12 @@
 """The hf back end and the trainers' updates on CUDA compute what they compute on the CPU. Skipped without CUDA.
 
-One tiny random Llama with a byte-level tokenizer, both built in code (tests/tiny_model.py: no download, no files), is
-built twice from the same seeds, once per device. The comparisons run in float64 on both devices and use
-`numeric.SAME`: CUDA's kernels sum in another order than the CPU's, and in float64 the same function agrees to ~1e-12 in any order while a real defect
-(a tensor left on the wrong device, a mask or position built differently) moves results by more than 1e-6; a float32
-tolerance would be a guess about the kernels (tests/numeric.py). TF32 is off, so float32 matmuls on CUDA are IEEE.
-Trainer checkpoints run in float32, the trainers' own dtype on a GPU without bfloat16.
+One tiny random Llama with a byte-level tokenizer, both built in code (tests/tiny_model.py: no download, no files),
+is built twice from the same seeds, once per device. The comparisons run in float64 on both devices and use
+`numeric.SAME`: CUDA's kernels sum in another order than the CPU's, and in float64 the same function agrees to
+~1e-12 in any order while a real defect (a tensor left on the wrong device, a mask or position built differently)
+moves results by more than 1e-6; a float32 tolerance would be a guess about the kernels (tests/numeric.py). TF32 is
+off, so float32 matmuls on CUDA are IEEE. Trainer checkpoints run in float32, the trainers' own dtype on a GPU
+without bfloat16.
 
 torch's CPU and CUDA generators are different streams, so one seed draws different tokens on the two devices: seeded
 sampling is checked for what must hold across devices (greedy tokens equal; each drawn token's recorded log-prob is
@@ -94,7 +95,8 @@ def test_scores_and_choice_scores_agree(pair) -> None:
         for policy in pair:
             logprobs, mask = policy.sequence_logprobs(prompts, completions, 0.7)
             assert logprobs.device.type == policy.device.type
-        here, there = cpu.sequence_logprobs(prompts, completions, 0.7), cuda.sequence_logprobs(prompts, completions, 0.7)
+        here = cpu.sequence_logprobs(prompts, completions, 0.7)
+        there = cuda.sequence_logprobs(prompts, completions, 0.7)
         assert close(there[0].cpu(), here[0]) and torch.equal(there[1].cpu(), here[1])
         assert close(cuda.choice_scores(prompts[1], answers).cpu(), cpu.choice_scores(prompts[1], answers))
     assert close(

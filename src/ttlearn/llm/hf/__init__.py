@@ -9,8 +9,8 @@ in float32.
 
 Four jobs, one module each: `checkpoints` provisions a model (GGUF conversion, loading), `placement` says where it
 goes, `policy` samples and rescores with exact log-probs (what the trainers need), `adapters` attaches LoRA matrices
-and keeps their files. This package's names are the back end's public surface. torch, transformers and peft are imported inside
-functions: `ttlearn list` imports every back end, and the core install has no torch.
+and keeps their files. This package's names are the back end's public surface. torch, transformers and peft are
+imported inside functions: `ttlearn list` imports every back end, and the core install has no torch.
 """
 
 from __future__ import annotations
