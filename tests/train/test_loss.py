@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from numeric import SAME
 
 from ttlearn.llm.hf import token_logprobs
 from ttlearn.train.loss import policy_loss
@@ -163,13 +164,14 @@ def trl_loss(loss_type, logp, old_logp, advantages, mask, *, beta, ref_logp, eps
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo"])
 @pytest.mark.parametrize("beta, epsilon_high", [(0.0, 0.2), (0.04, 0.28)])
 def test_matches_trl_grpo_trainer(loss_type, beta, epsilon_high):
+    """Two implementations of one formula, compared in float64 (tests/numeric.py): their sums run in other orders."""
     generator = torch.Generator().manual_seed(7)
-    shape = (3, 5)
-    old = -torch.rand(shape, generator=generator) * 3
-    drift = (torch.rand(shape, generator=generator) - 0.5) * 0.8  # ρ from e^−0.4 to e^0.4: both clip sides occur
-    ref = old + (torch.rand(shape, generator=generator) - 0.5)
+    shape, f64 = (3, 5), {"dtype": torch.float64}
+    old = -torch.rand(shape, generator=generator, **f64) * 3
+    drift = (torch.rand(shape, generator=generator, **f64) - 0.5) * 0.8  # ρ from e^−0.4 to e^0.4: both sides clip
+    ref = old + (torch.rand(shape, generator=generator, **f64) - 0.5)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
-    advantages = torch.tensor([-1.3, 0.7, 0.4])
+    advantages = torch.tensor([-1.3, 0.7, 0.4], **f64)
     settings = {"beta": beta, "epsilon": 0.2, "epsilon_high": epsilon_high}
 
     ours_logp = (old + drift).requires_grad_(True)
@@ -192,17 +194,17 @@ def test_matches_trl_grpo_trainer(loss_type, beta, epsilon_high):
     )
     theirs.backward()
 
-    assert ours.item() == pytest.approx(theirs.item(), abs=1e-5)
-    torch.testing.assert_close(ours_logp.grad, trl_logp.grad, atol=1e-6, rtol=1e-5)
-    assert stats["clip_fraction"] == pytest.approx(metrics["clip_ratio/region_mean"][0], abs=1e-6)
+    assert ours.item() == pytest.approx(theirs.item(), rel=SAME["rtol"], abs=SAME["atol"])
+    torch.testing.assert_close(ours_logp.grad, trl_logp.grad, **SAME)
+    assert stats["clip_fraction"] == pytest.approx(metrics["clip_ratio/region_mean"][0], abs=SAME["atol"])
     assert metrics["clip_ratio/low_mean"][0] > 0 and metrics["clip_ratio/high_mean"][0] > 0  # both sides clip
     if beta:
-        assert stats["kl_mean"] == pytest.approx(metrics["kl"][0], abs=1e-6)
+        assert stats["kl_mean"] == pytest.approx(metrics["kl"][0], rel=SAME["rtol"], abs=SAME["atol"])
 
 
 def test_token_logprobs_match_trl_selective_log_softmax():
     trl_utils = pytest.importorskip("trl.trainer.utils")
-    logits = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(3))
+    logits = torch.randn(2, 4, 11, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     tokens = torch.randint(0, 11, (2, 4), generator=torch.Generator().manual_seed(4))
     expected = trl_utils.selective_log_softmax(logits, tokens, temperature=0.7)
-    torch.testing.assert_close(token_logprobs(logits, tokens, temperature=0.7), expected)
+    torch.testing.assert_close(token_logprobs(logits, tokens, temperature=0.7), expected, **SAME)
