@@ -104,3 +104,15 @@ def test_a_fifo_for_a_trainer_config_is_refused_at_once(trained, tmp_path, token
     with pytest.raises(ValueError, match="not a regular file"):
         resume(out, tokenizer)
     json.dumps({})  # the FIFO was never opened for a blocking read (the test would hang)
+
+
+def test_micro_batch_changes_memory_not_the_run_so_a_run_resumes_with_another(trained, tmp_path, tokenizer) -> None:
+    """A directory written before LaMer had micro-batches (no `micro_batch` in its config) resumes, as does one
+    resumed with another size: the update is the same, only its memory differs."""
+    out = tmp_path / "run"
+    shutil.copytree(trained, out)
+    saved = json.loads((out / RunDir.TRAINER_CONFIG).read_text())
+    assert saved.pop("micro_batch") == 8
+    (out / RunDir.TRAINER_CONFIG).write_text(json.dumps(saved))
+    trainer = LamerTrainer(config(out, 2).model_copy(update={"micro_batch": 1}), policy=tiny_policy(tokenizer))
+    assert trainer.step == 1

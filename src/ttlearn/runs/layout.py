@@ -12,7 +12,7 @@
     TRAINER_DIR/
       train.json           the trainer's config (config.json in directories written before it had a name of its own)
       metrics.jsonl        one line per step
-      episodes.jsonl       every episode a step played, with its step (`RunDir.record_played`)
+      episodes.jsonl       every episode a step played, with its step; evaluation games marked (`RunDir.record_played`)
       step_NNNN/           a checkpoint: the adapter and trainer_state.pt
       final/               the adapter after the last step
 
@@ -160,10 +160,15 @@ class RunDir:
         pattern = self.CHECKPOINT.partition("{")[0] + "*"
         return sorted(p for p in self.path.glob(pattern) if (p / self.TRAINER_STATE).is_file())
 
-    def record_played(self, step: int, episodes: Sequence[Episode]) -> None:
-        """The episodes a trainer played in `step`, made durable in one append (`read_durable` drops a torn tail;
-        the trainer cuts the lines of steps after its last checkpoint when it resumes)."""
-        append_durable(self.played, [{"type": "episode", "step": step, "episode": e.to_json()} for e in episodes])
+    def record_played(
+        self, step: int, episodes: Sequence[Episode], evaluation: Sequence[tuple[dict[str, Any], Episode]] = ()
+    ) -> None:
+        """The episodes a trainer played in `step`: its training games ("episode" lines) and the games it played to
+        evaluate itself ("evaluation" lines, each with its marks), made durable in one append (`read_durable` drops
+        a torn tail; the trainer cuts the lines of steps after its last checkpoint when it resumes)."""
+        lines = [{"type": "episode", "step": step, "episode": e.to_json()} for e in episodes]
+        lines += [{"type": "evaluation", "step": step, **marks, "episode": e.to_json()} for marks, e in evaluation]
+        append_durable(self.played, lines)
 
     # ---- a fork ------------------------------------------------------------------------------------------------
     def fork_state(self) -> dict[str, Any] | None:

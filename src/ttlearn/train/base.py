@@ -6,8 +6,9 @@ A run directory OUT holds
                     `resumable` fields (how long to train, how often to save) is refused: it is another experiment
     metrics.jsonl   one JSON line per step, appended durably (`runs.append_durable`): a crash leaves at most a torn
                     last line, and lines of steps after the last checkpoint are dropped on resume
-    episodes.jsonl  every episode the step played (a trainer adds them to `self.played`), written by the run
-                    writer (`RunDir.record_played`) before the step's metrics and cut on resume alike
+    episodes.jsonl  every episode the step played (a trainer adds its training games to `self.played` and the games
+                    it plays to evaluate itself, with their marks, to `self.evaluated`: "evaluation" lines), written
+                    by the run writer (`RunDir.record_played`) before the step's metrics and cut on resume alike
     step_0004/      a checkpoint: the LoRA adapter (peft) + trainer_state.pt (step, optimiser, torch / python / numpy
                     RNG states: tensors, numbers and lists only, read with `torch.load(weights_only=True)`), written
                     to a scratch directory and renamed, so it is complete or absent
@@ -202,7 +203,9 @@ class Trainer(ABC):
         self.params = self.policy.trainable_parameters()
         self.optimizer = torch.optim.AdamW(self.params, lr=config.lr, weight_decay=0.0)
         self.played: list[Episode] = []
-        """The episodes the step in progress played (rank 0's are recorded)."""
+        """The training episodes the step in progress played (rank 0's are recorded)."""
+        self.evaluated: list[tuple[dict[str, Any], Episode]] = []
+        """The evaluation games the step in progress played, each with its marks (rank 0's are recorded)."""
         self.step = self._resume()
         self.scorer, self.optimizer = self.accelerator.prepare(scorer_module(self.policy), self.optimizer)
         """The policy's `row_logprobs` as `accelerate` prepared it (data parallel under a launcher) and the optimiser
@@ -233,14 +236,14 @@ class Trainer(ABC):
         """Run steps `self.step + 1 .. config.steps`; returns their metrics (also appended to metrics.jsonl)."""
         done: list[dict[str, Any]] = []
         while self.step < self.config.steps:
-            start, self.played = time.perf_counter(), []
+            start, self.played, self.evaluated = time.perf_counter(), [], []
             metrics = {"step": self.step + 1, **self.train_step(self.step + 1)}
             metrics.setdefault("wall_s", time.perf_counter() - start)
             if not np.isfinite(metrics.get("loss", 0.0)):
                 raise FloatingPointError(f"non-finite loss at step {self.step + 1}: {metrics}")
             self.step += 1
             if self.rank == 0:  # logged before the checkpoint: a crash in between replays the step, losing nothing
-                RunDir(self.out).record_played(self.step, self.played)
+                RunDir(self.out).record_played(self.step, self.played, self.evaluated)
                 append_durable(RunDir(self.out).metrics, [metrics])
             if self.step % self.config.save_every == 0 or self.step == self.config.steps:
                 self.save_checkpoint()

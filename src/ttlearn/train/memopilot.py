@@ -277,15 +277,19 @@ class MemoPilotTrainer(Trainer):
         return suggested_action(note, self.actions, 0)
 
     # ---- rollouts -------------------------------------------------------------------------------------------------
-    def play(self, jobs: Sequence[tuple[Env, str, int, int]]) -> list[Episode]:
-        """Games (env, memory, sequence seed, game index), `concurrency` in flight; recorded in `self.played`."""
+    def play(self, jobs: Sequence[tuple[Env, str, int, int]], marks: dict[str, Any] | None = None) -> list[Episode]:
+        """Games (env, memory, sequence seed, game index), `concurrency` in flight; recorded as training games, or
+        with `marks` as evaluation games."""
         cfg = self.config
         games = map_in_flight(
             lambda job: play_sequence_game(job[0], self.player, fixed_memory(job[1]), job[2], job[3]),
             list(jobs),
             cfg.concurrency,
         )
-        self.played.extend(games)
+        if marks is None:
+            self.played.extend(games)
+        else:
+            self.evaluated.extend((marks, game) for game in games)
         return games
 
     def play_rollouts(
@@ -295,14 +299,16 @@ class MemoPilotTrainer(Trainer):
         temperature: float,
         sample_seed: int,
         timings: Counter[str] | None = None,
+        marks: dict[str, Any] | None = None,
     ) -> list[Rollouts]:
         """Play `rollouts` (indices into the group) of every sequence (index, opponent, seed), all in lockstep: each
-        turn's writes of every sequence and rollout are one batched sampling call, then its games are played."""
+        turn's writes of every sequence and rollout are one batched sampling call, then its games are played
+        (`marks`: evaluation games, as `play` records them)."""
         cfg, timings = self.config, Counter() if timings is None else timings
         n = len(rollouts)
         envs = [[self.make_env(cfg, opponent, seed) for _ in rollouts] for _, opponent, seed in sequences]
         start = time.perf_counter()
-        firsts = self.play([(e[0], "", seed, 1) for e, (_, _, seed) in zip(envs, sequences)])  # no memory: one game
+        firsts = self.play([(e[0], "", seed, 1) for e, (_, _, seed) in zip(envs, sequences)], marks)  # no memory
         timings["play_s"] += time.perf_counter() - start
         episodes = [[first] * n for first in firsts]
         memories = [[""] * n for _ in sequences]
@@ -340,7 +346,7 @@ class MemoPilotTrainer(Trainer):
                 for row_env, row_m, (_, _, seed) in zip(envs, memories, sequences)
                 for env, m in zip(row_env, row_m)
             ]
-            games = self.play(jobs)
+            games = self.play(jobs, marks)
             timings["play_s"] += time.perf_counter() - start
             for j, result in enumerate(results):
                 episodes[j] = games[j * n : (j + 1) * n]
@@ -468,8 +474,10 @@ class MemoPilotTrainer(Trainer):
         found = np.zeros((len(jobs), 2))
         notes: dict[str, list[str]] = {}
         moves: list[str | None] = []
-        for result in self.play_rollouts(mine, [0], 0.0, derive_seed(cfg.seed, "eval")):
-            found[result.sequence] = [result.rewards.mean(), self._no_memory_reward(result.opponent, result.seed)]
+        marks = {"after_step": after_step, "memory": "writer"}
+        for result in self.play_rollouts(mine, [0], 0.0, derive_seed(cfg.seed, "eval"), marks=marks):
+            baseline = self._no_memory_reward(result.opponent, result.seed, after_step)
+            found[result.sequence] = [result.rewards.mean(), baseline]
             moves += [self.suggested(n) for n in result.notes[0]]
             if result.seed == seeds[0]:
                 notes[result.opponent] = result.notes[0]
@@ -479,6 +487,7 @@ class MemoPilotTrainer(Trainer):
             "after_step": after_step,
             "reward": interval(rewards),
             "none": interval(found[:, 1]),
+            "none_rewards": found[:, 1].tolist(),
             "by_opponent": {
                 o: round(float(np.mean([r for (_, opp, _), r in zip(jobs, rewards) if opp == o])), 6)
                 for o in cfg.opponents
@@ -502,11 +511,19 @@ class MemoPilotTrainer(Trainer):
             self._eval_start = logged[0]["eval_start"]["rewards"]
         return self._eval_start
 
-    def _no_memory_reward(self, opponent: str, seed: int) -> float:
-        """Games 2..T with an empty memory; the frozen player makes it a constant, so it is computed once."""
+    def _no_memory_reward(self, opponent: str, seed: int, after_step: int) -> float:
+        """Games 2..T with an empty memory. The frozen player makes it a constant, so its games are played, and
+        recorded, once a run (marked memory "none"): after a resume it is read back from the evaluation before the
+        first step (`none_rewards`)."""
         key = (opponent, seed)
+        if not self._no_memory and after_step > 0:
+            logged = [m["eval_start"] for m in self.logged_metrics() if "eval_start" in m]
+            if logged:
+                jobs = [(o, s) for o in self.config.opponents for s in self.config.eval_seeds]
+                self._no_memory = dict(zip(jobs, logged[0].get("none_rewards", [])))
         if key not in self._no_memory:
             env = self.make_env(self.config, opponent, seed)
-            games = self.play([(env, "", seed, g) for g in range(2, self.config.games + 1)])
+            jobs = [(env, "", seed, g) for g in range(2, self.config.games + 1)]
+            games = self.play(jobs, {"after_step": after_step, "memory": "none"})
             self._no_memory[key] = float(np.mean([g.score for g in games])) / self.config.rounds
         return self._no_memory[key]

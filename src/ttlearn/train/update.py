@@ -99,12 +99,12 @@ def row_logprobs(policy: HFPolicy, rows: Sequence[Row], temperature: float) -> t
         if len(samples) == len(rows):
             return logp, mask
     width = max(tokens_of(r) for r in rows)
-    values, masks, next_sample = [], [], iter(range(len(samples)))
+    values, masks, scored = [], [], iter(zip(logp, mask) if samples else ())
     for row in rows:
         if isinstance(row, Sample):
-            k = next(next_sample)
-            values.append(pad(logp[k], (0, width - logp.shape[1])))
-            masks.append(pad(mask[k], (0, width - mask.shape[1])))
+            row_logp, row_mask = next(scored)
+            values.append(pad(row_logp, (0, width - len(row_logp))))
+            masks.append(pad(row_mask, (0, width - len(row_mask))))
         else:
             value = choice_logprobs(policy, row.prompt_ids, row.answers, temperature)[row.chosen]
             values.append(pad(value.reshape(1), (0, width - 1)))
