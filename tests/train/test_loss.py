@@ -196,10 +196,11 @@ def test_matches_trl_grpo_trainer(loss_type, beta, epsilon_high):
 
     assert ours.item() == pytest.approx(theirs.item(), rel=SAME["rtol"], abs=SAME["atol"])
     torch.testing.assert_close(ours_logp.grad, trl_logp.grad, **SAME)
-    assert stats["clip_fraction"] == pytest.approx(metrics["clip_ratio/region_mean"][0], abs=SAME["atol"])
+    # TRL logs its metrics as float32 numbers: one rounding of a float64 value, 6e-8 relative at most
+    assert stats["clip_fraction"] == pytest.approx(metrics["clip_ratio/region_mean"][0], rel=1e-7)
     assert metrics["clip_ratio/low_mean"][0] > 0 and metrics["clip_ratio/high_mean"][0] > 0  # both sides clip
     if beta:
-        assert stats["kl_mean"] == pytest.approx(metrics["kl"][0], rel=SAME["rtol"], abs=SAME["atol"])
+        assert stats["kl_mean"] == pytest.approx(metrics["kl"][0], rel=1e-7)
 
 
 def test_token_logprobs_match_trl_selective_log_softmax():
