@@ -165,3 +165,12 @@ def test_a_stale_name_is_caught() -> None:
         "\n```\n`not.checked`\n```"
     )
     assert stale_references(here) == []
+
+
+def test_ci_runs_exactly_the_readmes_second_command() -> None:
+    """`.ci/run` is the README's second command, word for word: what a user runs is what CI ran."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme[readme.index("# 2. install the test extras") :].split("```", 1)[0]
+    second = [line for line in block.splitlines() if line and not line.startswith("#")]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert ci[-len(second) :] == second
