@@ -14,6 +14,7 @@ os.environ.setdefault("TTLEARN_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
+from numeric import summation_order  # noqa: E402,F401 - the fixture every numeric test takes (tests/numeric.py)
 
 from ttlearn import registry as _registry  # noqa: E402
 

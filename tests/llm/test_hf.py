@@ -12,8 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-
-from numeric import SAME, float64_throughout, summation_order  # noqa: F401 - the fixture
+from numeric import SAME, float64_throughout
 
 from ttlearn.llm import LLMS, make_llm
 from ttlearn.llm.hf import PROBE_FILE, HFPolicy, LoraOptions, model_dir, positions_from_mask, probe_logits
