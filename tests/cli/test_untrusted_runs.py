@@ -439,7 +439,7 @@ def test_results_write_opens_its_file_under_the_file_rules(tmp_path, case):
     root.mkdir()
     (root / "table.json").write_text(json.dumps({"rows": []}))
     victim = tmp_path / "victim.md"
-    victim.write_text("<!-- results table: rebuilt from results/ by `ttlearn results --write README.md` -->\n"
+    victim.write_text("<!-- results table: rebuilt from results/ by `ttlearn results --write docs/results.md` -->\n"
                       "precious\n<!-- end of results table -->\n")  # fmt: skip
     readme = tmp_path / "README.md"
     if case == "/dev/zero":
@@ -462,8 +462,8 @@ def test_results_write_replaces_a_regular_file(tmp_path):
     root.mkdir()
     (root / "table.json").write_text(json.dumps({"rows": []}))
     readme = tmp_path / "README.md"
-    readme.write_text("head\n<!-- results table: rebuilt from results/ by `ttlearn results --write README.md` -->\n"
-                      "old\n<!-- end of results table -->\ntail\n")  # fmt: skip
+    readme.write_text("head\n<!-- results table: rebuilt from results/ by `ttlearn results --write docs/results.md` -->"
+                      "\nold\n<!-- end of results table -->\ntail\n")  # fmt: skip
     os.link(readme, tmp_path / "other-name.md")
     result = invoke("results", "--root", str(root), "--write", str(readme))
     assert result.exit_code == 0, result.output

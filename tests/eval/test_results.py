@@ -1,5 +1,5 @@
-"""results/: the README's measured table is rebuilt from the result folders alone, and every folder says how it was
-made."""
+"""results/: the measured table of docs/results.md is rebuilt from the result folders alone, and every folder says
+how it was made."""
 
 from __future__ import annotations
 
@@ -18,9 +18,13 @@ from ttlearn.runs import Run, RunConfig, RunDir
 ROOT = Path(__file__).parents[2]
 
 
-def test_the_readme_table_is_the_one_rebuilt_from_results():
-    readme = (ROOT / "README.md").read_text()
-    assert readme.split(BEGIN)[1].split(END)[0].strip() == render(ROOT / "results")
+def test_the_results_page_holds_the_table_rebuilt_from_results():
+    """The table lives on docs/results.md, whose markers name the command that rebuilds that page; the README
+    carries no copy of it to drift."""
+    page = (ROOT / "docs" / "results.md").read_text()
+    assert "`ttlearn results --write docs/results.md`" in BEGIN
+    assert page.split(BEGIN)[1].split(END)[0].strip() == render(ROOT / "results")
+    assert BEGIN not in (ROOT / "README.md").read_text()
 
 
 def test_every_result_folder_says_its_command_commit_date_and_records():
@@ -32,7 +36,12 @@ def test_every_result_folder_says_its_command_commit_date_and_records():
 
 
 RECORDED = sorted(
-    {p.parent for name in ("tasks", "units") for at in ("*", "*/*") for p in (ROOT / "results").glob(f"{at}/{name}.jsonl.gz")}
+    {
+        p.parent
+        for name in ("tasks", "units")
+        for at in ("*", "*/*")
+        for p in (ROOT / "results").glob(f"{at}/{name}.jsonl.gz")
+    }
 )
 VARIES = {"run_dir", "config", "done", "total", "wall_s", "wall_s_per_unit"}
 """Summary fields that say where and how fast a run was played."""
@@ -116,7 +125,10 @@ def test_row_cells_by_hand(tmp_path):
             (tmp_path / name / (RunDir.UNITS + RunDir.PACKED)).write_bytes(gzip.compress(lines))
     scores = row_cells({"kind": "scores", "result": "m", "against": "n"}, tmp_path)
     assert scores == ["3", "score +1.00 (attempt 2)", "score +0.00", "2 / 0 higher", "0.5"]
-    assert row_cells({"kind": "scores", "result": "m", "against": "n", "attempt": 1}, tmp_path)[3:] == ["0 / 0 higher", "1.0"]
+    assert row_cells({"kind": "scores", "result": "m", "against": "n", "attempt": 1}, tmp_path)[3:] == [
+        "0 / 0 higher",
+        "1.0",
+    ]
     with pytest.raises(FileNotFoundError, match="holds no unit records"):
         row_cells({"kind": "scores", "result": "a", "against": "n"}, tmp_path)
     with pytest.raises(ValueError, match="unknown row kind"):

@@ -1,4 +1,4 @@
-"""`ttlearn results`: the README's measured table, rebuilt from the result folders under results/."""
+"""`ttlearn results`: the measured table of docs/results.md, rebuilt from the result folders under results/."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from ttlearn.untrusted import read_text, write_atomic
 
 def results(
     root: Path = typer.Option(Path("results"), help="The results folder (its table.json lists the rows)."),
-    write: Optional[Path] = typer.Option(None, help="Replace the table between the markers of this file (README.md)."),
+    write: Optional[Path] = typer.Option(
+        None, help="Replace the table between the markers of this file (docs/results.md)."
+    ),
 ) -> None:
-    """Print the measured table from results/ alone, or write it into the README."""
+    """Print the measured table from results/ alone, or write it into the results page."""
     table = render(root)
     if write is None:
         console.print(table, markup=False, highlight=False, soft_wrap=True)

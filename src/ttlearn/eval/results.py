@@ -1,4 +1,4 @@
-"""The README's measured table, rebuilt from `results/` alone, so no number in it is typed by hand.
+"""The measured table of docs/results.md, rebuilt from `results/` alone, so no number in it is typed by hand.
 
 `results/table.json` lists the rows in order; each names the result folder(s) it reads and how:
 
@@ -15,7 +15,7 @@
                  attempt `attempt` (default the last) of `result` vs `against`, the tasks where each scored higher,
                  the exact paired sign-flip p (from the unit records, committed compressed or not)
 
-`ttlearn results` prints the table; `ttlearn results --write README.md` replaces it between the markers.
+`ttlearn results` prints the table; `ttlearn results --write docs/results.md` replaces it between the markers.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ttlearn.runs import REPORT_JSON, Run, RunDir, holds_run, read_config
 from ttlearn.untrusted import read_json
 
 TABLE = "table.json"
-BEGIN = "<!-- results table: rebuilt from results/ by `ttlearn results --write README.md` -->"
+BEGIN = "<!-- results table: rebuilt from results/ by `ttlearn results --write docs/results.md` -->"
 END = "<!-- end of results table -->"
 HEADER = (
     "| experiment | player | memory vs control | n | with memory | control | only mem / only ctl | p |\n"

@@ -21,7 +21,7 @@ from ttlearn.types import Completion
 Message = dict[str, str]
 DEFAULT_LLM = "gemma270m"
 """The default player and writer, chosen by measurement: of the embedded models it is the one whose choices follow an
-explicit memory note (benchmarks/note_following.py; table in the README)."""
+explicit memory note (benchmarks/note_following.py; table in docs/models.md)."""
 
 LLMS: Registry[Callable[[str], "LLM"]] = Registry(
     "LLM back end",
