@@ -15,7 +15,6 @@ import pytest
 
 from ttlearn.memory.memopilot import seen_token_count
 from ttlearn.players.base import Decision, Player
-from ttlearn.train.base import rank_share
 from ttlearn.train.memopilot import (
     MemoPilotTrainConfig,
     MemoPilotTrainer,
@@ -25,6 +24,7 @@ from ttlearn.train.memopilot import (
     paired_change,
     write_advantages,
 )
+from ttlearn.train.parallel import rank_share
 from ttlearn.train.update import UpdateSettings, micro_batch_weight, policy_update
 
 torch = pytest.importorskip("torch")

@@ -27,8 +27,8 @@ Data parallel (`accelerate launch`, `torchrun`): one process per GPU (or several
 `cuda:LOCAL_RANK`; every trainer holds `accelerate`'s prepared scorer and optimiser (`self.scorer`,
 `self.optimizer`), so the update averages the gradients over the processes and the weights stay the same everywhere.
 Rank 0 writes the directory, every rank reads the checkpoint, and the ranks meet at barriers around writes. In one
-process the helpers are no-ops. torch is imported inside functions, so the registry lists trainers on an install
-without the `train` extra.
+process the helpers (`ttlearn.train.parallel`) are no-ops. torch is imported inside functions, so the registry
+lists trainers on an install without the `train` extra.
 
 A trainer's directory may come from anyone, like a run directory (docs/run-directory.md): resuming reads only
 regular files inside it (`ttlearn.untrusted`; a checkpoint is a real directory of regular files) and unpickles
@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ttlearn.llm.hf.placement import Device, resolve_device, this_device  # noqa: F401 - re-exported
 from ttlearn.registry import Registry
 from ttlearn.runs import RunDir, append_durable, read_durable
+from ttlearn.train.parallel import barrier, world
 from ttlearn.train.update import scorer_module
 from ttlearn.types import Episode
 from ttlearn.untrusted import UntrustedFileError, open_regular, read_json, regular_directory, write_atomic
@@ -92,31 +93,6 @@ class TrainConfig(BaseModel):
         description="Weights of the policy: auto is bfloat16 on a GPU with native support, else float32 "
         "(float32 keeps sampled and rescored log-probs equal; bfloat16 rounds them apart by up to ~0.1).",
     )
-
-
-# ---- distributed helpers (no-ops in one process) -----------------------------------------------------------------
-def world() -> tuple[int, int]:
-    """(rank, number of processes)."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def rank_share(count: int, rank: int, world: int, what: str) -> list[int]:
-    """The items 0..count−1 rank `rank` plays: i ≡ rank (mod world). Equal shares give every rank the same work and
-    every advantage group the same weight on each rank."""
-    if count % world:
-        raise ValueError(f"{what} ({count}) must be a multiple of the number of processes ({world})")
-    return list(range(rank, count, world))
-
-
-def barrier() -> None:
-    import torch.distributed as dist
-
-    if world()[1] > 1:
-        dist.barrier()
 
 
 # ---- the run directory -------------------------------------------------------------------------------------------

@@ -66,7 +66,8 @@ from ttlearn.train.advantages import (
     released_gigpo_advantages,
     released_step_returns,
 )
-from ttlearn.train.base import TrainConfig, Trainer, rank_share
+from ttlearn.train.base import TrainConfig, Trainer
+from ttlearn.train.parallel import rank_share
 from ttlearn.train.seen import seen_tokens
 from ttlearn.train.update import Choice, Row, UpdateSettings, choice_logprobs, policy_update
 from ttlearn.types import Completion

@@ -48,7 +48,8 @@ from ttlearn.rollout.parts import make_player
 from ttlearn.runs import RunDir, read_durable
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
-from ttlearn.train.base import Progress, TrainConfig, Trainer, rank_share
+from ttlearn.train.base import Progress, TrainConfig, Trainer
+from ttlearn.train.parallel import rank_share, reduced
 from ttlearn.train.seen import seen_tokens
 from ttlearn.train.update import UpdateSettings, base_logprobs, policy_update
 from ttlearn.types import Episode, NoteAt
@@ -382,17 +383,6 @@ class MemoPilotTrainer(Trainer):
             for k in range((step - 1) * n, step * n)
         ]
 
-    def _all_sum(self, array: np.ndarray) -> np.ndarray:
-        """The element-wise sum over ranks (reduced on the policy's device: NCCL reduces only GPU tensors)."""
-        import torch
-
-        if self.accelerator.num_processes == 1:
-            return array
-        tensor = self.accelerator.reduce(
-            torch.tensor(array, dtype=torch.float64, device=self.policy.device), reduction="sum"
-        )
-        return tensor.cpu().numpy()
-
     # ---- one step -------------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, Any]:
         cfg = self.config
@@ -409,11 +399,11 @@ class MemoPilotTrainer(Trainer):
         for result in played:
             full = np.zeros((cfg.group, cfg.games - 1))
             full[self.rollouts] = result.rewards
-            rewards[result.sequence] = self._all_sum(full)
+            rewards[result.sequence] = reduced(self.accelerator, full, self.policy.device, "sum")
         writes = [w for result in played for w in sorted(result.writes, key=lambda w: (w.turn, w.rollout))]
         advantages = write_advantages(writes, rewards, cfg.scale_rewards)
         local_tokens = sum(len(w.sample.completion_ids) for w in writes)
-        global_tokens = int(self._all_sum(np.array([local_tokens]))[0])
+        global_tokens = int(reduced(self.accelerator, np.array([local_tokens]), self.policy.device, "sum")[0])
         update_start = time.perf_counter()
         stats = policy_update(
             self.policy,
@@ -481,7 +471,7 @@ class MemoPilotTrainer(Trainer):
             moves += [self.suggested(n) for n in result.notes[0]]
             if result.seed == seeds[0]:
                 notes[result.opponent] = result.notes[0]
-        found = self._all_sum(found)
+        found = reduced(self.accelerator, found, self.policy.device, "sum")
         rewards = found[:, 0].round(6).tolist()
         record: dict[str, Any] = {
             "after_step": after_step,

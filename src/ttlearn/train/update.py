@@ -25,11 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ttlearn.llm.hf import Sample, pad_rows
 from ttlearn.train.loss import LOSS_TYPES, LossType
+from ttlearn.train.parallel import reduced
 
 if TYPE_CHECKING:
-    import numpy as np
     import torch
     from accelerate import Accelerator
 
@@ -238,21 +240,11 @@ def policy_update(
                 totals["kl"] += stats.get("kl_mean", 0.0) * share
             clip = accelerator.clip_grad_norm_ if accelerator else torch.nn.utils.clip_grad_norm_
             grad_norm = float(clip(policy.trainable_parameters(), settings.max_grad_norm))
-            if epoch == 0:
-                first = process_mean(totals, accelerator, policy.device)
+            if epoch == 0:  # each process's loss is its share of the averaged gradient's: their mean is the batch's
+                means = reduced(accelerator, np.array(list(totals.values())), policy.device, "mean")
+                first = dict(zip(totals, means.tolist()))
             if step:
                 optimizer.step()
     finally:
         policy.model.eval()
     return {**first, "grad_norm": grad_norm, "completion_tokens": float(total_tokens)}
-
-
-def process_mean(stats: dict[str, float], accelerator: Accelerator | None, device: torch.device) -> dict[str, float]:
-    """The stats averaged over the processes (`Accelerator.reduce`; on the policy's device, as NCCL needs): each
-    process's loss is its share of the averaged gradient's loss, so their mean is the whole batch's."""
-    import torch
-
-    if accelerator is None or accelerator.num_processes == 1:
-        return stats
-    mean = accelerator.reduce(torch.tensor(list(stats.values()), dtype=torch.float64, device=device), reduction="mean")
-    return dict(zip(stats, mean.tolist()))
