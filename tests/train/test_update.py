@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("transformers")
 
-from numeric import SAME, float64_throughout, summation_order  # noqa: E402,F401 - the fixture
+from numeric import SAME, float64_throughout  # noqa: E402
 from test_train_lamer import tiny_policy, tokenizer  # noqa: E402,F401 - the tiny policy and its tokenizer fixture
 
 from ttlearn.llm.hf import HFPolicy  # noqa: E402
@@ -83,7 +83,7 @@ def same(a: list, b: list) -> bool:
     return all(torch.allclose(x, y, rtol=SAME["rtol"], atol=SAME["atol"]) for x, y in zip(a, b, strict=True))
 
 
-def test_micro_batches_give_the_whole_batch_gradient_of_lamer_rows(policy, summation_order) -> None:  # noqa: F811
+def test_micro_batches_give_the_whole_batch_gradient_of_lamer_rows(policy, summation_order) -> None:
     rows = lamer_rows(policy)
     whole = gradients(policy, rows, ADVANTAGES, micro_batch=len(rows))
     assert any(float(g.abs().max()) > 1e-6 for g in whole)
