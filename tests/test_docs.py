@@ -7,10 +7,14 @@ import ast
 import importlib
 import importlib.util
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+import typer
+from typer.core import TyperGroup
 
+from ttlearn.cli import app
 from ttlearn.envs.base import ENVS
 from ttlearn.llm.base import LLMS
 from ttlearn.memory.base import MEMORIES
@@ -174,3 +178,40 @@ def test_ci_runs_exactly_the_readmes_second_command() -> None:
     second = [line for line in block.splitlines() if line and not line.startswith("#")]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert ci[-len(second) :] == second
+
+
+def readme_commands(text: str) -> list[list[str]]:
+    """The `ttlearn …` commands of a markdown text's ```bash blocks, each as its words after `ttlearn` (environment
+    assignments before it, continuations and trailing comments dropped; `&&` and `;` separate commands)."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            for segment in re.split(r"&&|;", "" if line.startswith("#") else line.split(" #", 1)[0]):
+                words = shlex.split(segment)
+                while words and re.match(r"^[A-Z_]+=", words[0]):
+                    words = words[1:]
+                if words[:1] == ["ttlearn"]:
+                    commands.append(words[1:])
+    return commands
+
+
+def parse_command(command: typer.core.TyperCommand | TyperGroup, args: list[str], parent=None) -> None:
+    """Parse `args` as the CLI would, down to the subcommand, without running it: an unknown command or option, or a
+    value of the wrong type, raises the CLI's usage error."""
+    context = command.make_context(command.name or "ttlearn", list(args), parent=parent)
+    if isinstance(command, TyperGroup):
+        _, sub, rest = command.resolve_command(context, [*context._protected_args, *context.args])
+        parse_command(sub, rest, context)
+
+
+def test_every_command_of_the_readme_parses() -> None:
+    """A newcomer copies the README's commands: each names a command and options the CLI has."""
+    commands = readme_commands((ROOT / "README.md").read_text())
+    assert len(commands) >= 6 and ["data", "prepare", "sql"] in commands
+    root = typer.main.get_command(app)
+    for words in commands:
+        parse_command(root, words)
+    with pytest.raises(Exception, match="No such option: --no-such-option"):
+        parse_command(root, ["run", "sql", "--no-such-option"])
+    with pytest.raises(Exception, match="No such command 'no-such-command'"):
+        parse_command(root, ["data", "no-such-command"])
