@@ -1,5 +1,7 @@
-"""LaMer data parallel: two CPU processes over gloo (`tests/train/ddp_lamer.py` under torchrun) train the same
-weights on both ranks, and the same weights, loss and records as one process, in float64 (tests/numeric.py)."""
+"""Both trainers data parallel: two CPU processes over gloo under torchrun. LaMer's (`tests/train/ddp_lamer.py`)
+train the same weights on both ranks, and the same weights, loss and records as one process, in float64
+(tests/numeric.py); MemoPilot's (`benchmarks/ddp_memopilot.py`, whose ranks sample with seeds of their own) end
+with identical weights that moved."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ from ttlearn.llm.hf import model_dir  # noqa: E402
 from ttlearn.train.lamer import LamerTrainer  # noqa: E402
 
 WORKER = Path(__file__).with_name("ddp_lamer.py")
+MEMOPILOT = Path(__file__).parents[2] / "benchmarks" / "ddp_memopilot.py"
+LAUNCH = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 
 
 def lines(path: Path) -> list[dict]:
@@ -42,9 +46,8 @@ def games(path: Path) -> list[tuple]:
 @pytest.mark.model
 def test_lamer_data_parallel_trains_one_process_s_step_on_every_rank(tmp_path) -> None:
     torch.set_num_threads(1)
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(WORKER.parent.parent)}
-    done = subprocess.run([*launch, str(WORKER), str(tmp_path)], env=environment, capture_output=True, text=True)
+    done = subprocess.run([*LAUNCH, str(WORKER), str(tmp_path)], env=environment, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"rank_{r}.pt", weights_only=True) for r in (0, 1)]
     assert ranks[0]["scorer"] == "DistributedDataParallel"  # accelerate's prepared scorer: the gradients averaged
@@ -65,3 +68,12 @@ def test_lamer_data_parallel_trains_one_process_s_step_on_every_rank(tmp_path) -
         assert p["loss"] == pytest.approx(s["loss"], rel=SAME["rtol"], abs=SAME["atol"])
         assert p["success_any"] == s["success_any"] and p["reflections"] == s["reflections"]
     assert games(tmp_path / "run" / "episodes.jsonl") == games(tmp_path / "alone" / "episodes.jsonl")  # every rank's
+
+
+@pytest.mark.model
+def test_memopilot_data_parallel_ends_with_identical_weights_on_every_rank(tmp_path) -> None:
+    command = [*LAUNCH, str(MEMOPILOT), "--out", str(tmp_path / "run")]
+    done = subprocess.run(command, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "ranks=2 " in done.stdout and "identical=True" in done.stdout
+    assert "scorer=DistributedDataParallel" in done.stdout
