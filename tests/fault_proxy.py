@@ -28,6 +28,8 @@ class FaultProxy:
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.log: list[tuple[float, str, int]] = []
+        self.bodies: list[bytes] = []
+        """The body of every POST it received, in arrival order (what a client sent its upstream)."""
         self._faults: list[str] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -64,7 +66,9 @@ def _handler_for(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
             self._serve(b"")
 
         def do_POST(self) -> None:  # noqa: N802
-            self._serve(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            proxy.bodies.append(body)
+            self._serve(body)
 
         def _serve(self, body: bytes) -> None:
             kind, *args = proxy.next_fault(self.client_address[1]).split(":")

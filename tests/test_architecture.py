@@ -37,10 +37,11 @@ ALLOWED = {
     "data": BASE | {"data"},
     "rollout": BASE | {"rollout", "envs", "llm", "memory", "players", "runs", "eval"},
     "train": BASE | {"train", "rollout", "envs", "llm", "memory", "players", "runs", "eval"},
-    "serve": BASE | {"serve", "memory"},
+    "serve": BASE | {"serve", "memory", "llm", "players"},
 }
 """Room → the rooms it may import. `cli`, `__main__` and the package's top may import anything; nothing imports
-`cli` or the top."""
+`cli` or the top. serve's `llm` and `players`: the learning proxy (serve/proxy.py) writes MemRL's notes with the
+upstream's model (llm.openai) and places memories as the LLM player does (players.llm.NOTES_HEADING)."""
 
 
 def room_of(path: Path) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from ttlearn.cli import arena, check, data, memory, play, results, serve, show, train
+from ttlearn.cli import arena, check, data, memory, play, proxy, results, serve, show, train
 from ttlearn.cli.common import console, friendly, load_plugin_flags, reads_runs, styled
 
 app = typer.Typer(
@@ -36,6 +36,7 @@ play.register(app)
 app.command()(friendly(reads_runs(show.show)))
 app.command()(friendly(reads_runs(show.rejudge)))
 app.command()(friendly(serve.serve))
+app.command()(friendly(proxy.proxy))
 app.command()(friendly(reads_runs(results.results)))
 app.command()(friendly(check.check))
 arena.register(app)

@@ -29,3 +29,7 @@ address); past it the oldest is dropped."""
 DEFAULT_MAX_UNSENT = 256_000_000
 """Bytes of answers the whole server may hold unsent because their clients do not read them (over every connection);
 an answer that would go past it drops its connection. Keep it above the largest answer: an export, up to the quota."""
+DEFAULT_MAX_PENDING = 10_000
+"""Exchanges the learning proxy keeps awaiting feedback, over every namespace; past it the oldest is forgotten."""
+DEFAULT_PENDING_AGE_S = 3600.0
+"""Seconds an exchange of the learning proxy awaits its feedback; then it is forgotten."""

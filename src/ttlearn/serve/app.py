@@ -19,7 +19,7 @@ import logging
 import math
 import signal
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -554,6 +554,7 @@ def serve(
     max_waiting: int = DEFAULT_MAX_WAITING,
     max_unsent: int = DEFAULT_MAX_UNSENT,
     trusted_proxy: str | None = None,
+    make_app: Callable[..., FastAPI] | None = None,
     **limits: Any,
 ) -> None:
     """Serve until SIGINT or SIGTERM; uvicorn then finishes the requests in flight and the store closes cleanly.
@@ -562,13 +563,14 @@ def serve(
     to `create_app`. The error log (uvicorn's and asyncio's) is rate-limited (`LogRateLimit`).
     Proxy headers (X-Forwarded-For) are ignored unless `trusted_proxy` names the proxy's address(es): uvicorn would
     otherwise believe them from loopback, and one header per request would dodge the per-address limits.
+    `make_app` builds the app in place of `create_app` (the learning proxy's, `serve/proxy.py`).
 
     uvicorn hands a signal it stopped on back to the handler it found, so a clean exit there makes a requested stop
     end with status 0 (call from the main thread).
     """
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
-    app = create_app(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_rate, auth_burst
+    app = (make_app or create_app)(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_…
     http = guarded_h11(read_timeout_s, per_client, max_waiting, write_timeout_s, max_pipelined, max_unsent)
     proxy = {"proxy_headers": trusted_proxy is not None, "forwarded_allow_ips": trusted_proxy or ""}
     config = uvicorn.Config(

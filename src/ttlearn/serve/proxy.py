@@ -1,0 +1,386 @@
+"""`ttlearn proxy`: an OpenAI-compatible endpoint that learns, for agents that only know one URL (docs/proxy.md).
+
+`POST /v1/chat/completions` is forwarded to an upstream OpenAI-compatible server. Before that, the key's namespace
+gives the MemRL memories for the conversation's task (the header `X-TTLearn-Task`, else the first user message),
+placed in the messages as the LLM player places a memory's text for `ttlearn run` (`place_memory`); the rest of the
+body, streaming included, passes through. The answer names its exchange (header `X-TTLearn-Exchange`, and the field
+`ttlearn_exchange` of a JSON answer). `POST /v1/feedback` with that id and the task's reward then learns as a run
+does: MemRL's `observe` updates the Q of the items that were shown and writes the experience.
+
+The learning is the `memrl` memory itself, one per namespace (`NamespaceLearner`): its `context` retrieves and
+renders, its `observe` updates and writes, with the options `ttlearn run … -m` takes. The proxy only keeps, for each
+exchange in flight, what was shown (bounded in count and age: `PendingExchanges`). Keys, namespaces and limits are the
+memory service's own: the proxy is `ttlearn serve`'s app with these two routes added.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from fastapi import FastAPI, HTTPException, Request, status
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from ttlearn.llm.base import LLM, credential_target, make_llm
+from ttlearn.memory.base import MEMORIES, Memory, make_memory
+from ttlearn.memory.store import MemoryStore
+from ttlearn.players.llm import NOTES_HEADING
+from ttlearn.serve import DEFAULT_MAX_PENDING, DEFAULT_PENDING_AGE_S
+from ttlearn.serve.app import Credentials, Value, _Request, create_app, namespace_service
+from ttlearn.serve.bodies import BodyError, read_json
+from ttlearn.types import Episode, Step
+
+TASK_HEADER = "X-TTLearn-Task"
+EXCHANGE_HEADER = "X-TTLearn-Exchange"
+UPSTREAM_TIMEOUT_S = 600.0
+HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "server", "date"}
+"""Headers of the upstream's answer that describe its own hop, not relayed."""
+
+
+# -- the conversation --------------------------------------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    """A message's text: its string, or the text parts of a multi-part content."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def conversation_task(messages: list[dict[str, Any]], named: str | None) -> str:
+    """The task whose memories are shown: the one the header names, else the first user message's text."""
+    if named:
+        return named
+    for message in messages:
+        if message.get("role") == "user" and (text := _text(message.get("content"))):
+            return text
+    raise ValueError(f"no task: the messages hold no user message with text, and no {TASK_HEADER} header names one")
+
+
+def place_memory(messages: list[dict[str, Any]], memory: str) -> list[dict[str, Any]]:
+    """`messages` with the memory's text placed as the LLM player places it (`build_messages`, `note_at="system"`):
+    its exchanges as earlier user/assistant turns after the system message, else its notes under `NOTES_HEADING` at
+    the end of the system message (one is added first when the conversation has none). Empty memory: unchanged."""
+    exchanges = list(getattr(memory, "exchanges", ()))
+    note = memory.strip() if not exchanges else ""
+    if not exchanges and not note:
+        return messages
+    head, rest = (messages[:1], messages[1:]) if messages and messages[0].get("role") == "system" else ([], messages)
+    if note:
+        addition = f"{NOTES_HEADING}\n{note}"
+        if not head:
+            head = [{"role": "system", "content": addition}]
+        elif isinstance(head[0].get("content"), list):
+            head = [{**head[0], "content": [*head[0]["content"], {"type": "text", "text": f"\n\n{addition}"}]}]
+        else:
+            head = [{**head[0], "content": f"{head[0].get('content') or ''}\n\n{addition}"}]
+    earlier = [
+        {"role": role, "content": text}
+        for task, answer in exchanges
+        for role, text in (("user", task), ("assistant", answer))
+    ]
+    return [*head, *earlier, *rest]
+
+
+# -- exchanges awaiting feedback ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Exchange:
+    """One forwarded conversation turn: what was asked and shown, and the reply as it arrived."""
+
+    namespace: str
+    task: str
+    question: str
+    model: str
+    shown: list[int]
+    created: float
+    answer: list[str] = field(default_factory=list)
+    """The reply's text, in the pieces it arrived in (one for a JSON answer, a delta per chunk when streamed)."""
+
+
+class PendingExchanges:
+    """Exchanges awaiting feedback: at most `max_count`, none older than `max_age_s` (the oldest go first)."""
+
+    def __init__(self, max_count: int, max_age_s: float) -> None:
+        if max_count < 1 or max_age_s <= 0:
+            raise ValueError(f"pending exchanges need a count ≥ 1 and an age > 0 s, got {max_count}, {max_age_s}")
+        self.max_count, self.max_age_s = max_count, max_age_s
+        self._waiting: OrderedDict[str, Exchange] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, exchange: Exchange) -> str:
+        exchange_id = secrets.token_urlsafe(16)
+        with self._lock:
+            self._forget_old(exchange.created)
+            self._waiting[exchange_id] = exchange
+            while len(self._waiting) > self.max_count:
+                self._waiting.popitem(last=False)
+        return exchange_id
+
+    def take(self, exchange_id: str, namespace: str) -> Exchange | None:
+        """The exchange, no longer pending; None when unknown, expired, or another namespace's."""
+        with self._lock:
+            self._forget_old(time.monotonic())
+            exchange = self._waiting.get(exchange_id)
+            if exchange is None or exchange.namespace != namespace:
+                return None
+            return self._waiting.pop(exchange_id)
+
+    def drop(self, exchange_id: str) -> None:
+        with self._lock:
+            self._waiting.pop(exchange_id, None)
+
+    def _forget_old(self, now: float) -> None:
+        while self._waiting and now - next(iter(self._waiting.values())).created > self.max_age_s:
+            self._waiting.popitem(last=False)
+
+
+# -- the learning, one memrl memory per namespace ----------------------------------------------------------------
+
+
+class NamespaceLearner:
+    """The `memrl` memory of one namespace, used under a lock: what `ttlearn run` does with one episode at a time,
+    done per exchange. `show` takes the ids the memory retrieved (its `_retrieved`) so that each exchange keeps its
+    own; `learn` gives them back to `observe`, which updates their Q and writes the experience."""
+
+    def __init__(self, memory: Memory) -> None:
+        self.memory: Any = memory  # a MemRL memory (memrl, memp, rag), a plug-in this room reaches by its registry
+        self.episodes = 0
+        self.lock = threading.Lock()
+
+    def show(self, task: str) -> tuple[str, list[int]]:
+        with self.lock:
+            self.memory._retrieved = []
+            text = self.memory.context(task)
+            shown, self.memory._retrieved = self.memory._retrieved, []
+        return text, shown
+
+    def learn(self, exchange: Exchange, reward: float, success: bool | None, writer: LLM) -> bool:
+        """The exchange as an episode of one step scoring `reward`, a success when `success` says so, else when the
+        reward is over the memory's success threshold, as in a run; `writer` writes MemRL's notes (`write=notes`).
+        Returns whether it counted as a success."""
+        answer = "".join(exchange.answer)
+        step = Step(exchange.question, answer, reward, raw=answer)
+        with self.lock:
+            episode = Episode(self.episodes, self.episodes, exchange.task, (step,), reward, success, {"answer": answer})
+            self.episodes += 1
+            self.memory.llm = writer
+            self.memory._retrieved = list(exchange.shown)
+            self.memory.observe(episode)
+            return bool(self.memory.succeeded(episode))
+
+
+MEMRL_FAMILY = ("memrl", "memp", "rag")
+"""The memories the proxy can run: MemRL and its baselines, which keep what they showed until `observe`."""
+
+
+PLACED_BY_PROXY = {"store", "url", "key", "namespace", "embedder"}
+"""Memory options the proxy sets itself."""
+
+
+class Learning:
+    """The proxy's state: a learner per namespace, the exchanges awaiting feedback, and the upstream's clients."""
+
+    def __init__(
+        self, store: str, upstream: str, memory: str, options: dict[str, Any], pending: PendingExchanges
+    ) -> None:
+        if memory not in MEMRL_FAMILY:
+            raise ValueError(f"the proxy learns with {', '.join(MEMRL_FAMILY)}, not {memory!r}")
+        placed = sorted(set(options) & PLACED_BY_PROXY)
+        if placed:
+            raise ValueError(
+                f"memory option {', '.join(placed)}: the proxy keeps the memories in its --store, one "
+                "namespace per key (its embedder the namespace's)"
+            )
+        MEMORIES.check(memory, options, reserved=("llm",))  # a wrong option fails at start, not at the first request
+        self.store, self.upstream, self.memory, self.options = store, upstream.rstrip("/"), memory, options
+        self.pending = pending
+        _, key_env = credential_target(self._spec("-")) or ("", "")
+        key = os.environ.get(key_env) if key_env else None
+        self.client = httpx2.AsyncClient(
+            timeout=UPSTREAM_TIMEOUT_S, headers={"Authorization": f"Bearer {key or 'none'}"}
+        )
+        self._learners: dict[str, NamespaceLearner] = {}
+        self._writers: dict[str, LLM] = {}
+        self._lock = threading.Lock()
+
+    def _spec(self, model: str) -> str:
+        return f"openai:{self.upstream}#{model}"
+
+    def learner(self, namespace: str, model: str) -> NamespaceLearner:
+        """The namespace's learner, made on its first exchange with the options `ttlearn run -m` takes (its store,
+        namespace and embedder are the proxy's)."""
+        writer = self.writer(model)
+        with self._lock:
+            if namespace not in self._learners:
+                with MemoryStore(self.store) as store:
+                    embedder = store.embedder_of(namespace)
+                given = {"embedder": embedder, "run_id": f"proxy-{namespace}", **self.options}
+                memory = make_memory(self.memory, writer, **given, store=self.store, namespace=namespace)
+                self._learners[namespace] = NamespaceLearner(memory)
+            return self._learners[namespace]
+
+    def writer(self, model: str) -> LLM:
+        """The upstream's `model`, which writes MemRL's notes about its own exchanges (`write=notes`)."""
+        with self._lock:
+            if model not in self._writers:
+                self._writers[model] = make_llm(self._spec(model or "-"))
+            return self._writers[model]
+
+
+# -- the routes --------------------------------------------------------------------------------------------------
+
+
+class FeedbackIn(_Request):
+    exchange: str = Field(min_length=1, max_length=100, description=f"The answer's {EXCHANGE_HEADER} header.")
+    reward: Value = Field(description="The task's score; a success when over the memory's success_threshold (0).")
+    success: bool | None = Field(None, description="Says whether the task succeeded, whatever the reward.")
+
+
+class FeedbackDone(BaseModel):
+    exchange: str
+    success: bool = Field(description="Whether MemRL counted it a success (its reward_success, else reward_failure).")
+    shown: list[int] = Field(description="The items shown for it, whose Q the feedback updated.")
+
+
+def _chat_body(raw: bytes) -> dict[str, Any]:
+    """The request body, read by the service's rules (`read_json`); it must hold a list of messages."""
+    try:
+        body = read_json(raw)
+    except BodyError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, "the body needs 'messages': a list of objects")
+    return body
+
+
+def _key_namespace(request: Request, credentials: Credentials) -> str:
+    """The namespace the caller's key opens, after the service's own checks (`namespace_service`: a missing or
+    wrong key 401, counted against the address; the key's rate limit 429)."""
+    service = request.app.state.service
+    owner = service.keys.owner(credentials.credentials) if credentials is not None else None
+    namespace = owner.namespace if owner is not None else "-"
+    namespace_service(namespace, request, credentials)
+    return namespace
+
+
+def _reply_text(data: Any) -> str:
+    try:
+        return _text(data["choices"][0]["message"]["content"])
+    except (KeyError, IndexError, TypeError):
+        return ""
+
+
+def _delta_text(line: str) -> str:
+    """The text a streamed chunk (`data: {...}`) adds to the reply."""
+    if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+        return ""
+    try:
+        return _text(json.loads(line[5:])["choices"][0]["delta"].get("content"))
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return ""
+
+
+def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
+    """The two routes of the learning proxy on the memory service's `app`."""
+
+    @app.post("/v1/chat/completions", tags=["proxy"])
+    async def chat_completions(request: Request, credentials: Credentials) -> Response:
+        """An OpenAI chat completion, forwarded upstream with the namespace's MemRL memories for the task placed in
+        its messages; the answer's X-TTLearn-Exchange header names the exchange to give feedback on."""
+        namespace = await run_in_threadpool(_key_namespace, request, credentials)
+        body = await run_in_threadpool(_chat_body, await request.body())
+        try:
+            task = conversation_task(body["messages"], request.headers.get(TASK_HEADER))
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+        model = str(body.get("model", ""))
+        learner = await run_in_threadpool(learning.learner, namespace, model)
+        memory, shown = await run_in_threadpool(learner.show, task)
+        question = _text(body["messages"][-1].get("content"))
+        body["messages"] = place_memory(body["messages"], memory)
+        exchange = Exchange(namespace, task, question, model, shown, time.monotonic())
+        exchange_id = learning.pending.add(exchange)
+        url = f"{learning.upstream}/chat/completions"
+        try:
+            reply = await learning.client.send(learning.client.build_request("POST", url, json=body), stream=True)
+        except httpx2.HTTPError as exc:
+            learning.pending.drop(exchange_id)
+            raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the upstream {url} did not answer: {exc}") from None
+        headers = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS}
+        if reply.status_code >= 400 or "text/event-stream" not in reply.headers.get("content-type", ""):
+            content = await reply.aread()
+            await reply.aclose()
+            if reply.status_code >= 400:
+                learning.pending.drop(exchange_id)
+                return Response(content, reply.status_code, headers)
+            try:
+                data = json.loads(content)
+            except ValueError:
+                learning.pending.drop(exchange_id)
+                raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the upstream {url} answered no JSON") from None
+            exchange.answer.append(_reply_text(data))
+            return JSONResponse(
+                {**data, "ttlearn_exchange": exchange_id}, headers={**headers, EXCHANGE_HEADER: exchange_id}
+            )
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for line in reply.aiter_lines():
+                    exchange.answer.append(_delta_text(line))
+                    yield f"{line}\n".encode()
+            finally:
+                await reply.aclose()
+
+        return StreamingResponse(relay(), reply.status_code, headers={**headers, EXCHANGE_HEADER: exchange_id})
+
+    @app.post("/v1/feedback", tags=["proxy"])
+    def feedback(body: FeedbackIn, request: Request, credentials: Credentials) -> FeedbackDone:
+        """The reward of an exchange: MemRL updates the Q of the items shown for it and writes it as an experience."""
+        namespace = _key_namespace(request, credentials)
+        exchange = learning.pending.take(body.exchange, namespace)
+        if exchange is None:
+            raise HTTPException(
+                status.HTTP_404_NOT_FOUND,
+                f"no exchange {body.exchange!r} awaits feedback in namespace {namespace!r}: unknown, already given "
+                f"feedback, or forgotten (kept {learning.pending.max_age_s:g} s, at most {learning.pending.max_count})",
+            )
+        learner = learning.learner(namespace, exchange.model)
+        success = learner.learn(exchange, body.reward, body.success, learning.writer(exchange.model))
+        return FeedbackDone(exchange=body.exchange, success=success, shown=exchange.shown)
+
+
+def create_proxy_app(
+    store: str | Path,
+    *,
+    admin_key: str,
+    upstream: str,
+    memory: str = "memrl",
+    memory_options: dict[str, Any] | None = None,
+    max_pending: int = DEFAULT_MAX_PENDING,
+    pending_age_s: float = DEFAULT_PENDING_AGE_S,
+    **limits: Any,
+) -> FastAPI:
+    """The memory service over `store` (`create_app`, with `limits`) that also forwards chat completions to
+    `upstream` and learns from their feedback with a `memory` (memrl, memp, rag) of `memory_options` per namespace."""
+    app = create_app(store, admin_key=admin_key, **limits)
+    pending = PendingExchanges(max_pending, pending_age_s)
+    learning = Learning(str(store), upstream, memory, memory_options or {}, pending)
+    add_proxy_routes(app, learning)
+    app.state.learning = learning
+    return app

@@ -1,0 +1,228 @@
+"""`ttlearn proxy`: the official `openai` client talks to the learning proxy on loopback, which forwards to llama.cpp's
+OpenAI-compatible server with the embedded model (behind a recording relay, tests/fault_proxy.py, that shows what the
+upstream received). The memory is MemRL's `sql` preset (one verified answer, no exploration) on the hash embedder."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+openai = pytest.importorskip("openai", reason="needs the openai client (the test extra)")
+import httpx2  # noqa: E402
+import uvicorn  # noqa: E402
+from fault_proxy import FaultProxy  # noqa: E402
+
+from ttlearn.llm.local_server import free_port, llama_server  # noqa: E402
+from ttlearn.llm.models import model_path  # noqa: E402
+from ttlearn.memory.remote import MemoryClient  # noqa: E402
+from ttlearn.players.llm import build_messages  # noqa: E402
+from ttlearn.serve.proxy import (  # noqa: E402
+    EXCHANGE_HEADER,
+    TASK_HEADER,
+    Exchange,
+    PendingExchanges,
+    conversation_task,
+    create_proxy_app,
+    place_memory,
+)
+from ttlearn.types import MemoryText  # noqa: E402
+
+ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
+TASK = "Name the colour of a clear daytime sky in one word."
+
+
+# -- the pure parts ----------------------------------------------------------------------------------------------
+
+
+def test_memory_is_placed_as_the_llm_player_places_it():
+    rules, observation = "You answer questions.", "What is 2 + 2?\n\nAnswer in the format the rules ask for."
+    asked = [{"role": "system", "content": rules}, {"role": "user", "content": observation}]
+    for memory in ("Task: sum\nVerified answer:\n4", MemoryText("notes", (("What is 1 + 1?", "2"),)), ""):
+        assert place_memory(asked, memory) == build_messages(rules, memory, "What is 2 + 2?", [])
+
+
+def test_memory_without_a_system_message_gets_one():
+    placed = place_memory([{"role": "user", "content": "hi"}], "a note")
+    assert placed == [
+        {"role": "system", "content": "Your notes from earlier games:\na note"},
+        {"role": "user", "content": "hi"},
+    ]
+
+
+def test_the_task_is_the_header_else_the_first_user_text():
+    messages = [
+        {"role": "system", "content": "rules"},
+        {"role": "user", "content": [{"type": "text", "text": "first"}]},
+        {"role": "user", "content": "second"},
+    ]
+    assert conversation_task(messages, None) == "first"
+    assert conversation_task(messages, "named") == "named"
+    with pytest.raises(ValueError, match="no user message"):
+        conversation_task([{"role": "system", "content": "rules"}], None)
+
+
+def exchange(namespace: str, created: float) -> Exchange:
+    return Exchange(namespace, "task", "question", "model", [], created)
+
+
+def test_pending_exchanges_are_bounded_in_count_and_age():
+    pending = PendingExchanges(max_count=2, max_age_s=10.0)
+    now = time.monotonic()
+    old = pending.add(exchange("a", now - 11))
+    first, second, third = (pending.add(exchange("a", now)) for _ in range(3))
+    assert pending.take(old, "a") is None  # too old
+    assert pending.take(first, "a") is None  # pushed out by the count
+    assert pending.take(second, "b") is None  # another namespace's
+    assert pending.take(second, "a") is not None and pending.take(second, "a") is None  # taken once
+    assert pending.take(third, "a") is not None
+
+
+# -- against a real upstream -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory):
+    """llama.cpp's server with the embedded model, behind a relay that records the bodies it forwards."""
+    pytest.importorskip("llama_cpp", reason="needs llama-cpp-python[server] (the test extras)")
+    log = tmp_path_factory.mktemp("upstream") / "server.log"
+    with llama_server(model_path("smollm2"), "smollm2", log) as base:
+        relay = FaultProxy(int(base.rsplit(":", 1)[1].split("/")[0]))
+        yield relay
+        relay.close()
+
+
+class Proxy:
+    """The proxy's app under uvicorn in a thread on a free loopback port, with one namespace and its key."""
+
+    def __init__(self, store: Path, upstream: str, **options: object) -> None:
+        self.app = create_proxy_app(store, admin_key=ADMIN, upstream=upstream, rate=0, auth_rate=0, **options)
+        self.url = f"http://127.0.0.1:{free_port()}"
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=int(self.url.rsplit(":", 1)[1]), log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "the proxy did not start"
+            time.sleep(0.05)
+        with MemoryClient(self.url, ADMIN) as admin:
+            self.key = admin.create_namespace("team", embedder="hash")
+        self.client = openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.key, max_retries=0)
+
+    def ask(self, question: str, **extra: object) -> tuple[str, str]:
+        """(exchange id, reply) of one chat completion through the proxy."""
+        raw = self.client.chat.completions.with_raw_response.create(
+            model="smollm2",
+            messages=[{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": question}],
+            max_tokens=8,
+            temperature=0.0,
+            seed=1,
+            **extra,
+        )
+        completion = raw.parse()
+        assert completion.model_extra["ttlearn_exchange"] == raw.headers[EXCHANGE_HEADER]
+        return raw.headers[EXCHANGE_HEADER], completion.choices[0].message.content
+
+    def feedback(self, exchange_id: str, reward: float, key: str | None = None) -> httpx2.Response:
+        headers = {"Authorization": f"Bearer {key or self.key}"}
+        return httpx2.post(
+            f"{self.url}/v1/feedback", json={"exchange": exchange_id, "reward": reward}, headers=headers, timeout=60
+        )
+
+    def items(self) -> list[dict]:
+        with MemoryClient(self.url, self.key) as client:
+            return client.export_namespace("team")["items"]
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture
+def proxy(relay, tmp_path):
+    running = Proxy(tmp_path / "proxy.sqlite", f"http://127.0.0.1:{relay.port}/v1", memory_options={"preset": "sql"})
+    relay.bodies.clear()
+    yield running
+    running.stop()
+
+
+def sent_messages(relay: FaultProxy) -> list[dict]:
+    return json.loads(relay.bodies[-1])["messages"]
+
+
+@pytest.mark.model
+def test_an_agent_learns_through_the_proxy(proxy, relay):
+    first, reply = proxy.ask(TASK)
+    assert sent_messages(relay) == [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": TASK},
+    ]  # an empty memory: the prompt passes unchanged
+    done = proxy.feedback(first, 1.0)
+    assert done.status_code == 200, done.text
+    assert done.json() == {"exchange": first, "success": True, "shown": []}
+    [item] = proxy.items()
+    assert item["experience"] == f"Task: {TASK}\nVerified answer:\n{reply}" and item["q_value"] == 0.0
+
+    second, _ = proxy.ask(TASK)
+    system = sent_messages(relay)[0]["content"]
+    assert system == f"Answer briefly.\n\nYour notes from earlier games:\n{item['experience']}"
+    done = proxy.feedback(second, -1.0)
+    assert done.json() == {"exchange": second, "success": False, "shown": [item["id"]]}
+    [after] = proxy.items()  # the sql preset keeps successes only; the shown item's Q moved toward -1 by α = 0.3
+    assert after["q_value"] == pytest.approx(-0.3) and after["visits"] == 1
+
+
+@pytest.mark.model
+def test_a_streamed_answer_passes_through_and_is_learnt(proxy, relay):
+    with proxy.client.chat.completions.with_streaming_response.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": "Say hello."}],
+        max_tokens=6,
+        temperature=0.0,
+        stream=True,
+        extra_headers={TASK_HEADER: "greet"},
+    ) as response:
+        exchange_id = response.headers[EXCHANGE_HEADER]
+        chunks = list(response.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text and json.loads(relay.bodies[-1])["stream"] is True
+    assert proxy.feedback(exchange_id, 1.0).status_code == 200
+    [item] = proxy.items()
+    assert item["experience"] == f"Task: greet\nVerified answer:\n{text}"
+
+
+@pytest.mark.model
+def test_feedback_on_an_unknown_spent_or_foreign_exchange_is_404(proxy):
+    exchange_id, _ = proxy.ask(TASK)
+    with MemoryClient(proxy.url, ADMIN) as admin:
+        other = admin.create_namespace("other", embedder="hash")
+    refused = proxy.feedback(exchange_id, 1.0, key=other)
+    assert refused.status_code == 404 and "no exchange" in refused.json()["detail"]
+    assert proxy.feedback(exchange_id, 1.0).status_code == 200
+    spent = proxy.feedback(exchange_id, 1.0)
+    assert spent.status_code == 404 and "already given feedback, or forgotten" in spent.json()["detail"]
+
+
+def test_keys_and_hostile_bodies_get_what_serve_gives(tmp_path):
+    proxy = Proxy(tmp_path / "proxy.sqlite", f"http://127.0.0.1:{free_port()}/v1", max_body=1000)
+    try:
+        url, key = f"{proxy.url}/v1/chat/completions", {"Authorization": f"Bearer {proxy.key}"}
+        assert httpx2.post(url, json={"messages": []}).status_code == 401
+        wrong = httpx2.post(url, json={"messages": []}, headers={"Authorization": "Bearer a.b"})
+        assert wrong.status_code == 401
+        for body in (b"{", b'{"messages": [{"role": "user", "content": "x"}], "t": NaN}', b'{"messages": []}'):
+            refused = httpx2.post(url, content=body, headers=key)
+            assert refused.status_code == 422, refused.text
+        assert httpx2.post(url, content=b"x" * 2000, headers=key).status_code == 413
+        hostile = b'{"exchange": "x", "reward": 1e400}'
+        feedback = httpx2.post(f"{proxy.url}/v1/feedback", content=hostile, headers=key)
+        assert feedback.status_code == 422
+        down = httpx2.post(url, json={"messages": [{"role": "user", "content": "x"}]}, headers=key, timeout=30)
+        assert down.status_code == 502 and "did not answer" in down.json()["detail"]
+    finally:
+        proxy.stop()
