@@ -226,3 +226,20 @@ def test_keys_and_hostile_bodies_get_what_serve_gives(tmp_path):
         assert down.status_code == 502 and "did not answer" in down.json()["detail"]
     finally:
         proxy.stop()
+
+
+@pytest.mark.model
+def test_notes_are_written_by_the_model_that_answered_and_a_failed_note_can_be_retried(relay, tmp_path):
+    proxy = Proxy(tmp_path / "proxy.sqlite", f"http://127.0.0.1:{relay.port}/v1")  # MemRL's defaults: write=notes
+    try:
+        exchange_id, _ = proxy.ask(TASK)
+        relay.schedule(["status:400"])  # the note's request refused: nothing is learnt, the exchange waits again
+        refused = proxy.feedback(exchange_id, 1.0)
+        assert refused.status_code == 502 and "could not write MemRL's note" in refused.json()["detail"]
+        assert proxy.items() == []
+        assert proxy.feedback(exchange_id, 1.0).status_code == 200
+        [item] = proxy.items()
+        assert item["experience"].startswith(f"Task: {TASK}\nOutcome: success (score 1)\nStrategy:\n")
+        assert json.loads(relay.bodies[-1])["model"] == "smollm2"
+    finally:
+        proxy.stop()

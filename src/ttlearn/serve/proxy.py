@@ -32,8 +32,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from ttlearn.llm.base import LLM, credential_target, make_llm
-from ttlearn.memory.base import MEMORIES, Memory, make_memory
+from ttlearn.llm.base import LLM, LLMError, credential_target, make_llm
+from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.memory.store import MemoryStore
 from ttlearn.players.llm import NOTES_HEADING
 from ttlearn.serve import DEFAULT_MAX_PENDING, DEFAULT_PENDING_AGE_S
@@ -140,6 +140,11 @@ class PendingExchanges:
                 return None
             return self._waiting.pop(exchange_id)
 
+    def put_back(self, exchange_id: str, exchange: Exchange) -> None:
+        """An exchange taken for feedback that could not be learnt, awaiting it again."""
+        with self._lock:
+            self._waiting[exchange_id] = exchange
+
     def drop(self, exchange_id: str) -> None:
         with self._lock:
             self._waiting.pop(exchange_id, None)
@@ -180,7 +185,10 @@ class NamespaceLearner:
             self.episodes += 1
             self.memory.llm = writer
             self.memory._retrieved = list(exchange.shown)
-            self.memory.observe(episode)
+            try:
+                self.memory.observe(episode)
+            finally:
+                self.memory.llm = None
             return bool(self.memory.succeeded(episode))
 
 
@@ -209,37 +217,32 @@ class Learning:
         MEMORIES.check(memory, options, reserved=("llm",))  # a wrong option fails at start, not at the first request
         self.store, self.upstream, self.memory, self.options = store, upstream.rstrip("/"), memory, options
         self.pending = pending
-        _, key_env = credential_target(self._spec("-")) or ("", "")
+        _, key_env = credential_target(f"openai:{self.upstream}#-") or ("", "")
         key = os.environ.get(key_env) if key_env else None
         self.client = httpx2.AsyncClient(
             timeout=UPSTREAM_TIMEOUT_S, headers={"Authorization": f"Bearer {key or 'none'}"}
         )
         self._learners: dict[str, NamespaceLearner] = {}
-        self._writers: dict[str, LLM] = {}
         self._lock = threading.Lock()
 
-    def _spec(self, model: str) -> str:
-        return f"openai:{self.upstream}#{model}"
+    def writer(self, model: str) -> LLM:
+        """The upstream's `model`, to write MemRL's notes about its own exchange (`write=notes`); the caller closes it
+        (one per feedback: the model names come from the callers, so none is kept)."""
+        return make_llm(f"openai:{self.upstream}#{model or '-'}")
 
-    def learner(self, namespace: str, model: str) -> NamespaceLearner:
+    def learner(self, namespace: str) -> NamespaceLearner:
         """The namespace's learner, made on its first exchange with the options `ttlearn run -m` takes (its store,
-        namespace and embedder are the proxy's)."""
-        writer = self.writer(model)
+        namespace and embedder are the proxy's; its writer comes with each feedback)."""
         with self._lock:
             if namespace not in self._learners:
                 with MemoryStore(self.store) as store:
                     embedder = store.embedder_of(namespace)
                 given = {"embedder": embedder, "run_id": f"proxy-{namespace}", **self.options}
-                memory = make_memory(self.memory, writer, **given, store=self.store, namespace=namespace)
+                memory = MEMORIES.build(
+                    self.memory, reserved=("llm",), llm=None, **given, store=self.store, namespace=namespace
+                )
                 self._learners[namespace] = NamespaceLearner(memory)
             return self._learners[namespace]
-
-    def writer(self, model: str) -> LLM:
-        """The upstream's `model`, which writes MemRL's notes about its own exchanges (`write=notes`)."""
-        with self._lock:
-            if model not in self._writers:
-                self._writers[model] = make_llm(self._spec(model or "-"))
-            return self._writers[model]
 
 
 # -- the routes --------------------------------------------------------------------------------------------------
@@ -310,7 +313,7 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
         except ValueError as exc:
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
         model = str(body.get("model", ""))
-        learner = await run_in_threadpool(learning.learner, namespace, model)
+        learner = await run_in_threadpool(learning.learner, namespace)
         memory, shown = await run_in_threadpool(learner.show, task)
         question = _text(body["messages"][-1].get("content"))
         body["messages"] = place_memory(body["messages"], memory)
@@ -360,8 +363,19 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
                 f"no exchange {body.exchange!r} awaits feedback in namespace {namespace!r}: unknown, already given "
                 f"feedback, or forgotten (kept {learning.pending.max_age_s:g} s, at most {learning.pending.max_count})",
             )
-        learner = learning.learner(namespace, exchange.model)
-        success = learner.learn(exchange, body.reward, body.success, learning.writer(exchange.model))
+        try:
+            writer = learning.writer(exchange.model)
+        except ValueError as exc:
+            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"the exchange's model: {exc}") from None
+        try:
+            success = learning.learner(namespace).learn(exchange, body.reward, body.success, writer)
+        except LLMError as exc:  # MemRL's note could not be written: nothing was learnt, the feedback may come again
+            learning.pending.put_back(body.exchange, exchange)
+            raise HTTPException(
+                status.HTTP_502_BAD_GATEWAY, f"the upstream could not write MemRL's note: {exc}"
+            ) from None
+        finally:
+            writer.close()
         return FeedbackDone(exchange=body.exchange, success=success, shown=exchange.shown)
 
 
