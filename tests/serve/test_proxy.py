@@ -17,9 +17,11 @@ import httpx2  # noqa: E402
 import uvicorn  # noqa: E402
 from fault_proxy import FaultProxy  # noqa: E402
 
+from ttlearn.envs.base import ENVS, Env  # noqa: E402
 from ttlearn.llm.local_server import free_port, llama_server  # noqa: E402
 from ttlearn.llm.models import model_path  # noqa: E402
 from ttlearn.memory.remote import MemoryClient  # noqa: E402
+from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.players.llm import build_messages  # noqa: E402
 from ttlearn.serve.proxy import (  # noqa: E402
     EXCHANGE_HEADER,
@@ -30,7 +32,7 @@ from ttlearn.serve.proxy import (  # noqa: E402
     create_proxy_app,
     place_memory,
 )
-from ttlearn.types import MemoryText  # noqa: E402
+from ttlearn.types import MemoryText, Observation, StepResult  # noqa: E402
 
 ADMIN = "admin-key-for-tests-0123456789abcdefghijkl"
 TASK = "Name the colour of a clear daytime sky in one word."
@@ -243,3 +245,111 @@ def test_notes_are_written_by_the_model_that_answered_and_a_failed_note_can_be_r
         assert json.loads(relay.bodies[-1])["model"] == "smollm2"
     finally:
         proxy.stop()
+
+
+# -- the same learning as `ttlearn run` ---------------------------------------------------------------------------
+
+QUIZ = (
+    ("What is the capital of France?", "paris"),
+    ("What colour is fresh grass?", "green"),
+    ("How many legs does a spider have?", "eight"),
+)
+
+
+@ENVS.register("proxy-quiz")
+class Quiz(Env):
+    """One question per instance, answered in one free-text reply; solved when the reply names the answer. Its answer
+    (`format_answer`) is the reply as written, what the proxy sees of it."""
+
+    reply_tokens = 8
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def describe(self) -> str:
+        return "Answer the question in one word."
+
+    def reset(self, seed: int) -> Observation:
+        self.question, self.expected = QUIZ[seed % len(QUIZ)]
+        self.reply: str | None = None
+        return Observation(self.question, ())
+
+    def restart(self) -> Observation:
+        return self.reset(QUIZ.index((self.question, self.expected)))
+
+    def step(self, action: str) -> StepResult:
+        self.reply = action
+        return StepResult(Observation("done", ()), self.score(), True)
+
+    def legal_actions(self) -> tuple[str, ...]:
+        return ()
+
+    def parse_action(self, text: str, legal_actions: object) -> str:
+        return text
+
+    def score(self) -> float:
+        return float(self.reply is not None and self.expected in self.reply.lower())
+
+    def success(self) -> bool:
+        return self.score() > 0
+
+    def task(self) -> str:
+        return self.question
+
+    def instance_count(self) -> int:
+        return len(QUIZ)
+
+
+def learnt(items: list[dict]) -> list[tuple[str, float, int]]:
+    """What a namespace learnt, without its ids (a run renumbers them when it reloads its state between units)."""
+    return sorted((item["experience"], round(item["q_value"], 12), item["visits"]) for item in items)
+
+
+@pytest.mark.model
+def test_a_task_stream_learns_through_the_proxy_as_ttlearn_run_does(relay, tmp_path):
+    """The same six tasks (three questions, twice) and seeds, played by `ttlearn run --memory memrl -m preset=sql`
+    and by an agent with the openai client through the proxy: the upstream receives the same prompts and seeds,
+    answers the same, and both memories end with the same items, Q values and visits."""
+    from ttlearn.rollout.run import play as play_units
+    from ttlearn.rollout.run import prepare
+    from ttlearn.rollout.unit import unit_seeds
+    from ttlearn.runs import RunConfig
+
+    upstream = f"http://127.0.0.1:{relay.port}/v1"
+    options = {"preset": "sql", "embedder": "hash"}
+    player = f"openai:{upstream}#smollm2"
+    config = RunConfig(env="proxy-quiz", memory="memrl", memory_options=options, player=player, units=3, epochs=2)
+    relay.bodies.clear()
+    with prepare(tmp_path / "run", config) as run:
+        play_units(run)
+        units = run.total
+        by_run = [json.loads(body) for body in relay.bodies]
+        store = MemoryStore(run.dir.memrl_store)
+        run_items = learnt(store.export_namespace("default")["items"])
+        store.close()
+
+    proxy = Proxy(tmp_path / "proxy.sqlite", upstream, memory_options={"preset": "sql"})
+    relay.bodies.clear()
+    try:
+        env = Quiz()
+        for index in range(1, units + 1):
+            seeds = unit_seeds(config, index, env.instance_count())
+            obs = env.reset(seeds.instance)
+            raw = proxy.client.chat.completions.with_raw_response.create(
+                model="smollm2",
+                messages=build_messages(env.describe(), "", obs.text, []),
+                max_tokens=env.reply_tokens,
+                temperature=config.temperature,
+                seed=seeds.act(1, 0),
+                extra_headers={TASK_HEADER: env.task()},
+            )
+            env.step(raw.parse().choices[0].message.content or "")
+            assert proxy.feedback(raw.headers[EXCHANGE_HEADER], env.score()).status_code == 200
+        by_proxy = [json.loads(body) for body in relay.bodies]
+        proxy_items = learnt(proxy.items())
+    finally:
+        proxy.stop()
+    assert by_proxy == by_run and len(by_run) == units == 6
+    assert proxy_items == run_items
+    assert any(q != 0 for _, q, _ in run_items), "the stream should move some Q (a question answered right twice)"
+    assert any("Your notes from earlier games" in body["messages"][0]["content"] for body in by_run)
