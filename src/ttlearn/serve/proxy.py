@@ -299,6 +299,21 @@ def _delta_text(line: str) -> str:
         return ""
 
 
+def _outgoing(learning: Learning, request: Request, credentials: Credentials, raw: bytes) -> tuple[dict, Exchange]:
+    """The body to forward, its memories placed, and its exchange (in one worker thread: the key, the body and the
+    retrieval all touch the store or the CPU)."""
+    namespace = _key_namespace(request, credentials)
+    body = _chat_body(raw)
+    try:
+        task = conversation_task(body["messages"], request.headers.get(TASK_HEADER))
+    except ValueError as exc:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    memory, shown = learning.learner(namespace).show(task)
+    question = _text(body["messages"][-1].get("content"))
+    exchange = Exchange(namespace, task, question, str(body.get("model", "")), shown, time.monotonic())
+    return {**body, "messages": place_memory(body["messages"], memory)}, exchange
+
+
 def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
     """The two routes of the learning proxy on the memory service's `app`."""
 
@@ -306,18 +321,8 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
     async def chat_completions(request: Request, credentials: Credentials) -> Response:
         """An OpenAI chat completion, forwarded upstream with the namespace's MemRL memories for the task placed in
         its messages; the answer's X-TTLearn-Exchange header names the exchange to give feedback on."""
-        namespace = await run_in_threadpool(_key_namespace, request, credentials)
-        body = await run_in_threadpool(_chat_body, await request.body())
-        try:
-            task = conversation_task(body["messages"], request.headers.get(TASK_HEADER))
-        except ValueError as exc:
-            raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
-        model = str(body.get("model", ""))
-        learner = await run_in_threadpool(learning.learner, namespace)
-        memory, shown = await run_in_threadpool(learner.show, task)
-        question = _text(body["messages"][-1].get("content"))
-        body["messages"] = place_memory(body["messages"], memory)
-        exchange = Exchange(namespace, task, question, model, shown, time.monotonic())
+        raw = await request.body()
+        body, exchange = await run_in_threadpool(_outgoing, learning, request, credentials, raw)
         exchange_id = learning.pending.add(exchange)
         url = f"{learning.upstream}/chat/completions"
         try:
