@@ -27,8 +27,9 @@ def byte_tokenizer() -> Any:
     )
 
 
-def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
-    """Two layers of width 32 with random weights drawn on the CPU from `seed`: the same model on every machine."""
+def tiny_llama(tokenizer: Any, seed: int = 0, layers: int = 2, positions: int = 512) -> Any:
+    """`layers` layers of width 32 with random weights drawn on the CPU from `seed`: the same model on every
+    machine."""
     import torch
     import transformers
 
@@ -37,10 +38,10 @@ def tiny_llama(tokenizer: Any, seed: int = 0) -> Any:
         vocab_size=len(tokenizer),
         hidden_size=32,
         intermediate_size=64,
-        num_hidden_layers=2,
+        num_hidden_layers=layers,
         num_attention_heads=2,
         num_key_value_heads=1,
-        max_position_embeddings=512,
+        max_position_embeddings=positions,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )

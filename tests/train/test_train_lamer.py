@@ -14,6 +14,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
+from numeric import SAME, float64_throughout
+from tiny_model import tiny_llama
+
 from ttlearn.llm.hf import HFPolicy, LoraOptions, Sample, model_dir
 from ttlearn.memory.lamer import LamerMemory
 from ttlearn.rollout.loop import Trial
@@ -40,20 +43,10 @@ def tokenizer():
 
 
 def tiny_policy(tokenizer) -> HFPolicy:
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=4096,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    policy = HFPolicy(transformers.LlamaForCausalLM(config).eval(), tokenizer, source="tiny", lora=LoraOptions(r=2))
-    with torch.no_grad():  # peft starts B at 0; make the adapter matter from the first step
+    """One layer (a Minesweeper prompt in SmolLM2's tokens needs the 4096 positions) with a LoRA adapter that
+    matters from the first step."""
+    policy = HFPolicy(tiny_llama(tokenizer, layers=1, positions=4096), tokenizer, source="tiny", lora=LoraOptions(r=2))
+    with torch.no_grad():  # peft starts B at 0
         for name, param in policy.model.named_parameters():
             if "lora_B" in name:
                 param.normal_(0, 0.05)
@@ -64,15 +57,18 @@ def lora_weights(policy: HFPolicy) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in policy.model.named_parameters() if "lora_" in n}
 
 
-def test_choice_logprobs_is_the_softmax_of_summed_token_logprobs(tokenizer) -> None:
+def test_choice_logprobs_is_the_softmax_of_summed_token_logprobs(tokenizer, summation_order) -> None:
+    """Two paths to one function (the prompt's cache repeated per answer; every row whole), so float64 throughout
+    (tests/numeric.py)."""
     policy = tiny_policy(tokenizer)
+    float64_throughout(policy.model.double())
     prompt = policy.encode([{"role": "user", "content": "Reveal a cell."}])
     answers = [policy.answer_ids(c) for c in ("reveal 1 2", "up", "reveal 10 3")]
     with torch.no_grad():
         token_lp, _ = policy.sequence_logprobs([prompt] * 3, answers)
         expected = torch.log_softmax(token_lp.sum(dim=1) / 0.7, dim=0)
         got = choice_logprobs(policy, prompt, answers, 0.7)
-    assert torch.allclose(got, expected, atol=1e-5)
+    assert torch.allclose(got, expected, **SAME)
 
 
 def test_reflection_steps_sit_between_attempts_and_take_the_next_return() -> None:
