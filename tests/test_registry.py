@@ -118,7 +118,9 @@ def test_a_lookup_imports_only_the_module_it_names():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
                           env={"PYTHONPATH": str(Path(__file__).parents[1] / "src"), "PATH": ""})
-    assert done.stdout.strip() == "['ttlearn.envs.base', 'ttlearn.envs.rps', 'ttlearn.envs.rps_bots']"
+    # base and the ceilings table it checks every option against, then the one environment named
+    named = "['ttlearn.envs.base', 'ttlearn.envs.ceilings', 'ttlearn.envs.rps', 'ttlearn.envs.rps_bots']"
+    assert done.stdout.strip() == named
 
 
 def test_a_broken_plugin_breaks_only_its_own_name(tmp_path, monkeypatch):
