@@ -84,6 +84,32 @@ def test_pending_exchanges_are_bounded_in_count_and_age():
     assert pending.take(third, "a") is not None
 
 
+def test_pending_exchanges_are_bounded_in_characters_and_a_put_back_one_waits_anew():
+    pending = PendingExchanges(max_count=10, max_age_s=10.0, max_chars=2 * len("task" + "question"))
+    now = time.monotonic()
+    first, second, third = (pending.add(exchange("a", now)) for _ in range(3))
+    assert pending.take(first, "a") is None and pending.take(second, "a") is not None
+    taken = pending.take(third, "a")
+    taken.created = now - 11  # as old as can be: put back, it waits its whole age again
+    pending.put_back(third, taken)
+    assert pending.take(third, "a") is taken
+
+
+@pytest.mark.parametrize(
+    ("memory", "options", "refusal"),
+    [
+        ("memrl", {"bogus": 1}, "has no option bogus"),
+        ("memrl", {"store": "elsewhere.sqlite"}, "keeps the memories in its --store"),
+        ("memrl", {"k2": "many"}, "k2"),
+        ("expel", {}, "learns with memrl, memp, rag"),
+    ],
+)
+def test_a_wrong_memory_or_option_stops_the_start_with_one_line(tmp_path, memory, options, refusal):
+    with pytest.raises(ValueError, match=refusal):
+        create_proxy_app(tmp_path / "s.sqlite", admin_key=ADMIN, upstream="http://x/v1", memory=memory,
+                         memory_options=options)  # fmt: skip
+
+
 # -- against a real upstream -------------------------------------------------------------------------------------
 
 

@@ -33,3 +33,5 @@ DEFAULT_MAX_PENDING = 10_000
 """Exchanges the learning proxy keeps awaiting feedback, over every namespace; past it the oldest is forgotten."""
 DEFAULT_PENDING_AGE_S = 3600.0
 """Seconds an exchange of the learning proxy awaits its feedback; then it is forgotten."""
+DEFAULT_PENDING_CHARS = 200_000_000
+"""Characters of task and question those exchanges may hold together (each may hold a whole request's text)."""

@@ -36,7 +36,7 @@ from ttlearn.llm.base import LLM, LLMError, credential_target, make_llm
 from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.memory.store import MemoryStore
 from ttlearn.players.llm import NOTES_HEADING
-from ttlearn.serve import DEFAULT_MAX_PENDING, DEFAULT_PENDING_AGE_S
+from ttlearn.serve import DEFAULT_MAX_PENDING, DEFAULT_PENDING_AGE_S, DEFAULT_PENDING_CHARS
 from ttlearn.serve.app import Credentials, Value, _Request, create_app, namespace_service
 from ttlearn.serve.bodies import BodyError, read_json
 from ttlearn.types import Episode, Step
@@ -111,24 +111,32 @@ class Exchange:
     answer: list[str] = field(default_factory=list)
     """The reply's text, in the pieces it arrived in (one for a JSON answer, a delta per chunk when streamed)."""
 
+    @property
+    def chars(self) -> int:
+        """What it holds of its request (the reply is bounded by the upstream's answer)."""
+        return len(self.task) + len(self.question)
+
 
 class PendingExchanges:
-    """Exchanges awaiting feedback: at most `max_count`, none older than `max_age_s` (the oldest go first)."""
+    """Exchanges awaiting feedback: at most `max_count` holding at most `max_chars` characters of task and question
+    together, none older than `max_age_s` (the oldest go first). The characters are bounded too because each
+    exchange may hold a whole request body's text."""
 
-    def __init__(self, max_count: int, max_age_s: float) -> None:
-        if max_count < 1 or max_age_s <= 0:
-            raise ValueError(f"pending exchanges need a count ≥ 1 and an age > 0 s, got {max_count}, {max_age_s}")
-        self.max_count, self.max_age_s = max_count, max_age_s
+    def __init__(self, max_count: int, max_age_s: float, max_chars: int = DEFAULT_PENDING_CHARS) -> None:
+        if max_count < 1 or max_age_s <= 0 or max_chars < 1:
+            raise ValueError(
+                f"pending exchanges need a count ≥ 1, an age > 0 s and characters ≥ 1, got {max_count}, {max_age_s}, "
+                f"{max_chars}"
+            )
+        self.max_count, self.max_age_s, self.max_chars = max_count, max_age_s, max_chars
         self._waiting: OrderedDict[str, Exchange] = OrderedDict()
+        self._chars = 0
         self._lock = threading.Lock()
 
     def add(self, exchange: Exchange) -> str:
         exchange_id = secrets.token_urlsafe(16)
         with self._lock:
-            self._forget_old(exchange.created)
-            self._waiting[exchange_id] = exchange
-            while len(self._waiting) > self.max_count:
-                self._waiting.popitem(last=False)
+            self._keep(exchange_id, exchange)
         return exchange_id
 
     def take(self, exchange_id: str, namespace: str) -> Exchange | None:
@@ -138,20 +146,34 @@ class PendingExchanges:
             exchange = self._waiting.get(exchange_id)
             if exchange is None or exchange.namespace != namespace:
                 return None
-            return self._waiting.pop(exchange_id)
+            return self._pop(exchange_id)
 
     def put_back(self, exchange_id: str, exchange: Exchange) -> None:
-        """An exchange taken for feedback that could not be learnt, awaiting it again."""
+        """An exchange taken for feedback that could not be learnt, awaiting it again from now."""
+        exchange.created = time.monotonic()
         with self._lock:
-            self._waiting[exchange_id] = exchange
+            self._keep(exchange_id, exchange)
 
     def drop(self, exchange_id: str) -> None:
         with self._lock:
-            self._waiting.pop(exchange_id, None)
+            if exchange_id in self._waiting:
+                self._pop(exchange_id)
+
+    def _keep(self, exchange_id: str, exchange: Exchange) -> None:
+        self._forget_old(exchange.created)
+        self._waiting[exchange_id] = exchange
+        self._chars += exchange.chars
+        while len(self._waiting) > self.max_count or self._chars > self.max_chars:
+            self._pop(next(iter(self._waiting)))
+
+    def _pop(self, exchange_id: str) -> Exchange:
+        exchange = self._waiting.pop(exchange_id)
+        self._chars -= exchange.chars
+        return exchange
 
     def _forget_old(self, now: float) -> None:
         while self._waiting and now - next(iter(self._waiting.values())).created > self.max_age_s:
-            self._waiting.popitem(last=False)
+            self._pop(next(iter(self._waiting)))
 
 
 # -- the learning, one memrl memory per namespace ----------------------------------------------------------------
