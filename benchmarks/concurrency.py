@@ -45,8 +45,13 @@ Call = dict[str, Any]
 def play_session(player: str, games: int, rounds: int, concurrency: int, out: Path) -> tuple[float, list[Call]]:
     """Wall seconds of `games` RPS games played `concurrency` at a time, and the LLM calls they recorded."""
     config = RunConfig(
-        env="rps", env_options={"opponent": "cycle3", "rounds": rounds}, memory="none", player=player, units=games,
-        attempts=1, carry_memory=True,
+        env="rps",
+        env_options={"opponent": "cycle3", "rounds": rounds},
+        memory="none",
+        player=player,
+        units=games,
+        attempts=1,
+        carry_memory=True,
     )
     run = prepare(out, config, concurrency)
     pool = LLMPool()

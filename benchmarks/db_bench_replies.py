@@ -112,8 +112,8 @@ def attempts_of(folder: Path) -> list[Played]:
             used += len(replies)
         if "control_first_success" in unit:
             control = calls[used:]
-            played = _played(instance, [c["completion"]["text"] for c in control], unit["control_first_success"] is not None,
-                             control, unit)  # fmt: skip
+            solved = unit["control_first_success"] is not None
+            played = _played(instance, [c["completion"]["text"] for c in control], solved, control, unit)
             played.arm = "control"
             found.append(played)
     return found
@@ -141,7 +141,10 @@ def summarize(name: str, plays: list[Played], engine: str) -> None:
     rounds = [len(p.replies) for p in plays]
     ends = Counter(p.end for p in plays)
     turns = [s for p in plays for s in p.player_s]
-    print(f"{name} ({engine}): {n} tasks, solved {solved} ({solved / n:.0%}); ever answered {answered} ({answered / n:.0%})")
+    print(
+        f"{name} ({engine}): {n} tasks, solved {solved} ({solved / n:.0%}); "
+        f"ever answered {answered} ({answered / n:.0%})"
+    )
     print("  ends: " + ", ".join(f"{e} {ends[e]}" for e in (*ENDS, "cut short") if ends[e]))
     for kind in ("select", "insert", "update", "delete"):
         some = [p for p in plays if p.kind == kind]
@@ -194,11 +197,16 @@ def main() -> None:
         for arm in ("memory", "control"):
             some = [p for p in kept if p.arm == arm]
             if some:
-                summarize(f"{folder.name} [{arm}]" if any(p.arm == "control" for p in kept) else folder.name, some, engine)
+                summarize(
+                    f"{folder.name} [{arm}]" if any(p.arm == "control" for p in kept) else folder.name, some, engine
+                )
         if args.tasks:
             for p in kept:
-                print(f"    {p.arm:7} task {p.task_id:3} {p.kind:6} {'solved' if p.verdict else 'failed':6} "
-                      f"{p.end:11} rounds {len(p.replies):2} repeats {p.repeats[:3]}{'…' if len(p.repeats) > 3 else ''}")  # fmt: skip
+                more = "…" if len(p.repeats) > 3 else ""
+                print(
+                    f"    {p.arm:7} task {p.task_id:3} {p.kind:6} {'solved' if p.verdict else 'failed':6} "
+                    f"{p.end:11} rounds {len(p.replies):2} repeats {p.repeats[:3]}{more}"
+                )
 
 
 if __name__ == "__main__":

@@ -62,9 +62,13 @@ def raw_seconds(task) -> float:
     """The gold's statements on the task's table in an in-memory SQLite of this process: no sandbox, no server."""
     with closing(sqlite3.connect(":memory:")) as connection:
         names = ", ".join(f'"{n}"' for n, _ in task.columns)
-        connection.execute(f'CREATE TABLE "{task.table}" ({", ".join(f"{chr(34)}{n}{chr(34)} {k}" for n, k in task.columns)})')
+        connection.execute(
+            f'CREATE TABLE "{task.table}" ({", ".join(f"{chr(34)}{n}{chr(34)} {k}" for n, k in task.columns)})'
+        )
         marks = ", ".join("?" * len(task.columns))
-        connection.executemany(f'INSERT INTO "{task.table}" ({names}) VALUES ({marks})', [tuple(map(str, r)) for r in task.rows])
+        connection.executemany(
+            f'INSERT INTO "{task.table}" ({names}) VALUES ({marks})', [tuple(map(str, r)) for r in task.rows]
+        )
         action = read_reply(f"Action: Operation\n```sql\n{task.gold}\n```")
         started = time.perf_counter()
         for statement in action.statements:
@@ -98,8 +102,11 @@ def play(llm_spec: str, tasks: list, engine: str, options: dict) -> list[dict]:
         calls.clear()
         started = time.perf_counter()
         episode = play_episode(env, player, lambda _query: "", index=1, seed=0, act_seed=lambda step: step)
-        played.append({"task": task.id, "s": time.perf_counter() - started, "turns": len(episode.steps),
-                       "model_s": sum(c["completion"]["latency_s"] for c in calls), "solved": episode.success})  # fmt: skip
+        model_s = sum(c["completion"]["latency_s"] for c in calls)
+        seconds = time.perf_counter() - started
+        played.append(
+            {"task": task.id, "s": seconds, "turns": len(episode.steps), "model_s": model_s, "solved": episode.success}
+        )
         env.close()
     llm.close()
     return played
@@ -130,8 +137,11 @@ def main() -> None:
         for engine, times in per_engine.items():
             run_s = statistics.median(s for _, s in times)
             table_s = statistics.median(s for s, _ in times)
-            print(f"  {engine:8} statements {run_s * 1000:8.1f} ms (ratio to raw {run_s / max(statistics.median(raw), 1e-6):7.0f}), "
-                  f"table open + close {table_s * 1000:7.1f} ms")  # fmt: skip
+            ratio = run_s / max(statistics.median(raw), 1e-6)
+            print(
+                f"  {engine:8} statements {run_s * 1000:8.1f} ms (ratio to raw {ratio:7.0f}), "
+                f"table open + close {table_s * 1000:7.1f} ms"
+            )
 
         per_task_s: dict[str, float] = {}
         if not args.no_model:
@@ -140,10 +150,12 @@ def main() -> None:
                 turns = sum(p["turns"] for p in played)
                 wall, model = sum(p["s"] for p in played), sum(p["model_s"] for p in played)
                 per_task_s[engine] = wall / len(played)
-                print(f"model in the loop ({args.llm}, {engine}, {json.dumps(options)}): {len(played)} tasks, {turns} turns, "
-                      f"{wall / len(played):.1f} s per task, {wall / turns:.1f} s per turn; the model's own time "
-                      f"{model / turns:.1f} s per turn (ratio of a turn to it {wall / max(model, 1e-9):.2f}); "
-                      f"solved {sum(p['solved'] for p in played)}")  # fmt: skip
+                print(
+                    f"model in the loop ({args.llm}, {engine}, {json.dumps(options)}): {len(played)} tasks, "
+                    f"{turns} turns, {wall / len(played):.1f} s per task, {wall / turns:.1f} s per turn; the model's "
+                    f"own time {model / turns:.1f} s per turn (ratio of a turn to it {wall / max(model, 1e-9):.2f}); "
+                    f"solved {sum(p['solved'] for p in played)}"
+                )
     finally:
         for engine in engines.values():
             engine.close()

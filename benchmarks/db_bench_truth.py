@@ -6,8 +6,8 @@ truth on both engines, and print the counts `docs/db_bench.md` cites.
 SOURCE_DIR holds `db_bench_runtime_learning_data.json`, `db_train.json` and `db_val.json` from `data/llb/` of
 MemTensor/MemRL at 7c3beba (e.g. `git show 7c3beba:data/llb/db_train.json > SOURCE_DIR/db_train.json`). Every gold
 query runs on SQLite (sandboxed, as the agent's SQL runs) and on a MariaDB this script starts
-(`envs._db_bench_truth.gold_truth`; `repeats` says how often). The file is written byte-for-byte reproducibly (sorted keys, gzip without a time stamp);
-its SHA-256 is printed for `data/db_bench.py`.
+(`envs._db_bench_truth.gold_truth`; `repeats` says how often). The file is written byte-for-byte reproducibly
+(sorted keys, gzip without a time stamp); its SHA-256 is printed for `data/db_bench.py`.
 """
 
 from __future__ import annotations

@@ -32,9 +32,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from db_bench_replies import run_config, unit_records  # noqa: E402
 
 from ttlearn.envs import make_env  # noqa: E402
-from ttlearn.envs._llb_verdict import answer_matches  # noqa: E402
 from ttlearn.envs._db_bench_prompts import OUTPUT_FORMAT  # noqa: E402
 from ttlearn.envs._db_bench_reply import read_reply  # noqa: E402
+from ttlearn.envs._llb_verdict import answer_matches  # noqa: E402
 from ttlearn.llm import make_llm  # noqa: E402
 
 TOLD = "\nIf this result answers the question, reply with Action: Answer and Final Answer: the result."

@@ -65,8 +65,10 @@ def main() -> None:
         results[policy] = (differ, time_a + time_b)
     Slot.reuse_exactly = exact
     base = results["unrestricted"][1]
-    print(f"{args.llm} · n_batch {args.n_batch} · {len(prompts)} Spider prompts ({args.database}, "
-          f"{min(tokens)}–{max(tokens)} tokens) answered in two orders, greedy")
+    print(
+        f"{args.llm} · n_batch {args.n_batch} · {len(prompts)} Spider prompts ({args.database}, "
+        f"{min(tokens)}–{max(tokens)} tokens) answered in two orders, greedy"
+    )
     print("policy          replies that differ between orders   wall s   ratio to unrestricted")
     for policy, (differ, wall) in results.items():
         print(f"{policy:15s} {differ:12d} of {len(prompts):<22d} {wall:7.1f}   {wall / base:8.2f}")

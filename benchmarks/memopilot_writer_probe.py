@@ -63,9 +63,7 @@ def measure(policy: HFPolicy, transcript: str, samples: int, form: str) -> dict[
         rules = episode.info["rules"]
         prompt = writer_messages(rules, "", episode, 15, form)
         counter = MOVES[beats(MOVES.index(favourite))]
-        drawn = policy.sample(
-            [prompt] * samples, max_new_tokens=24, temperature=1.0, seed=1, stop=writer_stop(form)
-        )
+        drawn = policy.sample([prompt] * samples, max_new_tokens=24, temperature=1.0, seed=1, stop=writer_stop(form))
         for sample in drawn:
             note = note_source(form, sample.text, rules)
             named = re.match(r"The opponent plays mostly (\w+)", note)

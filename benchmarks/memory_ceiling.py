@@ -118,13 +118,18 @@ def code_notes(env: Env, instances: list[int], control: dict[int, dict]) -> Note
 
 
 NEAR: dict[int, int] = {
-    28: 23, 23: 28,  # fib ← fib4 and back: the same recurrence
+    28: 23,
+    23: 28,  # fib ← fib4 and back: the same recurrence
     20: 40,  # prime_fib ← prime_length: a prime test
     37: 10,  # is_multiply_prime ← factorize: prime factors
-    40: 50, 50: 40,  # prime_length ← count_up_to and back: a prime test
-    25: 55, 55: 25,  # is_palindrome ← even_odd_palindrome and back
-    15: 19, 19: 15,  # sort_third ← sort_even and back: sort a slice, put it back
-    56: 75, 75: 56,  # count_nums ← order_by_points and back: the signed digit sum
+    40: 50,
+    50: 40,  # prime_length ← count_up_to and back: a prime test
+    25: 55,
+    55: 25,  # is_palindrome ← even_odd_palindrome and back
+    15: 19,
+    19: 15,  # sort_third ← sort_even and back: sort a slice, put it back
+    56: 75,
+    75: 56,  # count_nums ← order_by_points and back: the signed digit sum
     22: 34,  # triangle_area(a, h) ← triangle_area(a, b, c)
     30: 0,  # correct_bracketing ← separate_paren_groups: a depth counter
 }
@@ -252,19 +257,32 @@ def measure(args: argparse.Namespace) -> None:
     if unknown:
         raise SystemExit(f"--note-at takes some of {', '.join(NOTE_AT)}, got {', '.join(unknown)}")
     players = {
-        p: make_player(args.llm, lambda _spec: backend, 0.0, env, retries=0, note_at=p)[0] for p in ["system", *presentations]
+        p: make_player(args.llm, lambda _spec: backend, 0.0, env, retries=0, note_at=p)[0]
+        for p in ["system", *presentations]
     }
 
     def record(arm: str, note_at: str | None, i: int, note: str) -> dict:
         key = (arm, note_at, i)
         if key not in done:
             result = play(env, players[note_at or "system"], i, note, args.seed)
-            done[key] = {"family": args.family, "model": args.llm, "arm": arm, "note_at": note_at, "instance": i,
-                         "seed": args.seed, "options": options, "changed": changed, **result}
+            done[key] = {
+                "family": args.family,
+                "model": args.llm,
+                "arm": arm,
+                "note_at": note_at,
+                "instance": i,
+                "seed": args.seed,
+                "options": options,
+                "changed": changed,
+                **result,
+            }
             with out.open("a") as f:  # one line per episode, flushed: a killed run keeps what it played
                 f.write(json.dumps(done[key]) + "\n")
-            print(f"{args.llm} {label} {arm:10s} {note_at or '-':8s} #{i}: success={result['success']} "
-                  f"score={result['score']:+.2f} {result['seconds']:.0f}s", flush=True)
+            print(
+                f"{args.llm} {label} {arm:10s} {note_at or '-':8s} #{i}: success={result['success']} "
+                f"score={result['score']:+.2f} {result['seconds']:.0f}s",
+                flush=True,
+            )
         return done[key]
 
     control = {i: record("control", None, i, "") for i in instances}
@@ -282,21 +300,27 @@ def measure(args: argparse.Namespace) -> None:
 
 def table(folder: Path) -> None:
     """The markdown table of every record in `folder`: one row per family × model × presentation."""
-    cells: dict[tuple[str, str, str], dict[tuple[str, str | None], dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
+    cells: dict[tuple[str, str, str], dict[tuple[str, str | None], dict[int, dict]]] = defaultdict(
+        lambda: defaultdict(dict)
+    )
     for path in sorted(folder.glob("*.jsonl")):
         for line in path.read_text().splitlines():
             r = json.loads(line)
             changed = "".join(f" {k}={v}" for k, v in sorted(r.get("changed", {}).items()))
             cells[(r["family"], r["model"], changed)][(r["arm"], r["note_at"])][r["instance"]] = r
-    print("| family | model | note at | n | control | oracle | gain | p | distractor | gain | p | plays the oracle's "
-          "move: ctl → oracle (p) | the distractor's: ctl → distractor (p) |")
+    print(
+        "| family | model | note at | n | control | oracle | gain | p | distractor | gain | p | plays the oracle's "
+        "move: ctl → oracle (p) | the distractor's: ctl → distractor (p) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for (name, model, changed), arms in sorted(cells.items()):
         family = FAMILIES[name]
         control = arms.get(("control", None), {})
         if family.no_oracle and not any(arm == "oracle" for arm, _ in arms):  # nothing of its own to show
             base = summary(family.scored, list(control.values()))
-            print(f"| {name}{changed} | {model} | — | 0 | {base} | no oracle memory: {family.no_oracle} | | | | | | | |")
+            print(
+                f"| {name}{changed} | {model} | — | 0 | {base} | no oracle memory: {family.no_oracle} | | | | | | | |"
+            )
             continue
         for note_at in NOTE_AT:
             oracle = arms.get(("oracle", note_at), {})
@@ -310,7 +334,10 @@ def table(folder: Path) -> None:
                 columns.append(compare(family.scored, [control[i] for i in both], [shown[i] for i in both]))
             base = summary(family.scored, [control[i] for i in paired])
             follows = [followed(family, arm, control, arms.get((arm, note_at), {})) for arm in ("oracle", "distractor")]
-            print(f"| {name}{changed} | {model} | {note_at} | {len(paired)} | {base} | {' | '.join(columns)} | {' | '.join(follows)} |")
+            print(
+                f"| {name}{changed} | {model} | {note_at} | {len(paired)} | {base} | "
+                f"{' | '.join(columns)} | {' | '.join(follows)} |"
+            )
 
 
 def followed(family: Family, arm: str, control: dict[int, dict], shown: dict[int, dict]) -> str:
@@ -358,7 +385,9 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8, help="instances (seeds 0..n-1 where instances are generated)")
     parser.add_argument("--first", type=int, default=0, help="the first instance")
     parser.add_argument("--note-at", default=",".join(NOTE_AT), help="presentations, comma-separated")
-    parser.add_argument("--distractor-at", default=",".join(NOTE_AT), help="presentations that also play the distractor")
+    parser.add_argument(
+        "--distractor-at", default=",".join(NOTE_AT), help="presentations that also play the distractor"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/ceiling")
     parser.add_argument("--table", type=Path, help="print the table of the records in this folder and stop")

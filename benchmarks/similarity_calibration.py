@@ -35,8 +35,7 @@ concert_singer and pets_1, not committed: 19 → 29 of 30 with the paraphrase's 
 similar non-paraphrase)."""
 
 
-def measure(texts: list[str], golds: list[str], dbs: list[str], embedder: str, solved_rate: float,
-            orders: int) -> dict:
+def measure(texts: list[str], golds: list[str], dbs: list[str], embedder: str, solved_rate: float, orders: int) -> dict:
     vectors = make_embedder(embedder).embed(texts)
     by_db: dict[str, list[int]] = defaultdict(list)
     for i, db in enumerate(dbs):
@@ -98,8 +97,10 @@ def main() -> None:
     for name, texts in forms.items():
         start = time.perf_counter()
         out = measure(texts, golds, dbs, args.embedder, args.solved_rate, args.orders)
-        print(f"\n{args.embedder} · Spider {args.split} · key = {name} · {out['questions']} questions "
-              f"({out['with_paraphrase']} with a paraphrase) · {time.perf_counter() - start:.1f} s")
+        print(
+            f"\n{args.embedder} · Spider {args.split} · key = {name} · {out['questions']} questions "
+            f"({out['with_paraphrase']} with a paraphrase) · {time.perf_counter() - start:.1f} s"
+        )
         print(f"similarity mean {out['mean']:.3f}  std {out['std']:.3f}")
         print("delta   paraphrase shown   distractor shown   expected gain")
         for delta, para, distract, gain in out["rows"]:

@@ -23,9 +23,9 @@ from ttlearn.train.base import TRAINERS
 SRC = Path(__file__).resolve().parents[1] / "src" / "ttlearn"
 BASE = {"version", "types", "registry", "seeding", "cache", "sandbox", "wheels", "untrusted", "errors"}
 """The ground floor every room may stand on (`version`: the version string; `sandbox`: running model-written code;
-`wheels`: files fetched from the package index; `untrusted`: reading files anyone may have written; `errors`: the failures a user can fix; none imports
-from ttlearn). The package's top (`ttlearn.run`, the Python entry point) stands above every room, like `cli`: no
-module imports it."""
+`wheels`: files fetched from the package index; `untrusted`: reading files anyone may have written; `errors`: the
+failures a user can fix; none imports from ttlearn). The package's top (`ttlearn.run`, the Python entry point) stands
+above every room, like `cli`: no module imports it."""
 ALLOWED = {
     **{room: BASE for room in BASE},
     "envs": BASE | {"envs", "data"},
@@ -114,7 +114,13 @@ def test_pure_maths_imports_without_torch():
 
 PLUGINS: dict[str, set[str]] = {
     room: {source.partition(":")[0] for source in registry.table.values()}
-    for room, registry in [("envs", ENVS), ("llm", LLMS), ("memory", MEMORIES), ("players", PLAYERS), ("train", TRAINERS)]
+    for room, registry in [
+        ("envs", ENVS),
+        ("llm", LLMS),
+        ("memory", MEMORIES),
+        ("players", PLAYERS),
+        ("train", TRAINERS),
+    ]
 }
 """Room → the modules its registry table loads plug-ins from."""
 PLUGIN_FREE = BASE | {"runs", "eval", "serve"}

@@ -12,11 +12,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
-
+import tomllib
 import yaml
 
 from ttlearn.runs import Run
@@ -146,8 +145,19 @@ class Solo(Env):
 def test_a_single_file_plugin_is_recorded_named_by_resume_and_passed_to_arena_workers(tmp_path):
     (tmp_path / "solo.py").write_text(SOLO)
     run_dir = tmp_path / "run"
-    ttlearn("--plugin", "solo.py", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out", str(run_dir),
-            cwd=tmp_path)
+    ttlearn(
+        "--plugin",
+        "solo.py",
+        "run",
+        "solo",
+        "--llm",
+        "scripted:random",
+        "--games",
+        "3",
+        "--out",
+        str(run_dir),
+        cwd=tmp_path,
+    )
     assert json.loads((run_dir / "run.json").read_text())["plugins"] == [str(tmp_path / "solo.py")]
     cut_after_first_game(run_dir)
     refused = subprocess.run(  # the config names the file, but a run directory never makes anything import
@@ -161,8 +171,26 @@ def test_a_single_file_plugin_is_recorded_named_by_resume_and_passed_to_arena_wo
     ttlearn("--plugin", "solo.py", "resume", str(run_dir), cwd=tmp_path)
     assert len(scores(run_dir)) == 3
     out = tmp_path / "arena"
-    ttlearn("--plugin", "solo.py", "arena", "--env", "solo", "--memories", "none,history", "--seeds", "1",
-            "--games", "1", "--llm", "scripted:random", "--out", str(out), "--workers", "1", cwd=tmp_path)
+    ttlearn(
+        "--plugin",
+        "solo.py",
+        "arena",
+        "--env",
+        "solo",
+        "--memories",
+        "none,history",
+        "--seeds",
+        "1",
+        "--games",
+        "1",
+        "--llm",
+        "scripted:random",
+        "--out",
+        str(out),
+        "--workers",
+        "1",
+        cwd=tmp_path,
+    )
     assert len(list(out.glob("runs/*/*/seed*/summary.json"))) == 2  # played in fresh (spawned) worker processes
     assert "solo" in ttlearn("list", TTLEARN_PLUGINS=str(tmp_path / "solo.py"))
 
@@ -190,8 +218,19 @@ def test_a_plugin_named_as_a_module_of_the_current_folder_is_found_again_from_el
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "solo_module.py").write_text(SOLO)
     run_dir = tmp_path / "run"
-    ttlearn("--plugin", "solo_module", "run", "solo", "--llm", "scripted:random", "--games", "3", "--out",
-            str(run_dir), cwd=tmp_path / "work")
+    ttlearn(
+        "--plugin",
+        "solo_module",
+        "run",
+        "solo",
+        "--llm",
+        "scripted:random",
+        "--games",
+        "3",
+        "--out",
+        str(run_dir),
+        cwd=tmp_path / "work",
+    )
     recorded = f"solo_module@{tmp_path / 'work'}"
     assert json.loads((run_dir / "run.json").read_text())["plugins"] == [recorded]
     cut_after_first_game(run_dir)

@@ -14,16 +14,29 @@ from pathlib import Path
 
 import pytest
 
+from ttlearn import registry as registry_module
 from ttlearn.envs.base import ENVS
-from ttlearn.llm.base import LLMS, split_spec, spec_options
+from ttlearn.llm.base import LLMS, spec_options, split_spec
 from ttlearn.memory.base import MEMORIES
 from ttlearn.players.base import PLAYERS
-from ttlearn import registry as registry_module
-from ttlearn.registry import Family, PluginError, PluginShadowWarning, Registry, UnknownNameError, load_object, load_plugins
+from ttlearn.registry import (
+    Family,
+    PluginError,
+    PluginShadowWarning,
+    Registry,
+    UnknownNameError,
+    load_object,
+    load_plugins,
+)
 from ttlearn.train.base import TRAINERS
 
-ROOMS = {"ttlearn.envs": ENVS, "ttlearn.memory": MEMORIES, "ttlearn.llm": LLMS, "ttlearn.players": PLAYERS,
-         "ttlearn.train": TRAINERS}
+ROOMS = {
+    "ttlearn.envs": ENVS,
+    "ttlearn.memory": MEMORIES,
+    "ttlearn.llm": LLMS,
+    "ttlearn.players": PLAYERS,
+    "ttlearn.train": TRAINERS,
+}
 
 
 def room_modules(package: str) -> list[str]:
@@ -33,8 +46,11 @@ def room_modules(package: str) -> list[str]:
 @pytest.mark.parametrize("package", ROOMS)
 def test_every_table_entry_loads_a_plugin_of_that_name_and_no_module_of_the_package_registers_itself(package):
     registry = ROOMS[package]
-    decorators = [module for module in room_modules(package)
-                  if ".register(" in Path(importlib.import_module(module).__file__).read_text()]
+    decorators = [
+        module
+        for module in room_modules(package)
+        if ".register(" in Path(importlib.import_module(module).__file__).read_text()
+    ]
     assert decorators == []
     for name, source in registry.table.items():
         obj, defined_by = registry.get(name), load_object(source)
@@ -57,8 +73,11 @@ def own_name_lines(path: Path) -> list[str]:
         if isinstance(node, ast.ClassDef)
         for statement in node.body
         if (isinstance(statement, ast.Assign) and any(getattr(t, "id", None) == "name" for t in statement.targets))
-        or (isinstance(statement, ast.AnnAssign) and getattr(statement.target, "id", None) == "name"
-            and statement.value is not None)
+        or (
+            isinstance(statement, ast.AnnAssign)
+            and getattr(statement.target, "id", None) == "name"
+            and statement.value is not None
+        )
     ]
 
 
@@ -67,16 +86,20 @@ def test_no_class_the_table_names_writes_its_own_name(package):
     registry = ROOMS[package]
     named = {source.partition(":")[2] for source in registry.table.values()}
     classes = {cls for cls in named if cls[:1].isupper()}
-    writes = [line for module in room_modules(package)
-              for line in own_name_lines(Path(importlib.import_module(module).__file__))
-              if line.rpartition(" ")[2] in classes]
+    writes = [
+        line
+        for module in room_modules(package)
+        for line in own_name_lines(Path(importlib.import_module(module).__file__))
+        if line.rpartition(" ")[2] in classes
+    ]
     assert writes == []
     assert own_name_lines(Path(__file__).parent / "plugins" / "simlab.py") == []  # a plug-in writes it once too
 
 
 def test_the_check_catches_a_class_that_writes_its_own_name(tmp_path):
-    (tmp_path / "mod.py").write_text('class Named:\n    name = "x"\n\nclass Typed:\n    name: str = "y"\n\n'
-                                    'class Declared:\n    name: str\n')
+    (tmp_path / "mod.py").write_text(
+        'class Named:\n    name = "x"\n\nclass Typed:\n    name: str = "y"\n\nclass Declared:\n    name: str\n'
+    )
     assert own_name_lines(tmp_path / "mod.py") == ["mod.py:2 Named", "mod.py:5 Typed"]
 
 
@@ -116,8 +139,14 @@ def test_a_lookup_imports_only_the_module_it_names():
         "import sys; from ttlearn.envs.base import make_env; make_env('rps', seed=0); "
         "print(sorted(m for m in sys.modules if m.startswith('ttlearn.envs.')))"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60,
-                          env={"PYTHONPATH": str(Path(__file__).parents[1] / "src"), "PATH": ""})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={"PYTHONPATH": str(Path(__file__).parents[1] / "src"), "PATH": ""},
+    )
     # base and the ceilings table it checks every option against, then the one environment named
     named = "['ttlearn.envs.base', 'ttlearn.envs.ceilings', 'ttlearn.envs.rps', 'ttlearn.envs.rps_bots']"
     assert done.stdout.strip() == named
@@ -154,8 +183,11 @@ def test_a_name_taken_over_from_the_package_or_an_installed_entry_point_warns(tm
     (info / "entry_points.txt").write_text("[ttlearn.test-gadgets]\ncounter = gadget_pkg:Counter\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     registry = Registry("gadget", "ttlearn.test-gadgets", {"own": "json:JSONDecoder"})
-    with pytest.warns(PluginShadowWarning, match=r"gadget 'counter' from test_registry shadows the installed entry "
-                      r"point 'counter' \(gadget_pkg:Counter\); this process uses test_registry's"):
+    with pytest.warns(
+        PluginShadowWarning,
+        match=r"gadget 'counter' from test_registry shadows the installed entry "
+        r"point 'counter' \(gadget_pkg:Counter\); this process uses test_registry's",
+    ):
         registry.register("counter")(Gadget)
     assert registry.get("counter") is Gadget
     with pytest.warns(PluginShadowWarning, match="shadows ttlearn's own 'own' \\(json:JSONDecoder\\)"):

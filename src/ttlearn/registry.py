@@ -288,5 +288,7 @@ class Registry(Generic[T]):
         try:
             return model(**{key: value for key, value in options.items() if key not in reserved})
         except ValidationError as exc:
-            reasons = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})" for e in exc.errors())
+            reasons = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})" for e in exc.errors()
+            )
             raise ValueError(f"{self.kind} {name!r} option {reasons}") from None

@@ -6,8 +6,8 @@ re-evaluated without importing the code that produced it.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 NoteAt = Literal["system", "exchange", "advice", "default"]

@@ -198,4 +198,3 @@ def lines(fh: IO[bytes], path: Path) -> Iterator[bytes]:
         if len(line) > MAX_LINE_BYTES:
             raise UntrustedFileError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES >> 20} MiB; refused")
         yield line
-

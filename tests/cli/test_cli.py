@@ -117,7 +117,8 @@ def test_fork_continues_from_game_k_and_diverges_after(tmp_path):
 def test_memrl_inspect_and_explain(tmp_path):
     from fakes import FakeLLM
 
-    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.rollout.run import play as play_units
+    from ttlearn.rollout.run import prepare
     from ttlearn.runs import RunConfig
 
     config = RunConfig(

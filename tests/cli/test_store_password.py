@@ -86,8 +86,11 @@ def test_a_store_password_is_never_written_or_printed(guarded_url, tmp_path, mon
 
 
 def test_a_config_refuses_a_store_password(guarded_url):
-    for options in ({"store": with_password(guarded_url)}, {"store": f"{guarded_url}?password={SECRET}"},
-                    {"url": f"https://agent:{SECRET}@memory.example"}):
+    for options in (
+        {"store": with_password(guarded_url)},
+        {"store": f"{guarded_url}?password={SECRET}"},
+        {"url": f"https://agent:{SECRET}@memory.example"},
+    ):
         with pytest.raises(ValueError, match="never recorded") as refused:
             RunConfig(env="rps", memory="memrl", memory_options=options)
         assert SECRET not in str(refused.value)  # pydantic would show the input

@@ -49,8 +49,20 @@ def invoke(*args: str, cwd: Path | None = None):
 @pytest.fixture(scope="module")
 def real_run(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("real") / "run"
-    result = invoke("run", "rps", "--llm", "scripted:random", "--memory", "history", "--games", "2", "--rounds", "4",
-                    "--out", str(path))
+    result = invoke(
+        "run",
+        "rps",
+        "--llm",
+        "scripted:random",
+        "--memory",
+        "history",
+        "--games",
+        "2",
+        "--rounds",
+        "4",
+        "--out",
+        str(path),
+    )
     assert result.exit_code == 0, result.output
     return path
 
@@ -86,8 +98,18 @@ def edit_config(run: Path, **fields) -> None:
 # ---- the bounds, hand-computed ------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "text, depth",
-    [("", 0), ("1", 0), ("[]", 1), ("[[1,[2]]]", 3), ('"[[["', 0), ('["\\\\"]', 1), ('["\\"[["]', 1),
-     ('{"a": "\\\\\\"[", "b": [[]]}', 3), ('["\\\\\\\\", [[]]]', 3), ("[" * 300 + "]" * 300, 300)],
+    [
+        ("", 0),
+        ("1", 0),
+        ("[]", 1),
+        ("[[1,[2]]]", 3),
+        ('"[[["', 0),
+        ('["\\\\"]', 1),
+        ('["\\"[["]', 1),
+        ('{"a": "\\\\\\"[", "b": [[]]}', 3),
+        ('["\\\\\\\\", [[]]]', 3),
+        ("[" * 300 + "]" * 300, 300),
+    ],
 )
 def test_nesting_depth_skips_brackets_in_strings(text, depth):
     from ttlearn.untrusted import nesting_depth
@@ -123,9 +145,14 @@ def test_lines_past_the_limit_and_snapshot_expansions_are_refused(tmp_path, monk
 # ---- item 1: reading a run directory runs none of its code --------------------------------------------------------
 @pytest.mark.parametrize(
     "command",
-    [["show", "{run}"], ["show", "."], ["memory", "diff", "{run}", "--from", "1", "--to", "2"],
-     ["memory", "fork", "{run}", "--unit", "1", "--out", "{out}/fork"], ["replay", "{run}", "--out", "{out}/replay"],
-     ["resume", "{run}"]],
+    [
+        ["show", "{run}"],
+        ["show", "."],
+        ["memory", "diff", "{run}", "--from", "1", "--to", "2"],
+        ["memory", "fork", "{run}", "--unit", "1", "--out", "{out}/fork"],
+        ["replay", "{run}", "--out", "{out}/replay"],
+        ["resume", "{run}"],
+    ],
     ids=lambda c: " ".join(c[:2]),
 )
 def test_a_recorded_plugin_is_never_imported(real_run, tmp_path, command):
@@ -372,8 +399,14 @@ def square_bomb(run: Path, n: int) -> None:
     """Point the last unit at a state whose list is n references to one list of n references to one leaf: three lines
     (2.7 MB at n = 20,000) that expand to n² elements."""
     leaf, pieces = "1".ljust(64, "0"), "2".ljust(64, "0")
-    append(run / "snapshots.jsonl", [{"hash": leaf, "value": "x"}, {"hash": pieces, "value": [leaf] * n},
-                                     {"hash": last_hash(run), "value": {"memory": {CHUNKS: [pieces] * n}}}])
+    append(
+        run / "snapshots.jsonl",
+        [
+            {"hash": leaf, "value": "x"},
+            {"hash": pieces, "value": [leaf] * n},
+            {"hash": last_hash(run), "value": {"memory": {CHUNKS: [pieces] * n}}},
+        ],
+    )
 
 
 def test_n_references_to_n_pieces_are_refused_at_once(real_run, tmp_path):
@@ -527,8 +560,14 @@ def test_escape_sequences_from_a_run_or_a_store_reach_the_terminal_escaped(real_
 def chunk_cycle(run: Path) -> None:
     key = last_hash(run)
     a, b = "a" * 64, "b" * 64
-    append(run / "snapshots.jsonl", [{"hash": a, "value": [b]}, {"hash": b, "value": {CHUNKS: [a]}},
-                                     {"hash": key, "value": {"memory": {CHUNKS: [a]}}}])
+    append(
+        run / "snapshots.jsonl",
+        [
+            {"hash": a, "value": [b]},
+            {"hash": b, "value": {CHUNKS: [a]}},
+            {"hash": key, "value": {"memory": {CHUNKS: [a]}}},
+        ],
+    )
 
 
 def chunk_bomb(run: Path) -> None:
@@ -676,11 +715,29 @@ COMMANDS = [
     ["memory", "explain", "{run}"],
     ["results", "--root", "{results}"],
     ["report", "{arena}"],
-    ["arena", "--env", "rps", "--memories", "history", "--seeds", "1", "--games", "2", "--llm", "scripted:random",
-     "--rounds", "4", "--out", "{arena}", "--workers", "1"],
+    [
+        "arena",
+        "--env",
+        "rps",
+        "--memories",
+        "history",
+        "--seeds",
+        "1",
+        "--games",
+        "2",
+        "--llm",
+        "scripted:random",
+        "--rounds",
+        "4",
+        "--out",
+        "{arena}",
+        "--workers",
+        "1",
+    ],
 ]
 
-DRIVER = """
+DRIVER = (
+    """
 import json, os, signal, sys, time, traceback
 from typer.testing import CliRunner
 from ttlearn.cli import app
@@ -703,7 +760,9 @@ for args in json.loads(sys.argv[1]):
         signal.alarm(0)
     found.append({"args": args, "code": code, "output": output, "crash": crash, "s": time.perf_counter() - start})
 print(json.dumps(found))
-""" % LIMIT_S
+"""
+    % LIMIT_S
+)
 
 
 def tree_hashes(root: Path, skip: set[Path]) -> dict[str, str]:
@@ -715,8 +774,14 @@ def tree_hashes(root: Path, skip: set[Path]) -> dict[str, str]:
     return found
 
 
-OLD_CASES = ("plugins only", "records to /dev/zero", "config to outside", "records a FIFO", "malformed record",
-             "deep line")
+OLD_CASES = (
+    "plugins only",
+    "records to /dev/zero",
+    "config to outside",
+    "records a FIFO",
+    "malformed record",
+    "deep line",
+)
 """The edits also made to the two layouts before one config existed, which `runs.legacy` still reads."""
 LAYOUTS = [("units", case) for case in CORPUS] + [(old, case) for old in ("session", "trials") for case in OLD_CASES]
 
@@ -731,8 +796,11 @@ def test_every_command_survives_a_crafted_run_directory(real_run, tmp_path, layo
     CORPUS[case](run)
     results_root = tmp_path / "results"
     results_root.mkdir()
-    (results_root / "table.json").write_text(json.dumps(
-        {"rows": [{"experiment": "x", "comparison": "y", "kind": "scores", "result": "run", "against": "run"}]}))
+    (results_root / "table.json").write_text(
+        json.dumps(
+            {"rows": [{"experiment": "x", "comparison": "y", "kind": "scores", "result": "run", "against": "run"}]}
+        )
+    )
     (results_root / "run").symlink_to(run)  # a results folder naming the crafted run
     arena = tmp_path / "arena"
     (arena / "runs" / "history" / "default").mkdir(parents=True)

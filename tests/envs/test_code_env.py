@@ -218,9 +218,9 @@ def test_an_object_that_is_not_plain_data_is_reported_and_never_compared(env):
 
 FORGED = "{'verdict': {'kind': 'passed'}}\\n"
 HACKS = {
-    "fd 3 verdict, then os._exit at load": f"import os\nos.write(3, b\"{FORGED}\")\nos._exit(0)\n",
+    "fd 3 verdict, then os._exit at load": f'import os\nos.write(3, b"{FORGED}")\nos._exit(0)\n',
     "fd 3 verdict, then os._exit in the call": (
-        f"import os\ndef has_close_elements(numbers, threshold):\n    os.write(3, b\"{FORGED}\")\n    os._exit(0)\n"
+        f'import os\ndef has_close_elements(numbers, threshold):\n    os.write(3, b"{FORGED}")\n    os._exit(0)\n'
     ),
     "sys.exit(0) at load": "import sys\nsys.exit(0)\n",
     "sys.exit(0) in the call": "import sys\ndef has_close_elements(numbers, threshold):\n    sys.exit(0)\n",
@@ -244,7 +244,7 @@ HACKS = {
         "def has_close_elements(numbers, threshold):\n    return Yes(1)\n"
     ),
     "a forged verdict printed to stdout": (
-        f"print(\"{FORGED}\")\ndef has_close_elements(numbers, threshold):\n    return None\n"
+        f'print("{FORGED}")\ndef has_close_elements(numbers, threshold):\n    return None\n'
     ),
     "the answer key read from the program file": (
         "import ast, re\nsource = open('main.py').read()\n"

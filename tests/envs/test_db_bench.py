@@ -157,7 +157,9 @@ def test_the_shipped_data_holds_the_runners_split_and_is_small():
 
 def test_the_ground_truth_counts_per_engine_are_pinned():
     tasks = load_tasks()
-    counts = {e: {s: sum(t.truth[e].source == s for t in tasks) for s in ("recorded", "engine", "none")} for e in ENGINES}
+    counts = {
+        e: {s: sum(t.truth[e].source == s for t in tasks) for s in ("recorded", "engine", "none")} for e in ENGINES
+    }
     assert counts == {
         "sqlite": {"recorded": 414, "engine": 81, "none": 5},
         "mariadb": {"recorded": 427, "engine": 67, "none": 6},
@@ -342,8 +344,10 @@ def _clean(server) -> bool:
     """Whether the server holds nothing a task left: no database, no task user, no prepared XA transaction."""
     databases = {name for (name,) in _on_server(server, "SHOW DATABASES")}
     users = _on_server(server, "SELECT user FROM mysql.user WHERE user LIKE 'task%'")
-    return databases == {"information_schema", "mysql", "performance_schema", "sys"} and not users and not (
-        _on_server(server, "XA RECOVER")
+    return (
+        databases == {"information_schema", "mysql", "performance_schema", "sys"}
+        and not users
+        and not (_on_server(server, "XA RECOVER"))
     )
 
 

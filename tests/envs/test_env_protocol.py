@@ -164,8 +164,9 @@ class Chooser(LLM):
         self.replies, self.shown = list(replies), []
         self.supports_choices = not replies
 
-    def complete(self, messages: Sequence[Message], *, max_tokens=128, temperature=0.0, seed=0, stop=(),
-                 choices=None) -> Completion:
+    def complete(
+        self, messages: Sequence[Message], *, max_tokens=128, temperature=0.0, seed=0, stop=(), choices=None
+    ) -> Completion:
         self.shown.append((messages[-1]["content"], list(choices or [])))
         return Completion(choices[0] if choices else self.replies.pop(0))
 

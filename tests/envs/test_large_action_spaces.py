@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-
 from fakes import FakeLLM
+
 from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.envs.check import EXACT_CHECKS, ContractError, check_env
 from ttlearn.eval.summary import Invalid, summarize_units
@@ -66,8 +66,9 @@ class OracleWithinShortlist(LLM):
 def play(rank: bool, seed: int = 0, max_options: int = 64):
     env = make_env("simlab", seed=0, rank=rank)
     llm = OracleWithinShortlist(env, seed)
-    episode = play_episode(env, LLMPlayer(llm, max_options=max_options), lambda q: "", index=1, seed=seed,
-                           act_seed=lambda step: step)
+    episode = play_episode(
+        env, LLMPlayer(llm, max_options=max_options), lambda q: "", index=1, seed=seed, act_seed=lambda step: step
+    )
     return episode, llm.shown
 
 
@@ -114,12 +115,24 @@ class Overflowing(LLM):
 
 def test_the_summary_counts_invalid_steps_by_cause():
     env = make_env("simlab", seed=0)
-    typed = play_episode(env, LLMPlayer(FakeLLM(lambda prompt: "dance")), lambda q: "", index=1, seed=0,
-                         act_seed=lambda step: step)
+    typed = play_episode(
+        env, LLMPlayer(FakeLLM(lambda prompt: "dance")), lambda q: "", index=1, seed=0, act_seed=lambda step: step
+    )
     overflowed = play_episode(env, LLMPlayer(Overflowing()), lambda q: "", index=2, seed=0, act_seed=lambda s: s)
     records = [
-        {"index": e.index, "type": "task", "epoch": 1, "task": e.index, "seed": e.seed, "first_success": None,
-         "score": e.score, "instance": {}, "attempts": [e.to_json()], "calls": [], "wall_s": 0.0}
+        {
+            "index": e.index,
+            "type": "task",
+            "epoch": 1,
+            "task": e.index,
+            "seed": e.seed,
+            "first_success": None,
+            "score": e.score,
+            "instance": {},
+            "attempts": [e.to_json()],
+            "calls": [],
+            "wall_s": 0.0,
+        }
         for e in (typed, overflowed)
     ]  # a session of two games: two units of one attempt
     config = RunConfig(env="simlab", player="fake", units=2, attempts=1, carry_memory=True)

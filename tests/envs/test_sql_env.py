@@ -263,7 +263,6 @@ def test_one_huge_call_bad_text_and_unneeded_functions_are_reported_as_what_they
     assert result.error.startswith(error) and time.monotonic() - start < 2
 
 
-
 GOLD_HACK = """
 import os
 for folder, _, names in os.walk(TOP):

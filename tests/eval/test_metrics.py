@@ -4,15 +4,15 @@ import numpy as np
 import pytest
 
 from ttlearn.eval.metrics import (
-    mcnemar_power,
     cumulative_performance,
     mbb_per_hand,
     mcnemar_exact,
-    paired_sign_flip_p,
+    mcnemar_power,
     mean_ci,
     mean_pass_at_k,
     mean_trajectory_entropy,
     normal_critical,
+    paired_sign_flip_p,
     pass_at_k,
     student_t_critical,
     success_at_k,

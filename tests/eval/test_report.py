@@ -155,7 +155,13 @@ def test_ratings_and_tables_match_hand_computations(tournament):
     paired = {(row["a"], row["b"]): row for row in report["paired"]}
     assert list(paired) == [("mid", "strong"), ("mid", "weak"), ("strong", "weak")]
     assert paired[("mid", "strong")] == {
-        "a": "mid", "b": "strong", "sequences": 6, "mean_difference": -2.5, "a_better": 0, "b_better": 3, "p": 0.25
+        "a": "mid",
+        "b": "strong",
+        "sequences": 6,
+        "mean_difference": -2.5,
+        "a_better": 0,
+        "b_better": 3,
+        "p": 0.25,
     }
     assert paired[("mid", "weak")]["p"] == 0.0312 and paired[("mid", "weak")]["a_better"] == 6
 
@@ -271,8 +277,11 @@ def test_names_with_dollars_are_drawn_as_plain_text():
     svgs = [
         curves_chart({"$opp$": {name: series for name in names}}, styles),
         success_chart({name: [0.5, 1.0] for name in names}, styles),
-        elo_chart([{"method": name, "elo": 1000.0 + i, "ci_low": None, "ci_high": None} for i, name in enumerate(names)],
-                  styles, 1000.0),
-    ]  # fmt: skip
+        elo_chart(
+            [{"method": name, "elo": 1000.0 + i, "ci_low": None, "ci_high": None} for i, name in enumerate(names)],
+            styles,
+            1000.0,
+        ),
+    ]
     for svg in svgs:
         assert "$\\frac{$" in svg and "$x^2$" in svg

@@ -33,8 +33,17 @@ def _record(actions_and_success: list[tuple[list[str], bool]], instance: dict) -
     ]
     first = next((i for i, (_, ok) in enumerate(actions_and_success, start=1) if ok), None)
     score = attempts[-1]["score"]
-    return {"index": 1, "type": "task", "epoch": 1, "first_success": first, "score": score, "calls": [],
-            "attempts": attempts, "instance": instance, "wall_s": 2.0}
+    return {
+        "index": 1,
+        "type": "task",
+        "epoch": 1,
+        "first_success": first,
+        "score": score,
+        "calls": [],
+        "attempts": attempts,
+        "instance": instance,
+        "wall_s": 2.0,
+    }
 
 
 def test_summary_numbers_by_hand() -> None:

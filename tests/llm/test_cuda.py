@@ -16,7 +16,6 @@ the CPU model's log-prob of it) and for repeating itself on CUDA.
 from __future__ import annotations
 
 import pytest
-
 from numeric import SAME
 from tiny_model import byte_tokenizer, tiny_llama
 

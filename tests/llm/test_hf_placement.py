@@ -7,7 +7,6 @@ for any checkpoint, and the embedded models need not be converted for it.
 from __future__ import annotations
 
 import pytest
-
 from tiny_model import tiny_model_dir
 
 torch = pytest.importorskip("torch")

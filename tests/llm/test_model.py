@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ttlearn.llm.cache import ReplayBook
-from ttlearn.rollout.run import play as play_units, prepare
+from ttlearn.rollout.run import play as play_units
+from ttlearn.rollout.run import prepare
 from ttlearn.runs import Run, RunConfig
 
 pytestmark = pytest.mark.model

@@ -46,7 +46,8 @@ def test_choices_come_back_as_one_of_them(server):
 
 
 def test_a_short_session_over_the_server(server, tmp_path):
-    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.rollout.run import play as play_units
+    from ttlearn.rollout.run import prepare
     from ttlearn.runs import RunConfig
 
     config = RunConfig(
@@ -213,7 +214,8 @@ def test_many_threads_share_one_client_through_faults(proxy):
 
 
 def test_a_run_stopped_by_a_dead_server_resumes_to_the_same_scores(proxy, tmp_path):
-    from ttlearn.rollout.run import play as play_units, prepare
+    from ttlearn.rollout.run import play as play_units
+    from ttlearn.rollout.run import prepare
     from ttlearn.runs import Run, RunConfig
 
     def config() -> RunConfig:

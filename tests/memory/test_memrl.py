@@ -58,8 +58,9 @@ def test_phase_b_ranks_by_hand_computed_scores() -> None:
 def test_z_q_is_taken_before_the_q_min_filter() -> None:
     # Two candidates: Q = 0.2 (kept) and −5 (dropped). Over all candidates: mean −2.4, std 2.6 → z_Q(0.2) = 1.0;
     # over the kept one alone std would be 0 and z_Q 0. Score = 0.5·(0.5 − 0.5)/0.1 + 0.5·1.0 = 0.5.
-    out = phase_b([(0.5, 0.2), (0.9, -5.0)], q_min=-1, w_sim=0.5, w_q=0.5, sim_mean=0.5, sim_std=0.1, k2=1,
-                  epsilon=0.0, rng=None)
+    out = phase_b(
+        [(0.5, 0.2), (0.9, -5.0)], q_min=-1, w_sim=0.5, w_q=0.5, sim_mean=0.5, sim_std=0.1, k2=1, epsilon=0.0, rng=None
+    )
     assert out.chosen == [0] and out.scores == [pytest.approx(0.5), None]
 
 
@@ -233,15 +234,22 @@ def test_the_options_are_one_typed_object_with_the_names_users_write(tmp_path: P
     assert set(TUNING) <= set(MemRLOptions.model_fields)  # every tunable option can be given
     mem = memory(tmp_path, k1=7, write="trajectory", seed=3)
     assert (mem.cfg.k1, mem.write, mem.seed) == (7, "trajectory", 3)
-    direct = MemRLMemory(None, MemRLOptions(store=str(tmp_path / "d.sqlite"), embedder="hash", k1=7, seed=3,
-                                             delta=0.3, epsilon=0.0))
+    direct = MemRLMemory(
+        None, MemRLOptions(store=str(tmp_path / "d.sqlite"), embedder="hash", k1=7, seed=3, delta=0.3, epsilon=0.0)
+    )
     assert (direct.cfg, direct.write, direct.seed) == (mem.cfg, "notes", 3)
-    with pytest.raises(ValueError, match=r"^memory method 'memrl' option k1: Input should be a valid integer, .* "
-                       r"\(got 'many'\)$") as refused:
+    with pytest.raises(
+        ValueError,
+        match=r"^memory method 'memrl' option k1: Input should be a valid integer, .* "
+        r"\(got 'many'\)$",
+    ) as refused:
         memory(tmp_path, k1="many")
     assert "\n" not in str(refused.value)
-    with pytest.raises(ValueError, match="has no option nope; it accepts: preset, store, url, key, namespace, "
-                       "embedder, k1, k2, delta, .*, max_trajectory_chars, run_id, seed$"):
+    with pytest.raises(
+        ValueError,
+        match="has no option nope; it accepts: preset, store, url, key, namespace, "
+        "embedder, k1, k2, delta, .*, max_trajectory_chars, run_id, seed$",
+    ):
         MEMORIES.check("memp", {"nope": 1}, reserved=("llm",))
     MEMORIES.check("memrl", {"preset": "sql", "keep": "successes", "write": "trajectory"}, reserved=("llm",))
     with pytest.raises(ValueError, match="option alpha: Input should be a valid number"):
@@ -357,22 +365,77 @@ def test_presets_hold_what_the_released_runners_run(tmp_path: Path) -> None:
 
     # MemTensor/MemRL at 7c3beba: each runner's values (file and line in the PRESETS comments), not its YAML's.
     service_stats = {"sim_mean": 0.1856827586889267, "sim_std": 0.09407906234264374}  # memory_service.py:311-312
-    bcb = {"k1": 5, "k2": 5, "delta": 0.5, "epsilon": 0.1, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
-           "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.31, "sim_std": 0.10, "join_threshold": 0.9,
-           "batch": 25}  # bcb_runner.py:610 applies the updates every 25 tasks
-    llb = {"k1": 10, "k2": 5, "delta": 0.5, "epsilon": 0.01, "q_min": -0.8, "q_init": 0.5, "reward_failure": 0.0,
-           **service_stats, "join_threshold": 0.99, "batch": 5,  # run_llb.py never passes the YAML's 0.39 / 0.14
-           "failure_trajectory": False}  # memory_context.py:77 cuts a reflection's failed trajectory for LLB
-    hle = {"k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "q_init": 1.0, "q_init_failure": 0.0,
-           **service_stats, "batch": 32}  # τ 0.25 is never read; hle_runner.py:956 writes Q 1 / 0
-    alfworld = {"k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "q_init": 0.0, "sim_mean": 0.5187,
-                "sim_std": 0.1203, "join_threshold": 0.9, "batch": 32}  # τ 0.62 is never read
+    bcb = {
+        "k1": 5,
+        "k2": 5,
+        "delta": 0.5,
+        "epsilon": 0.1,
+        "q_min": -0.8,
+        "alpha": 0.3,
+        "q_init": 0.0,
+        "reward_success": 1.0,
+        "reward_failure": -1.0,
+        "sim_mean": 0.31,
+        "sim_std": 0.10,
+        "join_threshold": 0.9,
+        "batch": 25,
+    }  # bcb_runner.py:610 applies the updates every 25 tasks
+    llb = {
+        "k1": 10,
+        "k2": 5,
+        "delta": 0.5,
+        "epsilon": 0.01,
+        "q_min": -0.8,
+        "q_init": 0.5,
+        "reward_failure": 0.0,
+        **service_stats,
+        "join_threshold": 0.99,
+        "batch": 5,  # run_llb.py never passes the YAML's 0.39 / 0.14
+        "failure_trajectory": False,
+    }  # memory_context.py:77 cuts a reflection's failed trajectory for LLB
+    hle = {
+        "k1": 5,
+        "k2": 3,
+        "delta": 0.5,
+        "epsilon": 0.0,
+        "q_min": -10.0,
+        "q_init": 1.0,
+        "q_init_failure": 0.0,
+        **service_stats,
+        "batch": 32,
+    }  # τ 0.25 is never read; hle_runner.py:956 writes Q 1 / 0
+    alfworld = {
+        "k1": 5,
+        "k2": 3,
+        "delta": 0.5,
+        "epsilon": 0.0,
+        "q_min": -10.0,
+        "q_init": 0.0,
+        "sim_mean": 0.5187,
+        "sim_std": 0.1203,
+        "join_threshold": 0.9,
+        "batch": 32,
+    }  # τ 0.62 is never read
     for name, values in {"bcb": bcb, "llb": llb, "hle": hle, "alfworld": alfworld}.items():
         assert {k: PRESETS[name][k] for k in values} == values, name
     # the families' settings stay as landed (the pre-registered evaluation uses them)
-    sql = {"k1": 5, "k2": 1, "delta": 0.9, "epsilon": 0.0, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
-           "reward_success": 1.0, "reward_failure": -1.0, "join_threshold": 0.95, "w_sim": 0.5, "w_q": 0.5,
-           "batch": 1, "write": "answer", "keep": "successes"}
+    sql = {
+        "k1": 5,
+        "k2": 1,
+        "delta": 0.9,
+        "epsilon": 0.0,
+        "q_min": -0.8,
+        "alpha": 0.3,
+        "q_init": 0.0,
+        "reward_success": 1.0,
+        "reward_failure": -1.0,
+        "join_threshold": 0.95,
+        "w_sim": 0.5,
+        "w_q": 0.5,
+        "batch": 1,
+        "write": "answer",
+        "keep": "successes",
+    }
     assert PRESETS["sql"] == PRESETS["code"] == sql and PRESETS["household"] == {**sql, "write": "trajectory"}
     mem = memory(tmp_path, preset="llb", epsilon=None, delta=None)
     assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.q_min, mem.cfg.sim_std, mem.batch) == (10, 5, -0.8, 0.09407906234264374, 5)
@@ -390,9 +453,15 @@ def test_the_llb_preset_shows_a_failure_without_its_trajectory(tmp_path: Path) -
     whole. Both items are written whole (the store keeps the trajectory)."""
     from ttlearn.memory.memrl import without_failed_trajectory
 
-    failure = "Task: count rows\nOutcome: failure (score 0)\nReflection:\nDo better: answer.\nTrajectory:\nuser: q\nNot solved."
+    failure = (
+        "Task: count rows\nOutcome: failure (score 0)\nReflection:\nDo better: answer.\n"
+        "Trajectory:\nuser: q\nNot solved."
+    )
     success = "Task: count rows\nOutcome: success (score 1)\nStrategy:\n1. COUNT(*)\nTrajectory:\nuser: q\nCorrect."
-    assert without_failed_trajectory(failure) == "Task: count rows\nOutcome: failure (score 0)\nReflection:\nDo better: answer."
+    assert (
+        without_failed_trajectory(failure)
+        == "Task: count rows\nOutcome: failure (score 0)\nReflection:\nDo better: answer."
+    )
     assert without_failed_trajectory(success) == success
     assert without_failed_trajectory("Task: x\nOutcome: failure (score 0)\n") == "Task: x\nOutcome: failure (score 0)\n"
     for preset, shows_trajectory in (("llb", False), ("hle", True)):
@@ -424,8 +493,15 @@ def test_defaults_are_the_bcb_release_with_the_embedders_own_statistics(tmp_path
 
 def test_answer_items_show_the_task_and_the_verified_answer_only(tmp_path: Path) -> None:
     mem = memory(tmp_path, write="answer", keep="successes")
-    done = Episode(0, 0, "How many singers?", (Step("schema…", "SELECT count(*) FROM singer", 1.0),), 1.0, True,
-                   {"answer": "```sql\nSELECT count(*) FROM singer\n```", "transcript": "long transcript"})
+    done = Episode(
+        0,
+        0,
+        "How many singers?",
+        (Step("schema…", "SELECT count(*) FROM singer", 1.0),),
+        1.0,
+        True,
+        {"answer": "```sql\nSELECT count(*) FROM singer\n```", "transcript": "long transcript"},
+    )
     mem.observe(done)
     (item,) = mem.store.inspect("default")
     assert item.experience == "Task: How many singers?\nVerified answer:\n```sql\nSELECT count(*) FROM singer\n```"
@@ -491,8 +567,9 @@ def test_verified_answers_can_be_shown_as_earlier_exchanges(tmp_path: Path) -> N
     from ttlearn.players.llm import build_messages
 
     answer = "```sql\nSELECT count(*) FROM singer\n```"
-    done = Episode(0, 0, "How many singers?", (Step("schema…", "SELECT count(*) FROM singer", 1.0),), 1.0, True,
-                   {"answer": answer})
+    done = Episode(
+        0, 0, "How many singers?", (Step("schema…", "SELECT count(*) FROM singer", 1.0),), 1.0, True, {"answer": answer}
+    )
     notes = memory(tmp_path, write="answer", keep="successes")
     notes.observe(done)
     shown = notes.context("How many singers?")
@@ -517,8 +594,13 @@ def test_a_run_recorded_before_the_defaults_resumes_as_recorded(tmp_path: Path) 
     from ttlearn.rollout.run import prepare
     from ttlearn.runs import RunConfig, read_config
 
-    fields = {"env": "sql", "env_options": {"dataset": "mini"}, "memory": "memrl", "player": "scripted:random",
-              "carry_memory": False}
+    fields = {
+        "env": "sql",
+        "env_options": {"dataset": "mini"},
+        "memory": "memrl",
+        "player": "scripted:random",
+        "carry_memory": False,
+    }
     (tmp_path / "old").mkdir()
     old = {**fields, "memory_options": {}, "tasks": 2, "attempts": 3, "kind": "trials"}
     (tmp_path / "old" / "trials.json").write_text(json.dumps(old))  # as a trial run of last week wrote it
@@ -631,6 +713,9 @@ def test_the_recorded_runs_options_build_the_settings_they_ran_with(tmp_path: Pa
         mem = memory(tmp_path / name, name, **options, epsilon=None, delta=None)
         preset = {**TUNING, **PRESETS[options["preset"]]} if "preset" in options else TUNING
         assert (mem.cfg.k1, mem.cfg.k2, mem.cfg.delta, mem.batch) == (
-            preset["k1"], preset["k2"], preset["delta"], preset["batch"]
+            preset["k1"],
+            preset["k2"],
+            preset["delta"],
+            preset["batch"],
         ), (name, options)
         assert (mem.write, mem.keep) == (options.get("write", preset["write"]), options.get("keep", preset["keep"]))

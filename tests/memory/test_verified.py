@@ -15,8 +15,13 @@ def attempt(index: int, moves: list[tuple[str, float, bool]], success: bool) -> 
 def test_a_failed_attempt_keeps_the_moves_the_environment_rewarded_and_a_solved_one_all():
     failed = attempt(
         1,
-        [("reveal 1 1", 0.5, True), ("reveal 1 1", -1.0, True), ("dance", -0.1, False), ("reveal 2 4", 0.25, True),
-         ("reveal 5 5", -0.1, True)],  # an opened cascade, an ineffective repeat, an unparseable reply, a mine
+        [
+            ("reveal 1 1", 0.5, True),
+            ("reveal 1 1", -1.0, True),
+            ("dance", -0.1, False),
+            ("reveal 2 4", 0.25, True),
+            ("reveal 5 5", -0.1, True),
+        ],  # an opened cascade, an ineffective repeat, an unparseable reply, a mine
         success=False,
     )
     assert verified_moves(failed) == ["reveal 1 1", "reveal 2 4"]
@@ -41,7 +46,9 @@ def test_the_next_attempt_is_offered_the_moves_one_per_decision_and_keeps_them_w
 
 def test_failed_moves_are_ruled_out_for_every_later_attempt():
     memory = VerifiedMovesMemory()
-    memory.observe(attempt(1, [("reveal 2 4", 0.5, True), ("reveal 1 1", -1.0, True), ("reveal 3 2", -0.1, True)], False))
+    memory.observe(
+        attempt(1, [("reveal 2 4", 0.5, True), ("reveal 1 1", -1.0, True), ("reveal 3 2", -0.1, True)], False)
+    )
     assert memory.context("board") == f"{MOVE_SEQUENCE}\nreveal 2 4\nAvoid: reveal 1 1, reveal 3 2"
     legal = ("reveal 1 1", "reveal 2 4", "reveal 3 2", "reveal 5 5")
     assert ruled_out(memory.context("board"), legal) == {"reveal 1 1", "reveal 3 2"}

@@ -6,7 +6,6 @@ import random
 import string
 
 import pytest
-
 from fakes import FakeLLM
 
 from ttlearn.envs import make_env

@@ -159,7 +159,9 @@ def test_ray_plays_the_same_plan(tmp_path):
     assert len(list(execute(ray_items, ray=True, ray_address="local"))) == len(ray_items)
     for item, reference in zip(ray_items, plan(config, tmp_path / "in-process")):
         arena_mod.play_item(str(reference.path), reference.config.model_dump_json())
-        assert [r["score"] for r in Run.open(item.path).records] == [r["score"] for r in Run.open(reference.path).records]
+        assert [r["score"] for r in Run.open(item.path).records] == [
+            r["score"] for r in Run.open(reference.path).records
+        ]
 
 
 # ---- resume after kill -9 -----------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from typer.testing import CliRunner
 from runhelp import unit_records
+from typer.testing import CliRunner
 
 from ttlearn.cli import app
 from ttlearn.llm import LLMError

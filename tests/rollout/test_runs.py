@@ -115,7 +115,9 @@ def test_kill_9_mid_flight_with_concurrency_resumes_exactly_as_a_sequential_run(
     assert game_records(tmp_path / "killed") == list(range(1, 31))
     ref, killed = Run.open(tmp_path / "ref"), Run.open(tmp_path / "killed")
     assert [e.score for e in episodes(killed)] == [e.score for e in episodes(ref)]
-    assert [[s.action for s in e.steps] for e in episodes(killed)] == [[s.action for s in e.steps] for e in episodes(ref)]
+    assert [[s.action for s in e.steps] for e in episodes(killed)] == [
+        [s.action for s in e.steps] for e in episodes(ref)
+    ]
 
 
 def test_concurrency_is_refused_where_games_depend_on_each_other(tmp_path):
@@ -139,13 +141,16 @@ def test_control_on_a_session_of_games_and_memory_from_on_a_task_run(tmp_path):
     source = Run.open(session.path).snapshot(4)["state"]
     tasks = play(
         tmp_path / "t",
-        scripted_config(memory_from=str(session.path), units=2, attempts=2, carry_memory=False, player="scripted:random"),
+        scripted_config(
+            memory_from=str(session.path), units=2, attempts=2, carry_memory=False, player="scripted:random"
+        ),
     )
     assert tasks.config.memory_from == str(session.path)
     first = Episode.from_json(Run.open(tasks.path).records[0]["attempts"][0])
-    assert first.info["context"] and first.info["context"] == Episode.from_json(
-        Run.open(tasks.path).records[1]["attempts"][0]
-    ).info["context"]  # both tasks start from the forked memory, not from each other
+    assert (
+        first.info["context"]
+        and first.info["context"] == Episode.from_json(Run.open(tasks.path).records[1]["attempts"][0]).info["context"]
+    )  # both tasks start from the forked memory, not from each other
     assert len(source["memory"]["logs"]) == 2
 
 

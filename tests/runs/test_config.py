@@ -18,8 +18,6 @@ def test_a_config_checks_itself():
         parse_config({"env": "rps", "games": 2})
 
 
-
-
 def test_ttlearn_run_env_means_what_run_config_env_means(tmp_path):
     """One default: a flag not given is the config's own default, and `--games N` is the preset `games(N)`."""
     from typer.testing import CliRunner

@@ -62,5 +62,3 @@ def test_every_committed_config_still_loads():
     assert len(dirs) > 20
     seedings = {read_config(d).seeding for d in dirs}
     assert {"trials-v1", "session-v1"} <= seedings
-
-

@@ -35,7 +35,9 @@ class Service:
     """A TestClient on a fresh store with namespaces a and b (hash embedder) and their keys."""
 
     def __init__(self, tmp_path: Path, **limits) -> None:
-        self.http = TestClient(create_app(tmp_path / "service.sqlite", admin_key=ADMIN, **{"rate": 0, "auth_rate": 0, **limits}))
+        self.http = TestClient(
+            create_app(tmp_path / "service.sqlite", admin_key=ADMIN, **{"rate": 0, "auth_rate": 0, **limits})
+        )
         self.http.__enter__()
         self.keys = {ns: self.create(ns).json()["key"] for ns in ("a", "b")}
 

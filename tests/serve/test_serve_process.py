@@ -63,7 +63,9 @@ with MemoryClient(url, key) as client, open(out, "w") as acked:
 class Server:
     """`python -m ttlearn serve` on a free loopback port, its log in a file."""
 
-    def __init__(self, store: Path | str, *options: str, open_files: int | None = None, logs: Path | None = None) -> None:
+    def __init__(
+        self, store: Path | str, *options: str, open_files: int | None = None, logs: Path | None = None
+    ) -> None:
         """`store`: a SQLite file (its log beside it) or a postgresql:// URL (its log in `logs`); `open_files`: the
         server's RLIMIT_NOFILE, so that running out of descriptors is reached on purpose."""
         self.store = store
@@ -72,7 +74,9 @@ class Server:
         self.log = (logs / "serve" if logs else Path(store)).with_suffix(f".{self.port}.log")
         command = [sys.executable, "-m", "ttlearn", "serve", "--store", str(store), "--port", str(self.port)]
         with open(self.log, "w") as log:
-            limit = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
+            limit = (
+                (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))) if open_files else None
+            )
             self.proc = subprocess.Popen(
                 [*command, *options], env=ENV, stdout=log, stderr=subprocess.STDOUT, preexec_fn=limit
             )
@@ -320,7 +324,13 @@ def test_half_open_connections_over_many_addresses_are_capped_server_wide(tmp_pa
     address stayed under its own cap while together they held every descriptor. The server-wide cap closes the
     longest-waiting connection when a new one arrives past it, so health checks are answered at once."""
     server = Server(
-        tmp_path / "many.sqlite", "--read-timeout", "30", "--connections-per-client", "16", "--max-waiting", "48",
+        tmp_path / "many.sqlite",
+        "--read-timeout",
+        "30",
+        "--connections-per-client",
+        "16",
+        "--max-waiting",
+        "48",
         open_files=128,
     )
     socks: list[socket.socket] = []
@@ -384,8 +394,16 @@ def test_slow_readers_that_pipeline_cannot_starve_other_clients(tmp_path: Path) 
     (the oldest connection makes room), a stuck answer counts as waiting, a connection reads ahead at most 16
     requests, an answer not taken within the write timeout is dropped, and the error log is rate-limited."""
     server = Server(
-        tmp_path / "readers.sqlite", "--read-timeout", "3", "--write-timeout", "2", "--connections-per-client", "16",
-        "--max-waiting", "48", open_files=128,
+        tmp_path / "readers.sqlite",
+        "--read-timeout",
+        "3",
+        "--write-timeout",
+        "2",
+        "--connections-per-client",
+        "16",
+        "--max-waiting",
+        "48",
+        open_files=128,
     )
     socks: list[socket.socket | None] = []
 

@@ -237,13 +237,31 @@ class TestReleasedFormula:
         # the other anchors are singletons (0).
         e = np.r_[attempt_rewards(*self.A), attempt_rewards(*self.B)]
         g = np.r_[released_step_returns(*self.A, **self.GAMMAS), released_step_returns(*self.B, **self.GAMMAS)]
-        anchors = [(0, "start"), (0, "a1"), (0, "start"), (0, "b1"), (0, "b2"), "reflection", (1, "start"),
-                   (1, "b4"), (1, "b5")]
+        anchors = [
+            (0, "start"),
+            (0, "a1"),
+            (0, "start"),
+            (0, "b1"),
+            (0, "b2"),
+            "reflection",
+            (1, "start"),
+            (1, "b4"),
+            (1, "b5"),
+        ]
         released = released_gigpo_advantages(e, g, ["i"] * 9, anchors)
         np.testing.assert_allclose(
             released,
-            [3.06845931, 4.25555556, -4.65734819, -5.84444444, -5.84444444, -9.74444444, 6.25555556, 6.25555556,
-             6.25555556],
+            [
+                3.06845931,
+                4.25555556,
+                -4.65734819,
+                -5.84444444,
+                -5.84444444,
+                -9.74444444,
+                6.25555556,
+                6.25555556,
+                6.25555556,
+            ],
         )
         # the paper: R(A) = 13.4, R(B) = 17.06675, mean 15.233375 → A_episode ∓1.833375; the start anchor compares
         # 13.4 with 17.06675 → ∓1.833375 too: A's first step −3.66675, B's +3.66675

@@ -41,8 +41,12 @@ def test_formula_selects_the_papers_or_the_released_estimator(tmp_path) -> None:
 
     # trial 0 = (−1, −1) | reflection | (10), trial 1 = (0) from the same start board (anchor (1, "s0")); Sokoban:
     # γ_step 0.95, γ_traj 0.9. The paper's numbers are test_train_lamer's: [7.05, 3.525, 3.525, 3.525, −7.05].
-    steps = [TrainStep(-1.0, 1, False, (1, "s0"), ()), TrainStep(-1.0, 1, False, (1, "s1"), ()),
-             TrainStep(0.0, 1, True, ("reflection", (1,)), ()), TrainStep(10.0, 2, False, (2, "s0"), ())]
+    steps = [
+        TrainStep(-1.0, 1, False, (1, "s0"), ()),
+        TrainStep(-1.0, 1, False, (1, "s1"), ()),
+        TrainStep(0.0, 1, True, ("reflection", (1,)), ()),
+        TrainStep(10.0, 2, False, (2, "s0"), ()),
+    ]
     batch = [("i", 0, steps), ("i", 1, [TrainStep(0.0, 1, False, (1, "s0"), ())])]
     config = LamerTrainConfig(out=tmp_path, env="sokoban")
     assert config.formula == "paper"

@@ -202,4 +202,3 @@ def memory_import(
     with MemoryStore(store) as target:
         count = target.import_all(data)
     console.print(f"imported {count} namespaces from {dump} → {store}")
-

@@ -164,9 +164,7 @@ def run(
     writer: Optional[str] = typer.Option(
         None, help="LLM that writes the memory (default: the player's LLM); a folder means a trained hf: writer."
     ),
-    temperature: Optional[float] = typer.Option(
-        None, min=0.0, help="Player sampling temperature (default 0: greedy)."
-    ),
+    temperature: Optional[float] = typer.Option(None, min=0.0, help="Player sampling temperature (default 0: greedy)."),
     retries: Optional[int] = typer.Option(
         None,
         min=0,

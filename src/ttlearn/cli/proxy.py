@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 from functools import partial
 from pathlib import Path
 from typing import Optional
 
 import typer
 
+from ttlearn.llm.base import DEFAULT_LLM
 from ttlearn.serve import (
     DEFAULT_BURST,
     DEFAULT_MAX_BODY,
@@ -19,8 +22,14 @@ from ttlearn.serve import (
 
 
 def proxy(
-    upstream: str = typer.Option(
-        ..., help="The OpenAI-compatible server to forward to, e.g. http://127.0.0.1:8000/v1 (its key: OPENAI_API_KEY)."
+    upstream: Optional[str] = typer.Option(
+        None,
+        help="The OpenAI-compatible server to forward to, e.g. http://127.0.0.1:8000/v1 (its key: OPENAI_API_KEY); "
+        "without it, the embedded --model behind llama.cpp's server on loopback.",
+    ),
+    model: str = typer.Option(
+        DEFAULT_LLM,
+        help="Without --upstream: the embedded model to serve (one thread; needs llama-cpp-python[server]).",
     ),
     store: str = typer.Option(
         ..., help="The MemRL store: a SQLite file (created if missing) or a postgresql:// database, as ttlearn serve."
@@ -51,15 +60,23 @@ def proxy(
     except ImportError as exc:
         raise ValueError(f"ttlearn proxy needs the `serve` extra ({exc}): pip install 'ttlearn[serve]'") from None
     from ttlearn.cli.common import keep_password_out, parse_options
+    from ttlearn.llm.local_server import llama_server
+    from ttlearn.llm.models import model_path
 
     store = keep_password_out(store)
     make_app = partial(
         create_proxy_app,
-        upstream=upstream,
         memory=memory,
         memory_options=parse_options(memory_opt, "--memory-opt"),
         max_pending=max_pending,
         pending_age_s=pending_age,
     )
     limits = dict(max_body=max_body, rate=rate, burst=burst, quota=quota)
-    run_server(store, host=host, port=port, admin_key=read_admin_key(admin_key_file), make_app=make_app, **limits)
+    admin_key = read_admin_key(admin_key_file)
+    with contextlib.ExitStack() as stack:
+        if upstream is None:
+            log = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="ttlearn-proxy-"))) / "llama-server.log"
+            upstream = stack.enter_context(llama_server(model_path(model), model, log))
+        run_server(
+            store, host=host, port=port, admin_key=admin_key, make_app=partial(make_app, upstream=upstream), **limits
+        )

@@ -47,23 +47,30 @@ def serve(
         DEFAULT_READ_TIMEOUT_S, min=0.1, help="Seconds a request may take to arrive (head and body); then closed."
     ),
     write_timeout: float = typer.Option(
-        DEFAULT_WRITE_TIMEOUT_S, min=0.1, help="Seconds a client may leave an answer unread (it cannot be sent); then "
-        "the connection is dropped."
+        DEFAULT_WRITE_TIMEOUT_S,
+        min=0.1,
+        help="Seconds a client may leave an answer unread (it cannot be sent); then the connection is dropped.",
     ),
     max_pipelined: int = typer.Option(
-        DEFAULT_MAX_PIPELINED, min=0, help="Requests a connection may send ahead, before reading the answers to "
-        "earlier ones; then it is closed (0 = no cap)."
+        DEFAULT_MAX_PIPELINED,
+        min=0,
+        help="Requests a connection may send ahead, before reading the answers to "
+        "earlier ones; then it is closed (0 = no cap).",
     ),
     connections_per_client: int = typer.Option(
         DEFAULT_CONNECTIONS_PER_CLIENT, min=0, help="Connections one client address may hold at once (0 = no cap)."
     ),
     max_waiting: int = typer.Option(
-        DEFAULT_MAX_WAITING, min=0, help="Connections waiting for a request or for their client to read an answer, "
-        "all clients together; past it the longest-waiting one is dropped (0 = no cap)."
+        DEFAULT_MAX_WAITING,
+        min=0,
+        help="Connections waiting for a request or for their client to read an answer, "
+        "all clients together; past it the longest-waiting one is dropped (0 = no cap).",
     ),
     max_unsent: int = typer.Option(
-        DEFAULT_MAX_UNSENT, min=0, help="Bytes of answers left unsent because their clients do not read, all clients "
-        "together; an answer past it drops its connection. Keep it above the quota (0 = no cap)."
+        DEFAULT_MAX_UNSENT,
+        min=0,
+        help="Bytes of answers left unsent because their clients do not read, all clients "
+        "together; an answer past it drops its connection. Keep it above the quota (0 = no cap).",
     ),
     trusted_proxy: Optional[str] = typer.Option(
         None, help="Address(es) of your reverse proxy, comma-separated: only then is X-Forwarded-For believed."

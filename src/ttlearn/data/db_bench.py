@@ -74,7 +74,9 @@ class Task:
 
 def _truth(data: dict[str, Any]) -> Truth:
     rows = data.get("rows")
-    return Truth(data["source"], None if rows is None else tuple(map(tuple, rows)), data.get("md5"), data.get("why", ""))
+    return Truth(
+        data["source"], None if rows is None else tuple(map(tuple, rows)), data.get("md5"), data.get("why", "")
+    )
 
 
 def task_from_json(data: dict[str, Any]) -> Task:

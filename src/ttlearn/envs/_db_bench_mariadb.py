@@ -55,7 +55,9 @@ class MariaDBEngine:
             raise DatabaseServerError(f"the MariaDB server of db_bench does not answer: {error_text(exc)}") from None
         except pymysql.err.MySQLError as exc:
             why = error_text(exc)
-            raise BenchmarkDataError(f"the table of db_bench task {task.id} cannot be built on MariaDB: {why}") from None
+            raise BenchmarkDataError(
+                f"the table of db_bench task {task.id} cannot be built on MariaDB: {why}"
+            ) from None
 
     def _start(self) -> Server:
         """A server of the engine's own, stopped by `close`, or when the engine is collected or the process exits."""

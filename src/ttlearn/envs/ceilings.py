@@ -13,7 +13,13 @@ from typing import Any
 
 CEILINGS: dict[str, dict[str, float]] = {
     "code": {"turns": 20, "timeout_s": 60.0},
-    "db_bench": {"max_round": 100, "reply_tokens": 8192, "timeout_ms": 30_000, "max_rows": 10_000, "max_bytes": 1_000_000},
+    "db_bench": {
+        "max_round": 100,
+        "reply_tokens": 8192,
+        "timeout_ms": 30_000,
+        "max_rows": 10_000,
+        "max_bytes": 1_000_000,
+    },
     "holdem": {"hands": 100_000},
     "household": {"step_limit": 1000},
     "minesweeper": {"turns": 256},

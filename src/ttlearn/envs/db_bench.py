@@ -158,7 +158,9 @@ class DBBench(Env):
         """The question turn: the instruction, then the table's name and headers (`DBBench._construct_dataset_item`)."""
         task = self._task
         headers = ", ".join(name for name, _ in task.columns)
-        return f"{task.instruction}\nThe name of this table is {task.table}, and the headers of this table are {headers}."
+        return (
+            f"{task.instruction}\nThe name of this table is {task.table}, and the headers of this table are {headers}."
+        )
 
     @property
     def done(self) -> bool:
@@ -280,5 +282,10 @@ class DBBench(Env):
         """The last user turn (the question, or the server's answer to the last operation); `data`: task id, rounds
         played, the limit, and whether it is solved."""
         text = self.question() if not self.history or self.history[-1].answer is None else self.history[-1].answer
-        data = {"task_id": self._task.id, "round": len(self.history), "max_round": self.max_round, "solved": self.verdict}
+        data = {
+            "task_id": self._task.id,
+            "round": len(self.history),
+            "max_round": self.max_round,
+            "solved": self.verdict,
+        }
         return Observation(text, (), data)

@@ -315,9 +315,12 @@ class LlamaCpp(LLM):
 
             turns, prefill = split_prefill(messages)
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-            return env.from_string(self.template).render(
-                messages=turns, add_generation_prompt=True, bos_token="", eos_token=""
-            ) + prefill
+            return (
+                env.from_string(self.template).render(
+                    messages=turns, add_generation_prompt=True, bos_token="", eos_token=""
+                )
+                + prefill
+            )
         return plain_prompt(messages)
 
     def _tokens(self, text: str, *, first: bool) -> list[int]:

@@ -293,4 +293,3 @@ def parse_options(options: str) -> tuple[RetryPolicy, int]:
     values = spec_options(options, {**known, "max_retries": int, "side_by_side": int}, "openai")
     side_by_side = values.pop("side_by_side", 1)
     return RetryPolicy(**values), side_by_side
-

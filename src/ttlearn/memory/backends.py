@@ -159,4 +159,3 @@ class SharedStoreMemories(LocalMemories):
             )
         self.log_ids = list(state.get("log_ids", []))
         return {}
-

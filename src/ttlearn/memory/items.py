@@ -179,7 +179,13 @@ class Namespace:
                         "INSERT INTO items (namespace_id, intent_id, experience, q_value, run_id, episode, created, "
                         "unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                         (
-                            self.id, intent_id, item.experience, float(item.q_value), item.run_id, item.episode, now,
+                            self.id,
+                            intent_id,
+                            item.experience,
+                            float(item.q_value),
+                            item.run_id,
+                            item.episode,
+                            now,
                             item.unit,
                         ),
                     ).lastrowid

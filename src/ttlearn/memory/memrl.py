@@ -64,7 +64,7 @@ from ttlearn.memory.backends import LocalMemories, MemoryBackend, store_memories
 from ttlearn.memory.base import Memory
 from ttlearn.memory.embed import SIMILARITY_STATS
 from ttlearn.memory.items import Namespace, NewItem
-from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig
+from ttlearn.memory.retrieval import RetrievalConfig
 from ttlearn.memory.store import MemoryStore
 from ttlearn.types import Episode, MemoryText
 
@@ -91,9 +91,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         # 116, 109-110; δ 0.5 = yaml:111 sim_threshold, read at bcb_runner.py:162; statistics yaml:54-55, passed at
         # run_bcb.py:227-228; batch 25: bcb_runner.py:610 flushes the pending updates every 25 tasks (the YAML has
         # no batch_size; its ExperimentConfig default 32 only sizes the service's worker pool).
-        "k1": 5, "k2": 5, "delta": 0.5, "epsilon": 0.1, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
-        "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.31, "sim_std": 0.10, "join_threshold": 0.9,
-        "w_sim": 0.5, "w_q": 0.5, "batch": 25,
+        "k1": 5,
+        "k2": 5,
+        "delta": 0.5,
+        "epsilon": 0.1,
+        "q_min": -0.8,
+        "alpha": 0.3,
+        "q_init": 0.0,
+        "reward_success": 1.0,
+        "reward_failure": -1.0,
+        "sim_mean": 0.31,
+        "sim_std": 0.10,
+        "join_threshold": 0.9,
+        "w_sim": 0.5,
+        "w_q": 0.5,
+        "batch": 25,
     },
     "llb": {  # LifelongAgentBench: configs/rl_llb_config.yaml, run/run_llb.py, memrl/run/llb_rl_runner.py; 20
         # epochs (yaml:111 num_sections 20, each section the whole data set: llb_rl_runner.py:332). k1 10, k2 5,
@@ -104,9 +116,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         # (yaml:85, run_llb.py:217-226) never binds: Q starts at 0.5 and moves toward rewards 0 or 1.
         # A failure's item is shown without its trajectory: the runner cuts a reflection's "Failed approach:" tail
         # for LLB (memrl/lifelongbench_eval/memory_context.py:11-27, called at :77).
-        "k1": 10, "k2": 5, "delta": 0.5, "epsilon": 0.01, "q_min": -0.8, "alpha": 0.3, "q_init": 0.5,
-        "reward_success": 1.0, "reward_failure": 0.0, "sim_mean": 0.1856827586889267,
-        "sim_std": 0.09407906234264374, "join_threshold": 0.99, "w_sim": 0.5, "w_q": 0.5, "batch": 5,
+        "k1": 10,
+        "k2": 5,
+        "delta": 0.5,
+        "epsilon": 0.01,
+        "q_min": -0.8,
+        "alpha": 0.3,
+        "q_init": 0.5,
+        "reward_success": 1.0,
+        "reward_failure": 0.0,
+        "sim_mean": 0.1856827586889267,
+        "sim_std": 0.09407906234264374,
+        "join_threshold": 0.99,
+        "w_sim": 0.5,
+        "w_q": 0.5,
+        "batch": 5,
         "failure_trajectory": False,
     },
     "hle": {  # Humanity's Last Exam: configs/rl_hle_config.yaml, run/run_hle.py, memrl/run/hle_runner.py; 10 epochs
@@ -115,9 +139,22 @@ PRESETS: dict[str, dict[str, Any]] = {
         # so its default (memrl/configs/config.py:219) is what hle_runner.py:784 passes; the YAML's tau 0.25
         # (yaml:68) is never read. Statistics yaml:34-35, passed at run_hle.py:171-172. Q₀: the runner writes a
         # success's item at Q 1 and a failure's at 0 (hle_runner.py:956), not the YAML's q_init 0.
-        "k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "alpha": 0.3, "q_init": 1.0,
-        "q_init_failure": 0.0, "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.1856827586889267,
-        "sim_std": 0.09407906234264374, "join_threshold": 0.9, "w_sim": 0.5, "w_q": 0.5, "batch": 32,
+        "k1": 5,
+        "k2": 3,
+        "delta": 0.5,
+        "epsilon": 0.0,
+        "q_min": -10.0,
+        "alpha": 0.3,
+        "q_init": 1.0,
+        "q_init_failure": 0.0,
+        "reward_success": 1.0,
+        "reward_failure": -1.0,
+        "sim_mean": 0.1856827586889267,
+        "sim_std": 0.09407906234264374,
+        "join_threshold": 0.9,
+        "w_sim": 0.5,
+        "w_q": 0.5,
+        "batch": 32,
     },
     "alfworld": {  # ALFWorld: configs/rl_alf_config.yaml, run/run_alfworld.py, memrl/run/alfworld_rl_runner.py; 10
         # epochs (yaml:49 num_sections, alfworld_rl_runner.py:206). k1 5, k2 3, ε 0, q_min -10, Q₀ 0, rewards
@@ -125,18 +162,42 @@ PRESETS: dict[str, dict[str, Any]] = {
         # sim_threshold in the YAML, so config.py:219's default reaches alfworld_rl_runner.py:788; its tau 0.62
         # (yaml:69) is never read. Statistics 0.5187 / 0.1203: yaml:34-35, passed at run_alfworld.py:154-155.
         # Batch 32: yaml:50, run_alfworld.py:172.
-        "k1": 5, "k2": 3, "delta": 0.5, "epsilon": 0.0, "q_min": -10.0, "alpha": 0.3, "q_init": 0.0,
-        "reward_success": 1.0, "reward_failure": -1.0, "sim_mean": 0.5187, "sim_std": 0.1203, "join_threshold": 0.9,
-        "w_sim": 0.5, "w_q": 0.5, "batch": 32,
+        "k1": 5,
+        "k2": 3,
+        "delta": 0.5,
+        "epsilon": 0.0,
+        "q_min": -10.0,
+        "alpha": 0.3,
+        "q_init": 0.0,
+        "reward_success": 1.0,
+        "reward_failure": -1.0,
+        "sim_mean": 0.5187,
+        "sim_std": 0.1203,
+        "join_threshold": 0.9,
+        "w_sim": 0.5,
+        "w_q": 0.5,
+        "batch": 32,
     },
     # ttlearn's families, chosen on development data (docs/memrl.md has the measurements): one verified answer,
     # shown only above a similarity bar that admits paraphrases and rejects neighbours (calibrated on Spider's
     # train-split databases for minilm), released α / rewards / q_min, no random exploration (a random item is a
     # distractor for a small model; HLE and ALFWorld release ε = 0 too).
     "sql": {
-        "k1": 5, "k2": 1, "delta": 0.9, "epsilon": 0.0, "q_min": -0.8, "alpha": 0.3, "q_init": 0.0,
-        "reward_success": 1.0, "reward_failure": -1.0, "join_threshold": 0.95, "w_sim": 0.5, "w_q": 0.5,
-        "batch": 1, "write": "answer", "keep": "successes",
+        "k1": 5,
+        "k2": 1,
+        "delta": 0.9,
+        "epsilon": 0.0,
+        "q_min": -0.8,
+        "alpha": 0.3,
+        "q_init": 0.0,
+        "reward_success": 1.0,
+        "reward_failure": -1.0,
+        "join_threshold": 0.95,
+        "w_sim": 0.5,
+        "w_q": 0.5,
+        "batch": 1,
+        "write": "answer",
+        "keep": "successes",
     },
 }
 PRESETS["code"] = dict(PRESETS["sql"])
@@ -264,8 +325,9 @@ class MemRLMemory(Memory):
     Settings: `preset=` names a released runner's configuration (`bcb`, `llb`, `hle`, `alfworld`) or a ttlearn
     family's measured one (`sql`, `code`, `household`); any option given beside it wins, and options neither sets
     take `TUNING` (the BigCodeBench release, one task per batch). New items start at Q = `q_init`, or
-    `q_init_failure` for a failed episode's item when it is set (HLE's runner: 1 and 0). `batch=B` is the released runners' timing: tasks retrieve from the memory as
-    it stood when their mini-batch began, and the Q updates and new items of B finished tasks are applied together.
+    `q_init_failure` for a failed episode's item when it is set (HLE's runner: 1 and 0). `batch=B` is the released
+    runners' timing: tasks retrieve from the memory as it stood when their mini-batch began, and the Q updates and new
+    items of B finished tasks are applied together.
     `show=exchanges` hands verified answers (`write=answer` items) to the player as earlier user/assistant turns
     instead of notes in the system prompt (`MemoryText`); items of other kinds are then not shown.
 
@@ -293,8 +355,8 @@ class MemRLMemory(Memory):
         settings = resolve_settings(options.preset, options.tunable(), self.fixed)
         if options.gamma != 0.0:
             raise ValueError(
-                f"memrl supports gamma = 0 only (got {options.gamma}): tasks are independent, so there is no next state whose "
-                "Q to bootstrap from; leave gamma out"
+                f"memrl supports gamma = 0 only (got {options.gamma}): tasks are independent, so there is no next "
+                "state whose Q to bootstrap from; leave gamma out"
             )
         self.alpha = settings["alpha"]
         if not 0.0 <= self.alpha <= 1.0:
@@ -372,8 +434,11 @@ class MemRLMemory(Memory):
         if not chosen:
             return ""
         shown = [c.experience if self.failure_trajectory else without_failed_trajectory(c.experience) for c in chosen]
-        text = shown[0] if len(shown) == 1 else "Relevant past experiences:\n" + "\n\n".join(
-            f"[{n}] {experience}" for n, experience in enumerate(shown, 1)
+        text = (
+            shown[0]
+            if len(shown) == 1
+            else "Relevant past experiences:\n"
+            + "\n\n".join(f"[{n}] {experience}" for n, experience in enumerate(shown, 1))
         )
         if self.show == "notes":
             return text

@@ -30,7 +30,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(f"the memory service client needs httpx2 ({exc}): pip install 'ttlearn[serve]'") from exc
 
 
-
 class MemoryServiceError(ValueError):
     """The memory service refused a request, or could not be reached."""
 
@@ -102,7 +101,8 @@ class MemoryClient:
     # -- with the namespace's key
 
     def add(self, namespace: str, intent: str, experience: str, **fields: Any) -> dict[str, Any]:
-        """Write one experience; `fields`: q, run_id, episode (the attempt), unit, join_threshold. Returns id, intent_id, joined."""
+        """Write one experience; `fields`: q, run_id, episode (the attempt), unit, join_threshold. Returns id,
+        intent_id, joined."""
         body = {"intent": intent, "experience": experience, **fields}
         return self._call("POST", f"/v1/namespaces/{namespace}/memories", body)
 

@@ -170,4 +170,3 @@ def commit_order(q0: float, updates: Sequence[tuple[float, float, float]]) -> li
         else:
             return None
     return order
-

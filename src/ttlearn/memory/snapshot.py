@@ -305,7 +305,14 @@ def _retrieval_row(record: RetrievalRecordIn, ns_id: int, moved: dict[int, int])
 
 def _item_values(item: ItemRecord) -> tuple[Any, ...]:
     return (
-        item.experience, item.q_value, item.visits, item.last_reward, item.run_id, item.episode, item.created, item.unit
+        item.experience,
+        item.q_value,
+        item.visits,
+        item.last_reward,
+        item.run_id,
+        item.episode,
+        item.created,
+        item.unit,
     )
 
 

@@ -53,8 +53,8 @@ class Player(ABC):
     learns: ClassVar[bool] = False
     """True when the player carries state from one episode to the next (`state()`), like the scripted learner."""
 
-    @classmethod
-    def check_fit(cls, env: Env) -> None:  # noqa: B027 - most players play anything
+    @classmethod  # noqa: B027 - most players play anything: an empty default, not an abstract method
+    def check_fit(cls, env: Env) -> None:
         """Raise ValueError, saying what to use instead, when this player cannot play `env` (checked before any
         model loads)."""
 

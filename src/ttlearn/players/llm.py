@@ -30,7 +30,6 @@ from ttlearn.llm.base import LLM, ContextOverflow, Message
 from ttlearn.players.base import Decision, Player
 from ttlearn.types import MOVE_SEQUENCE, NO_REPLY, OVERFLOW, RULED_OUT, NoteAt, Observation
 
-
 MAX_OPTIONS = 64
 """The most actions one prompt lists, unless the run says otherwise (`--max-options`): more than every built-in game
 offers (Minesweeper 36, household rooms rarely over 40), so shortlisting changes nothing there; a real simulator's

@@ -126,8 +126,10 @@ class ArenaConfig(BaseModel):
     def _plan_sets_memory_and_seed(cls, run: RunConfig) -> RunConfig:
         named = sorted(run.model_fields_set & {"memory", "memory_options", "seed"})
         if named:
-            raise ValueError(f"{', '.join(named)}: the plan sets each run's; name the contestants in `memories` and "
-                             "the sequences in `seeds`")
+            raise ValueError(
+                f"{', '.join(named)}: the plan sets each run's; name the contestants in `memories` and "
+                "the sequences in `seeds`"
+            )
         missing = [spec for spec in run.plugins if spec not in loaded_plugins()]
         if missing:
             raise ValueError(

@@ -26,6 +26,7 @@ from ttlearn.runs import PartsConfig, RunDir
 
 SCRIPTED = "scripted:"
 
+
 @contextmanager
 def validate_parts(cfg: PartsConfig) -> Iterator[Env]:
     """Check the environment, memory and LLM specs of a config before any model loads; yields the environment it
@@ -132,9 +133,9 @@ def make_player(
     note_at: str = "system",
 ) -> tuple[Player, int]:
     """`scripted:NAME` → a registered scripted player (it writes whole turns itself); anything else → the frozen LLM
-    player on that spec (`retries`, `free_text_tokens`, `max_options` — None: its default —, `note_at`: see `LLMPlayer`),
-    composing multi-move turns from scored single moves where it scores choices. Returns the player and the moves it
-    makes per turn."""
+    player on that spec (`retries`, `free_text_tokens`, `max_options` — None: its default —, `note_at`: see
+    `LLMPlayer`), composing multi-move turns from scored single moves where it scores choices. Returns the player and
+    the moves it makes per turn."""
     if spec.startswith(SCRIPTED):
         return PLAYERS.build(spec[len(SCRIPTED) :]), env.actions_per_turn
     backend = llm(spec)

@@ -199,10 +199,14 @@ def _unit_player(
     units play on parts of their own; a unit's control arm comes from `ahead` when given."""
     config = run.config
     held_out = build(config.validation_config()) if config.validation_tasks else None
-    fresh = latest_state(Path(config.memory_from)) if config.memory_from else {
-        "memory": workers[0].memory.state(),
-        "player": workers[0].player.state(),
-    }
+    fresh = (
+        latest_state(Path(config.memory_from))
+        if config.memory_from
+        else {
+            "memory": workers[0].memory.state(),
+            "player": workers[0].player.state(),
+        }
+    )
 
     def play_index(parts: Parts, index: int) -> Unit:
         phase, epoch, _ = config.position(index)

@@ -94,9 +94,7 @@ def control_record(control: Trial) -> dict[str, Any]:
     }
 
 
-def _play_arm(
-    on: Parts, seeds: UnitSeeds, attempts: int, memory: Any, early_stop: bool, observe_last: bool
-) -> Trial:
+def _play_arm(on: Parts, seeds: UnitSeeds, attempts: int, memory: Any, early_stop: bool, observe_last: bool) -> Trial:
     """One arm of a unit on `on`'s environment and player, with `memory` in the memory slot."""
     return play_trial(
         on.env,

@@ -80,7 +80,8 @@ class PartsConfig(BaseModel):
     max_options: int | None = Field(None, ge=1)
     """LLM players: the most legal actions one prompt lists (the shortlist, `players.llm.shortlist`); None: 64."""
     note_at: NoteAt = "system"
-    """LLM players: where the memory's text is shown (`players.llm.NOTE_AT`); "system" is how every earlier run played."""
+    """LLM players: where the memory's text is shown (`players.llm.NOTE_AT`); "system" is how every earlier run
+    played."""
     plugins: Plugins = Field(default_factory=loaded_plugins)
 
     @field_validator("memory_options")
@@ -115,8 +116,6 @@ class PartsConfig(BaseModel):
                 f"from the URL and set {where} instead"
             )
         return spec
-
-
 
 
 class RunConfig(PartsConfig):

@@ -50,7 +50,7 @@ def read_durable(
     records: list[dict[str, Any]] = []
     kept, good_end, offset = 0, 0, 0
     packed = Path(path).suffix == ".gz"
-    with open_regular(path) as raw, (gzip.GzipFile(fileobj=raw) if packed else raw) as fh, _whole_gzip(path):
+    with open_regular(path) as raw, gzip.GzipFile(fileobj=raw) if packed else raw as fh, _whole_gzip(path):
         for number, line in enumerate(lines(fh, path), start=1):
             offset += len(line)
             if packed and offset > MAX_INFLATED_BYTES:
@@ -71,6 +71,7 @@ def read_durable(
         with open_regular(path, "r+b") as fh:
             fh.truncate(good_end)
     return records[:kept]
+
 
 @contextmanager
 def _whole_gzip(path: Path) -> Iterator[None]:
@@ -242,4 +243,3 @@ def without_times(value: Any) -> Any:
     if isinstance(value, list):
         return [without_times(item) for item in value]
     return value
-

@@ -24,7 +24,7 @@ from ttlearn.untrusted import UntrustedFileError, read_json, write_atomic
 
 
 def layout(run_dir: RunDir) -> str | None:
-    """"session", "trials", or None where the directory holds no old run. A session is told from an old trainer's
+    """ "session", "trials", or None where the directory holds no old run. A session is told from an old trainer's
     directory (which also has a config.json, `OldLayout.SESSION_CONFIG`) by its events file."""
     if (run_dir / OldLayout.TRIAL_CONFIG).is_file():
         return "trials"

@@ -78,8 +78,14 @@ def _connect(db: str, timeout_ms: int, writable: bool) -> tuple[sqlite3.Connecti
 
 
 def _run(
-    connection: sqlite3.Connection, refused: list[str], deadline: float, sql: str, timeout_ms: int, max_rows: int,
-    max_bytes: int, writable: bool,
+    connection: sqlite3.Connection,
+    refused: list[str],
+    deadline: float,
+    sql: str,
+    timeout_ms: int,
+    max_rows: int,
+    max_bytes: int,
+    writable: bool,
 ) -> dict:
     """One statement: `{"columns", "rows"}` (both empty for a statement that returns no rows, in writable mode) or
     `{"error"}`, with "refused" naming why when the sandbox stopped it rather than SQLite finding it wrong. Rows are

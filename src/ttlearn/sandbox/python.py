@@ -66,14 +66,44 @@ _NAMESPACES = 0x20000 | 0x4000000 | 0x8000000 | 0x20000000 | 0x40000000  # NEWNS
 SECCOMP_SYSCALLS = {
     "x86_64": {
         "denied": {
-            "socket": 41, "ptrace": 101, "pivot_root": 155, "chroot": 161, "mount": 165, "umount2": 166,
-            "init_module": 175, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
-            "lremovexattr": 198, "fremovexattr": 199, "kexec_load": 246, "add_key": 248, "request_key": 249,
-            "keyctl": 250, "unshare": 272, "perf_event_open": 298, "setns": 308, "process_vm_readv": 310,
-            "process_vm_writev": 311, "finit_module": 313, "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
-            "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428, "move_mount": 429, "fsopen": 430,
-            "fsconfig": 431, "fsmount": 432, "fspick": 433, "pidfd_getfd": 438, "mount_setattr": 442,
-            "setxattrat": 463, "removexattrat": 466,
+            "socket": 41,
+            "ptrace": 101,
+            "pivot_root": 155,
+            "chroot": 161,
+            "mount": 165,
+            "umount2": 166,
+            "init_module": 175,
+            "setxattr": 188,
+            "lsetxattr": 189,
+            "fsetxattr": 190,
+            "removexattr": 197,
+            "lremovexattr": 198,
+            "fremovexattr": 199,
+            "kexec_load": 246,
+            "add_key": 248,
+            "request_key": 249,
+            "keyctl": 250,
+            "unshare": 272,
+            "perf_event_open": 298,
+            "setns": 308,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "finit_module": 313,
+            "bpf": 321,
+            "userfaultfd": 323,
+            "io_uring_setup": 425,
+            "io_uring_enter": 426,
+            "io_uring_register": 427,
+            "open_tree": 428,
+            "move_mount": 429,
+            "fsopen": 430,
+            "fsconfig": 431,
+            "fsmount": 432,
+            "fspick": 433,
+            "pidfd_getfd": 438,
+            "mount_setattr": 442,
+            "setxattrat": 463,
+            "removexattrat": 466,
         },  # fmt: skip
         "clone": 56,
         "clone3": 435,
@@ -85,6 +115,7 @@ extended attributes, namespaces, mounts, tracing, keyrings, BPF or io_uring; `cl
 
 _BOOTSTRAP = Path(__file__).with_name("_bootstrap.py")
 """The child's own code: it locks itself down, then runs the program (see its docstring)."""
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -65,9 +65,7 @@ def run_query(db_path: Path, sql: str, timeout_ms: int) -> QueryResult:
     return _result(_run_child(db_path, request, timeout_ms, disk_bytes=2**20))
 
 
-def run_statements(
-    db_path: Path, statements: list[str], limits: StatementLimits
-) -> tuple[QueryResult, bytes | None]:
+def run_statements(db_path: Path, statements: list[str], limits: StatementLimits) -> tuple[QueryResult, bytes | None]:
     """Run `statements` in order, each committed, up to the first error, on a copy of `db_path` in a sandboxed child
     (writable mode, see the module docstring); the last outcome, and the database's new bytes when a row changed
     (None: unchanged). `limits.timeout_ms` bounds all of them together."""

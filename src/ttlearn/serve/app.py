@@ -7,10 +7,10 @@ Interactive API docs at /docs; the guide is docs/serve.md.
 
 Concurrency: requests run in a thread pool; the store's one connection is used under a lock, and texts are embedded
 before taking it (the embedder has a lock of its own). The store file itself is safe for several processes, so more
-server processes, or local runs, may share it. On a PostgreSQL store (`--store postgresql://…`) the process keeps no state of
-its own beyond caches that follow the database (vector index, keys read per request), so replicas on several
-machines serve one database behind a load balancer (docs/serve.md). Every write is one transaction, taken only after the request passed
-authentication, rate limit, body limit and schema checks, so a refused request writes nothing.
+server processes, or local runs, may share it. On a PostgreSQL store (`--store postgresql://…`) the process keeps no
+state of its own beyond caches that follow the database (vector index, keys read per request), so replicas on several
+machines serve one database behind a load balancer (docs/serve.md). Every write is one transaction, taken only after
+the request passed authentication, rate limit, body limit and schema checks, so a refused request writes nothing.
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from ttlearn.version import __version__
 from ttlearn.memory.embed import Embedder, make_embedder
 from ttlearn.memory.items import DEFAULT_JOIN_THRESHOLD, EmbedderMismatchError, MemoryItem, Namespace, NewItem
 from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
@@ -57,6 +56,7 @@ from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing, NewKey
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
 from ttlearn.serve.connections import ACCEPT_BATCH, guarded_h11
 from ttlearn.serve.limits import BodyLimit, LogRateLimit, RateLimiter
+from ttlearn.version import __version__
 
 _RETRIEVAL = RetrievalConfig()
 Finite = Annotated[float, Field(allow_inf_nan=False)]

@@ -7,8 +7,9 @@ and the stored hash does not give them back. A key is shown once, when it is iss
 
 Rotation issues a new key and revokes the namespace's older ones in the same transaction; revocation leaves the
 namespace without a key until the next rotation. A namespace's first key is stored in the transaction that creates
-the namespace (`NewKey.store`), so two processes creating one name at once cannot both hand out a key. Keys live in the store (table `service_keys`), so they survive
-restarts and every server process on that file or database agrees on them.
+the namespace (`NewKey.store`), so two processes creating one name at once cannot both hand out a key. Keys live in
+the store (table `service_keys`), so they survive restarts and every server process on that file or database agrees
+on them.
 """
 
 from __future__ import annotations

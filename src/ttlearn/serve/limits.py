@@ -135,7 +135,9 @@ class LogRateLimit(logging.Filter):
     def __init__(self, burst: int = 5, window_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         if burst < 1 or window_s <= 0:
-            raise ValueError(f"a log rate limit needs a burst of at least 1 and a positive window, got {burst}, {window_s}")
+            raise ValueError(
+                f"a log rate limit needs a burst of at least 1 and a positive window, got {burst}, {window_s}"
+            )
         self.burst, self.window_s, self._clock = burst, window_s, clock
         self._kinds: dict[tuple[str, int, str], list[float]] = {}  # kind → [window start, let through, dropped]
         self._lock = threading.Lock()

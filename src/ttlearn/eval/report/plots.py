@@ -4,8 +4,9 @@ Same report, same bytes: each chart starts from matplotlib's default style (a us
 the ids inside an SVG (clip paths, markers) are hashes salted with the chart's kind (`svg.hashsalt`), so they are
 fixed and differ between the charts of one page, the metadata (creation date, creator) is left out, and text stays
 text (`svg.fonttype: none`) instead of glyph outlines. Labels are plain text (`text.parse_math: False`): a method
-named `$\frac{$` is drawn as those characters, never read as mathtext (which failed the whole report). Each root carries `data-chart=KIND`, and each line is a group
-with an id (`curve-<opponent>-<method>`, `success-<method>`), so a reader or a test can find them.
+named `$\frac{$` is drawn as those characters, never read as mathtext (which failed the whole report). Each root
+carries `data-chart=KIND`, and each line is a group with an id (`curve-<opponent>-<method>`, `success-<method>`), so a
+reader or a test can find them.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from ttlearn.runs import REPORT_HTML, REPORT_JSON
 from ttlearn.untrusted import write_atomic
 
 
-
 def write_report(out_dir: Path) -> dict[str, Any]:
     """Build the report and write OUT/report.json and OUT/report.html; returns the report."""
     report = build_report(out_dir)
