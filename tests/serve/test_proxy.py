@@ -5,6 +5,10 @@ upstream received). The memory is MemRL's `sql` preset (one verified answer, no 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -379,3 +383,36 @@ def test_a_task_stream_learns_through_the_proxy_as_ttlearn_run_does(relay, tmp_p
     assert proxy_items == run_items
     assert any(q != 0 for _, q, _ in run_items), "the stream should move some Q (a question answered right twice)"
     assert any("Your notes from earlier games" in body["messages"][0]["content"] for body in by_run)
+
+
+@pytest.mark.model
+def test_the_command_serves_the_embedded_model_without_an_upstream_and_stops_it_on_sigterm(tmp_path):
+    from processes import descendants, running
+
+    port = free_port()
+    command = [sys.executable, "-m", "ttlearn", "proxy", "--store", str(tmp_path / "s.sqlite"), "--model", "smollm2"]
+    env = {**os.environ, "TTLEARN_ADMIN_KEY": ADMIN, "OMP_NUM_THREADS": "1"}
+    with open(tmp_path / "proxy.log", "w") as log:
+        proc = subprocess.Popen([*command, "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT)
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+    try:
+        while True:
+            try:
+                if httpx2.get(f"{url}/v1/health", timeout=1).status_code == 200:
+                    break
+            except httpx2.HTTPError:
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "proxy.log").read_text()
+                time.sleep(0.3)
+        with MemoryClient(url, ADMIN) as admin:
+            key = admin.create_namespace("team", embedder="hash")
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(
+            model="smollm2", messages=[{"role": "user", "content": TASK}], max_tokens=4
+        )
+        assert raw.parse().choices[0].message.content and raw.headers[EXCHANGE_HEADER]
+        children = descendants(proc.pid)
+        assert children
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        status = proc.wait(timeout=60)
+    assert status == 0 and not any(running(pid) for pid in children)
