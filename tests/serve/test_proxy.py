@@ -28,10 +28,12 @@ from ttlearn.memory.remote import MemoryClient  # noqa: E402
 from ttlearn.memory.store import MemoryStore  # noqa: E402
 from ttlearn.players.llm import build_messages  # noqa: E402
 from ttlearn.serve.proxy import (  # noqa: E402
+    CONVERSATION_HEADER,
     EXCHANGE_HEADER,
     TASK_HEADER,
     Exchange,
     PendingExchanges,
+    Turn,
     conversation_task,
     create_proxy_app,
     place_memory,
@@ -72,8 +74,8 @@ def test_the_task_is_the_header_else_the_first_user_text():
         conversation_task([{"role": "system", "content": "rules"}], None)
 
 
-def exchange(namespace: str, created: float) -> Exchange:
-    return Exchange(namespace, "task", "question", "model", [], created)
+def exchange(namespace: str, created: float, shown: list[int] | None = None) -> Exchange:
+    return Exchange(namespace, "task", "model", shown or [], [Turn("question")], created)
 
 
 def test_pending_exchanges_are_bounded_in_count_and_age():
@@ -97,6 +99,19 @@ def test_pending_exchanges_are_bounded_in_characters_and_a_put_back_one_waits_an
     taken.created = now - 11  # as old as can be: put back, it waits its whole age again
     pending.put_back(third, taken)
     assert pending.take(third, "a") is taken
+
+
+def test_a_conversation_gathers_its_turns_and_shown_items_in_one_exchange():
+    pending = PendingExchanges(max_count=10, max_age_s=10.0)
+    now = time.monotonic()
+    first = pending.add(exchange("a", now, [1, 2]), "chat-7")
+    other = pending.add(exchange("b", now, [9]), "chat-7")  # another namespace's conversation of the same name
+    failed = exchange("a", now, [3])
+    assert pending.add(exchange("a", now, [2, 4]), "chat-7") == pending.add(failed, "chat-7") == first == other
+    pending.drop_turn(first, "a", failed.turns[0])  # the upstream did not answer that request
+    gathered = pending.take("conversation:chat-7", "a")
+    assert len(gathered.turns) == 2 and gathered.shown == [1, 2, 4, 3]
+    assert pending.take(other, "b").shown == [9]
 
 
 @pytest.mark.parametrize(
@@ -226,6 +241,34 @@ def test_a_streamed_answer_passes_through_and_is_learnt(proxy, relay):
     assert proxy.feedback(exchange_id, 1.0).status_code == 200
     [item] = proxy.items()
     assert item["experience"] == f"Task: greet\nVerified answer:\n{text}"
+
+
+@pytest.mark.model
+def test_a_conversation_is_one_episode_of_several_steps(relay, tmp_path):
+    upstream = f"http://127.0.0.1:{relay.port}/v1"
+    proxy = Proxy(tmp_path / "proxy.sqlite", upstream, memory_options={"preset": "sql", "write": "trajectory"})
+    try:
+        conversation = {"extra_headers": {CONVERSATION_HEADER: "chat-1"}}
+        first, reply = proxy.ask(TASK, **conversation)
+        second, again = proxy.ask("Are you sure?", **conversation)
+        assert first == second == "conversation:chat-1"
+        both = httpx2.post(
+            f"{proxy.url}/v1/feedback",
+            json={"exchange": first, "conversation": "chat-1", "reward": 1.0},
+            headers={"Authorization": f"Bearer {proxy.key}"},
+        )
+        assert both.status_code == 422 and "one of them" in both.text
+        done = httpx2.post(
+            f"{proxy.url}/v1/feedback",
+            json={"conversation": "chat-1", "reward": 1.0},
+            headers={"Authorization": f"Bearer {proxy.key}"},
+        )
+        assert done.status_code == 200 and done.json()["exchange"] == first
+        [item] = proxy.items()
+        steps = f"{TASK} -> {reply} (reward 0)\nAre you sure? -> {again} (reward 1)"
+        assert item["experience"] == f"Task: {TASK}\nOutcome: success (score 1)\nTrajectory:\n{steps}"
+    finally:
+        proxy.stop()
 
 
 @pytest.mark.model

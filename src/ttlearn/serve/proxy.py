@@ -29,7 +29,7 @@ from typing import Any
 import httpx2
 from fastapi import FastAPI, HTTPException, Request, status
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from ttlearn.llm.base import LLM, LLMError, credential_target, make_llm
@@ -42,6 +42,8 @@ from ttlearn.serve.bodies import BodyError, read_json
 from ttlearn.types import Episode, Step
 
 TASK_HEADER = "X-TTLearn-Task"
+CONVERSATION_HEADER = "X-TTLearn-Conversation"
+MAX_CONVERSATION_CHARS = 200
 EXCHANGE_HEADER = "X-TTLearn-Exchange"
 UPSTREAM_TIMEOUT_S = 600.0
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "server", "date"}
@@ -99,28 +101,41 @@ def place_memory(messages: list[dict[str, Any]], memory: str) -> list[dict[str, 
 
 
 @dataclass
+class Turn:
+    """One forwarded request: its last message's text, and the reply's text in the pieces it arrived in (one for a
+    JSON answer, a delta per chunk when streamed)."""
+
+    question: str
+    answer: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Exchange:
-    """One forwarded conversation turn: what was asked and shown, and the reply as it arrived."""
+    """What awaits feedback: one request, or every request of one conversation (an episode of several steps), with
+    the task, the ids of the items shown for it and the model that answered."""
 
     namespace: str
     task: str
-    question: str
     model: str
     shown: list[int]
+    turns: list[Turn]
     created: float
-    answer: list[str] = field(default_factory=list)
-    """The reply's text, in the pieces it arrived in (one for a JSON answer, a delta per chunk when streamed)."""
 
     @property
     def chars(self) -> int:
-        """What it holds of its request (the reply is bounded by the upstream's answer)."""
-        return len(self.task) + len(self.question)
+        """What it holds of its requests (the replies are bounded by the upstream's answers)."""
+        return len(self.task) + sum(len(turn.question) for turn in self.turns)
+
+
+def conversation_exchange(conversation: str) -> str:
+    """The exchange id of a conversation the client names: its own namespace of ids, apart from the random ones."""
+    return f"conversation:{conversation}"
 
 
 class PendingExchanges:
-    """Exchanges awaiting feedback: at most `max_count` holding at most `max_chars` characters of task and question
-    together, none older than `max_age_s` (the oldest go first). The characters are bounded too because each
-    exchange may hold a whole request body's text."""
+    """Exchanges awaiting feedback: at most `max_count` holding at most `max_chars` characters of task and questions
+    together, none older than `max_age_s` since its last request (the oldest go first). The characters are bounded
+    too because each request may hold a whole body's text. Ids are per namespace."""
 
     def __init__(self, max_count: int, max_age_s: float, max_chars: int = DEFAULT_PENDING_CHARS) -> None:
         if max_count < 1 or max_age_s <= 0 or max_chars < 1:
@@ -129,13 +144,22 @@ class PendingExchanges:
                 f"{max_chars}"
             )
         self.max_count, self.max_age_s, self.max_chars = max_count, max_age_s, max_chars
-        self._waiting: OrderedDict[str, Exchange] = OrderedDict()
+        self._waiting: OrderedDict[tuple[str, str], Exchange] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
 
-    def add(self, exchange: Exchange) -> str:
-        exchange_id = secrets.token_urlsafe(16)
+    def add(self, exchange: Exchange, conversation: str | None = None) -> str:
+        """The id `exchange` awaits feedback under: a new random one, or its conversation's, whose exchange then
+        takes its turn and the items shown for it."""
+        exchange_id = secrets.token_urlsafe(16) if conversation is None else conversation_exchange(conversation)
         with self._lock:
+            ongoing = self._waiting.get((exchange.namespace, exchange_id))
+            if ongoing is not None:
+                self._pop(exchange.namespace, exchange_id)
+                ongoing.turns += exchange.turns
+                ongoing.shown += [item for item in exchange.shown if item not in ongoing.shown]
+                ongoing.created = exchange.created
+                exchange = ongoing
             self._keep(exchange_id, exchange)
         return exchange_id
 
@@ -143,10 +167,9 @@ class PendingExchanges:
         """The exchange, no longer pending; None when unknown, expired, or another namespace's."""
         with self._lock:
             self._forget_old(time.monotonic())
-            exchange = self._waiting.get(exchange_id)
-            if exchange is None or exchange.namespace != namespace:
+            if (namespace, exchange_id) not in self._waiting:
                 return None
-            return self._pop(exchange_id)
+            return self._pop(namespace, exchange_id)
 
     def put_back(self, exchange_id: str, exchange: Exchange) -> None:
         """An exchange taken for feedback that could not be learnt, awaiting it again from now."""
@@ -154,26 +177,33 @@ class PendingExchanges:
         with self._lock:
             self._keep(exchange_id, exchange)
 
-    def drop(self, exchange_id: str) -> None:
+    def drop_turn(self, exchange_id: str, namespace: str, turn: Turn) -> None:
+        """A request the upstream did not answer: its turn leaves the exchange (and the exchange goes, if that was
+        its only turn)."""
         with self._lock:
-            if exchange_id in self._waiting:
-                self._pop(exchange_id)
+            exchange = self._waiting.get((namespace, exchange_id))
+            if exchange is None or not any(kept is turn for kept in exchange.turns):
+                return
+            self._pop(namespace, exchange_id)
+            exchange.turns = [kept for kept in exchange.turns if kept is not turn]
+            if exchange.turns:
+                self._keep(exchange_id, exchange)
 
     def _keep(self, exchange_id: str, exchange: Exchange) -> None:
         self._forget_old(exchange.created)
-        self._waiting[exchange_id] = exchange
+        self._waiting[(exchange.namespace, exchange_id)] = exchange
         self._chars += exchange.chars
         while len(self._waiting) > self.max_count or self._chars > self.max_chars:
-            self._pop(next(iter(self._waiting)))
+            self._pop(*next(iter(self._waiting)))
 
-    def _pop(self, exchange_id: str) -> Exchange:
-        exchange = self._waiting.pop(exchange_id)
+    def _pop(self, namespace: str, exchange_id: str) -> Exchange:
+        exchange = self._waiting.pop((namespace, exchange_id))
         self._chars -= exchange.chars
         return exchange
 
     def _forget_old(self, now: float) -> None:
         while self._waiting and now - next(iter(self._waiting.values())).created > self.max_age_s:
-            self._pop(next(iter(self._waiting)))
+            self._pop(*next(iter(self._waiting)))
 
 
 # -- the learning, one memrl memory per namespace ----------------------------------------------------------------
@@ -197,13 +227,15 @@ class NamespaceLearner:
         return text, shown
 
     def learn(self, exchange: Exchange, reward: float, success: bool | None, writer: LLM) -> bool:
-        """The exchange as an episode of one step scoring `reward`, a success when `success` says so, else when the
-        reward is over the memory's success threshold, as in a run; `writer` writes MemRL's notes (`write=notes`).
-        Returns whether it counted as a success."""
-        answer = "".join(exchange.answer)
-        step = Step(exchange.question, answer, reward, raw=answer)
+        """The exchange as an episode, a step per turn, scoring `reward` (its last step's reward); a success when
+        `success` says so, else when the reward is over the memory's success threshold, as in a run; its answer is
+        the last reply. `writer` writes MemRL's notes (`write=notes`). Returns whether it counted as a success."""
+        answers = ["".join(turn.answer) for turn in exchange.turns]
+        rewards = [0.0] * (len(answers) - 1) + [reward]
+        steps = tuple(Step(t.question, a, r, raw=a) for t, a, r in zip(exchange.turns, answers, rewards))
         with self.lock:
-            episode = Episode(self.episodes, self.episodes, exchange.task, (step,), reward, success, {"answer": answer})
+            info = {"answer": answers[-1]}
+            episode = Episode(self.episodes, self.episodes, exchange.task, steps, reward, success, info)
             self.episodes += 1
             self.memory.llm = writer
             self.memory._retrieved = list(exchange.shown)
@@ -271,9 +303,24 @@ class Learning:
 
 
 class FeedbackIn(_Request):
-    exchange: str = Field(min_length=1, max_length=100, description=f"The answer's {EXCHANGE_HEADER} header.")
+    exchange: str | None = Field(
+        None, min_length=1, max_length=250, description=f"The answer's {EXCHANGE_HEADER} header."
+    )
+    conversation: str | None = Field(
+        None, min_length=1, max_length=MAX_CONVERSATION_CHARS, description=f"Or the requests' {CONVERSATION_HEADER}."
+    )
     reward: Value = Field(description="The task's score; a success when over the memory's success_threshold (0).")
     success: bool | None = Field(None, description="Says whether the task succeeded, whatever the reward.")
+
+    @model_validator(mode="after")
+    def _one_exchange(self) -> FeedbackIn:
+        if (self.exchange is None) == (self.conversation is None):
+            raise ValueError("name the exchange or the conversation, one of them")
+        return self
+
+    @property
+    def exchange_id(self) -> str:
+        return self.exchange if self.conversation is None else conversation_exchange(self.conversation)
 
 
 class FeedbackDone(BaseModel):
@@ -325,14 +372,18 @@ def _outgoing(learning: Learning, request: Request, credentials: Credentials, ra
     """The body to forward, its memories placed, and its exchange (in one worker thread: the key, the body and the
     retrieval all touch the store or the CPU)."""
     namespace = _key_namespace(request, credentials)
+    if len(request.headers.get(CONVERSATION_HEADER, "")) > MAX_CONVERSATION_CHARS:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f"{CONVERSATION_HEADER} is over {MAX_CONVERSATION_CHARS} characters"
+        )
     body = _chat_body(raw)
     try:
         task = conversation_task(body["messages"], request.headers.get(TASK_HEADER))
     except ValueError as exc:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
     memory, shown = learning.learner(namespace).show(task)
-    question = _text(body["messages"][-1].get("content"))
-    exchange = Exchange(namespace, task, question, str(body.get("model", "")), shown, time.monotonic())
+    turn = Turn(_text(body["messages"][-1].get("content")))
+    exchange = Exchange(namespace, task, str(body.get("model", "")), shown, [turn], time.monotonic())
     return {**body, "messages": place_memory(body["messages"], memory)}, exchange
 
 
@@ -345,26 +396,27 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
         its messages; the answer's X-TTLearn-Exchange header names the exchange to give feedback on."""
         raw = await request.body()
         body, exchange = await run_in_threadpool(_outgoing, learning, request, credentials, raw)
-        exchange_id = learning.pending.add(exchange)
+        [turn] = exchange.turns
+        exchange_id = learning.pending.add(exchange, request.headers.get(CONVERSATION_HEADER))
         url = f"{learning.upstream}/chat/completions"
         try:
             reply = await learning.client.send(learning.client.build_request("POST", url, json=body), stream=True)
         except httpx2.HTTPError as exc:
-            learning.pending.drop(exchange_id)
+            learning.pending.drop_turn(exchange_id, exchange.namespace, turn)
             raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the upstream {url} did not answer: {exc}") from None
         headers = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS}
         if reply.status_code >= 400 or "text/event-stream" not in reply.headers.get("content-type", ""):
             content = await reply.aread()
             await reply.aclose()
             if reply.status_code >= 400:
-                learning.pending.drop(exchange_id)
+                learning.pending.drop_turn(exchange_id, exchange.namespace, turn)
                 return Response(content, reply.status_code, headers)
             try:
                 data = json.loads(content)
             except ValueError:
-                learning.pending.drop(exchange_id)
+                learning.pending.drop_turn(exchange_id, exchange.namespace, turn)
                 raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the upstream {url} answered no JSON") from None
-            exchange.answer.append(_reply_text(data))
+            turn.answer.append(_reply_text(data))
             return JSONResponse(
                 {**data, "ttlearn_exchange": exchange_id}, headers={**headers, EXCHANGE_HEADER: exchange_id}
             )
@@ -372,7 +424,7 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
         async def relay() -> AsyncIterator[bytes]:
             try:
                 async for line in reply.aiter_lines():
-                    exchange.answer.append(_delta_text(line))
+                    turn.answer.append(_delta_text(line))
                     yield f"{line}\n".encode()
             finally:
                 await reply.aclose()
@@ -383,27 +435,28 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
     def feedback(body: FeedbackIn, request: Request, credentials: Credentials) -> FeedbackDone:
         """The reward of an exchange: MemRL updates the Q of the items shown for it and writes it as an experience."""
         namespace = _key_namespace(request, credentials)
-        exchange = learning.pending.take(body.exchange, namespace)
+        exchange = learning.pending.take(body.exchange_id, namespace)
         if exchange is None:
             raise HTTPException(
                 status.HTTP_404_NOT_FOUND,
-                f"no exchange {body.exchange!r} awaits feedback in namespace {namespace!r}: unknown, already given "
+                f"no exchange {body.exchange_id!r} awaits feedback in namespace {namespace!r}: unknown, already given "
                 f"feedback, or forgotten (kept {learning.pending.max_age_s:g} s, at most {learning.pending.max_count})",
             )
         try:
             writer = learning.writer(exchange.model)
-        except ValueError as exc:
+        except ValueError as exc:  # a model name no spec can hold: nothing was learnt
+            learning.pending.put_back(body.exchange_id, exchange)
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"the exchange's model: {exc}") from None
         try:
             success = learning.learner(namespace).learn(exchange, body.reward, body.success, writer)
         except LLMError as exc:  # MemRL's note could not be written: nothing was learnt, the feedback may come again
-            learning.pending.put_back(body.exchange, exchange)
+            learning.pending.put_back(body.exchange_id, exchange)
             raise HTTPException(
                 status.HTTP_502_BAD_GATEWAY, f"the upstream could not write MemRL's note: {exc}"
             ) from None
         finally:
             writer.close()
-        return FeedbackDone(exchange=body.exchange, success=success, shown=exchange.shown)
+        return FeedbackDone(exchange=body.exchange_id, success=success, shown=exchange.shown)
 
 
 def create_proxy_app(
