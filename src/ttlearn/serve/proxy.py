@@ -4,13 +4,15 @@
 gives the MemRL memories for the conversation's task (the header `X-TTLearn-Task`, else the first user message),
 placed in the messages as the LLM player places a memory's text for `ttlearn run` (`place_memory`); the rest of the
 body, streaming included, passes through. The answer names its exchange (header `X-TTLearn-Exchange`, and the field
-`ttlearn_exchange` of a JSON answer). `POST /v1/feedback` with that id and the task's reward then learns as a run
-does: MemRL's `observe` updates the Q of the items that were shown and writes the experience.
+`ttlearn_exchange` of a JSON answer); requests that share an `X-TTLearn-Conversation` header are one exchange, as a
+run's episode of several decisions is one episode. `POST /v1/feedback` with that id and the task's reward then learns
+as a run does: MemRL's `observe` updates the Q of the items that were shown and writes the experience.
 
 The learning is the `memrl` memory itself, one per namespace (`NamespaceLearner`): its `context` retrieves and
 renders, its `observe` updates and writes, with the options `ttlearn run … -m` takes. The proxy only keeps, for each
-exchange in flight, what was shown (bounded in count and age: `PendingExchanges`). Keys, namespaces and limits are the
-memory service's own: the proxy is `ttlearn serve`'s app with these two routes added.
+exchange in flight, what was asked, shown and answered (bounded in count, characters and age: `PendingExchanges`).
+Keys, namespaces and limits are the memory service's own: the proxy is `ttlearn serve`'s app with these two routes
+added. The agent's key stays here; the upstream gets OPENAI_API_KEY, if set.
 """
 
 from __future__ import annotations
