@@ -65,10 +65,11 @@ class Stub(BaseHTTPRequestHandler):
         self.wfile.write(ANSWER)
 
 
-def start_proxy(store: Path, upstream: str) -> tuple[subprocess.Popen, str]:
+def start_proxy(store: Path, upstream: str, *options: str) -> tuple[subprocess.Popen, str]:
+    """`ttlearn proxy` on `store` in front of `upstream`, with `options` more; its process and URL once it answers."""
     port = free_port()
     command = [sys.executable, "-m", "ttlearn", "proxy", "--store", str(store), "--upstream", upstream]
-    command += ["--port", str(port), "--rate", "0"]
+    command += ["--port", str(port), "--rate", "0", *options]
     proxy = subprocess.Popen(
         command, env={**os.environ, "TTLEARN_ADMIN_KEY": ADMIN}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

@@ -228,7 +228,12 @@ class NamespaceLearner:
             shown, self.memory._retrieved = self.memory._retrieved, []
         return text, shown
 
-    def learn(self, exchange: Exchange, reward: float, success: bool | None, writer: LLM) -> bool:
+    @property
+    def writes_notes(self) -> bool:
+        """Whether its experiences are notes an LLM writes (`write=notes`); the other kinds need none."""
+        return self.memory.write == "notes"
+
+    def learn(self, exchange: Exchange, reward: float, success: bool | None, writer: LLM | None) -> bool:
         """The exchange as an episode, a step per turn, scoring `reward` (its last step's reward); a success when
         `success` says so, else when the reward is over the memory's success threshold, as in a run; its answer is
         the last reply. `writer` writes MemRL's notes (`write=notes`). Returns whether it counted as a success."""
@@ -283,7 +288,7 @@ class Learning:
 
     def writer(self, model: str) -> LLM:
         """The upstream's `model`, to write MemRL's notes about its own exchange (`write=notes`); the caller closes it
-        (one per feedback: the model names come from the callers, so none is kept)."""
+        (one per note, which costs a model call anyway: the model names come from the callers, so none is kept)."""
         return make_llm(f"openai:{self.upstream}#{model or '-'}")
 
     def learner(self, namespace: str) -> NamespaceLearner:
@@ -444,20 +449,22 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
                 f"no exchange {body.exchange_id!r} awaits feedback in namespace {namespace!r}: unknown, already given "
                 f"feedback, or forgotten (kept {learning.pending.max_age_s:g} s, at most {learning.pending.max_count})",
             )
+        learner = learning.learner(namespace)
         try:
-            writer = learning.writer(exchange.model)
+            writer = learning.writer(exchange.model) if learner.writes_notes else None
         except ValueError as exc:  # a model name no spec can hold: nothing was learnt
             learning.pending.put_back(body.exchange_id, exchange)
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"the exchange's model: {exc}") from None
         try:
-            success = learning.learner(namespace).learn(exchange, body.reward, body.success, writer)
+            success = learner.learn(exchange, body.reward, body.success, writer)
         except LLMError as exc:  # MemRL's note could not be written: nothing was learnt, the feedback may come again
             learning.pending.put_back(body.exchange_id, exchange)
             raise HTTPException(
                 status.HTTP_502_BAD_GATEWAY, f"the upstream could not write MemRL's note: {exc}"
             ) from None
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
         return FeedbackDone(exchange=body.exchange_id, success=success, shown=exchange.shown)
 
 
