@@ -146,7 +146,7 @@ def relay(tmp_path_factory):
 class Proxy:
     """The proxy's app under uvicorn in a thread on a free loopback port, with one namespace and its key."""
 
-    def __init__(self, store: Path, upstream: str, **options: object) -> None:
+    def __init__(self, store: str | Path, upstream: str, **options: object) -> None:
         self.app = create_proxy_app(store, admin_key=ADMIN, upstream=upstream, rate=0, auth_rate=0, **options)
         self.url = f"http://127.0.0.1:{free_port()}"
         config = uvicorn.Config(self.app, host="127.0.0.1", port=int(self.url.rsplit(":", 1)[1]), log_level="warning")
@@ -202,8 +202,24 @@ def sent_messages(relay: FaultProxy) -> list[dict]:
     return json.loads(relay.bodies[-1])["messages"]
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request, tmp_path) -> str:
+    """The proxy's store: a SQLite file, or a fresh PostgreSQL database."""
+    return str(tmp_path / "proxy.sqlite") if request.param == "sqlite" else request.getfixturevalue("postgres_url")
+
+
 @pytest.mark.model
-def test_an_agent_learns_through_the_proxy(proxy, relay):
+def test_an_agent_learns_through_the_proxy(store, relay):
+    proxy = Proxy(store, f"http://127.0.0.1:{relay.port}/v1", memory_options={"preset": "sql"})
+    relay.bodies.clear()
+    try:
+        learns_from_two_exchanges(proxy, relay)
+    finally:
+        proxy.stop()
+
+
+def learns_from_two_exchanges(proxy: Proxy, relay: FaultProxy) -> None:
+    """A first exchange shown nothing and rewarded; a second on the same task shown its item and punished."""
     first, reply = proxy.ask(TASK)
     assert sent_messages(relay) == [
         {"role": "system", "content": "Answer briefly."},
