@@ -108,11 +108,11 @@ def recording_last_step(trainer: MemoPilotTrainer) -> Iterator[dict[str, list]]:
     last: dict[str, Any] = {"jobs": [], "notes": []}
     play, update = trainer.play, trainer_module.policy_update
 
-    def recording_play(jobs):
+    def recording_play(jobs, *args, **kwargs):
         if trainer.step + 1 != last.get("step"):
             last.update(step=trainer.step + 1, jobs=[])
         last["jobs"] += list(jobs)
-        return play(jobs)
+        return play(jobs, *args, **kwargs)
 
     def recording_update(policy, optimizer, notes, *args, **kwargs):
         last["notes"] = list(notes)

@@ -97,7 +97,7 @@ SMOKE = {
 NOT_RUN = {
     "db_bench_truth.py": "rebuilds the shipped db_bench data from MemRL's released files, which are not shipped; "
     "tests/envs/test_db_bench.py checks what it wrote against both engines",
-    "ddp_memopilot.py": "needs `accelerate launch` with two processes; run by hand (its docstring)",
+    "ddp_memopilot.py": "run under torchrun with two processes by tests/train/test_data_parallel.py",
     "gpu_check.py": "its CPU rehearsal is tests/test_gpu_check.py",
     "varied_texts.py": "a helper module of memory_store.py, which runs it",
 }
