@@ -24,6 +24,7 @@ SMOKE = {
         "ratio",
     ),
     "db_bench_replies.py": (["{tmp}/run", "--replay", "mariadb", "--tasks"], ["pymysql"], False, "ever answered"),
+    "db_bench_similarity.py": (["--embedder", "hash", "--split", "dev", "--step", "0.2"], [], False, "other-skill"),
     "db_bench_speed.py": (
         ["--tasks", "1", "--llm", "smollm2", "-e", "max_round=2", "--run", "{tmp}/run"],
         ["llama_cpp", "pymysql"],

@@ -448,6 +448,14 @@ def test_presets_hold_what_the_released_runners_run(tmp_path: Path) -> None:
     assert memory(tmp_path, name="memp", preset="bcb").alpha == 0.0  # a baseline's pin beats the preset
 
 
+def test_the_llb_minilm_preset_is_the_runner_s_with_the_bar_calibrated_for_minilm(tmp_path: Path) -> None:
+    # benchmarks/db_bench_similarity.py on db_train's development tasks (docs/db_bench.md); `llb` keeps δ 0.5
+    calibrated = {"delta": 0.4, "sim_mean": 0.232, "sim_std": 0.134}
+    assert PRESETS["llb-minilm"] == {**PRESETS["llb"], **calibrated} and PRESETS["llb"]["delta"] == 0.5
+    mem = memory(tmp_path, preset="llb-minilm", epsilon=None, delta=None)
+    assert (mem.cfg.delta, mem.cfg.k1, mem.cfg.k2, mem.cfg.sim_mean, mem.cfg.sim_std) == (0.4, 10, 5, 0.232, 0.134)
+
+
 def test_the_llb_preset_shows_a_failure_without_its_trajectory(tmp_path: Path) -> None:
     """MemRL's LLB runner shows a failure's reflection and drops the failed trajectory after it; a success is shown
     whole. Both items are written whole (the store keeps the trajectory)."""
