@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -48,7 +49,7 @@ def query_texts(tasks: list[Task]) -> list[str]:
         env.close()
 
 
-def measure(vectors: np.ndarray, labels: list[frozenset[str]], k2: int, deltas: np.ndarray) -> dict:
+def measure(vectors: np.ndarray, labels: list[Hashable], k2: int, deltas: np.ndarray) -> dict:
     sims = vectors @ vectors.T
     same = np.array([[a == b for b in labels] for a in labels])
     upper = np.triu_indices(len(labels), 1)
