@@ -59,9 +59,30 @@ def shape_config(name: str, tiny: bool) -> dict[str, Any]:
     return config
 
 
+FROM_GGUF = {"qwen2.5": "qwen-coder"}
+"""Families whose tokenizer.json is too large to commit (Qwen2.5's: 1.4 MB compressed): read from an embedded
+model's GGUF, the same vocabulary, and kept beside the shipped files (ignored by git). `--prepare` writes them before
+the check is carried to a machine that has no GGUF."""
+
+
+def prepared_tokenizer(family: str) -> Path:
+    """The folder of a family's tokenizer files, its tokenizer.json first built from its GGUF where none is shipped."""
+    folder = SHAPES / "tokenizers" / family
+    built = folder / "tokenizer.json"
+    if family in FROM_GGUF and not built.exists():
+        from transformers import AutoTokenizer
+
+        from ttlearn.llm.models import model_path
+
+        gguf = model_path(FROM_GGUF[family])
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        built.write_text(tokenizer.backend_tokenizer.to_str())
+    return folder
+
+
 def tokenizer_files(family: str, into: Path) -> None:
-    """The shipped tokenizer of a model family, decompressed into a model directory."""
-    for path in (SHAPES / "tokenizers" / family).iterdir():
+    """A model family's tokenizer, decompressed into a model directory."""
+    for path in prepared_tokenizer(family).iterdir():
         target = into / path.name.removesuffix(".xz")
         target.write_bytes(lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes())
 
@@ -181,8 +202,19 @@ def main() -> int:
     parser.add_argument("--writers", default=",".join(WRITERS), help="writer shapes, in order")
     parser.add_argument("--budget", type=float, default=300, help="seconds the step part may take in all")
     parser.add_argument("--skip-tests", action="store_true", help="leave out the CUDA tests")
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="the JSON of figures (required unless --prepare)")
+    parser.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only build the tokenizers read from GGUFs, for carrying to a GPU machine",
+    )
     args = parser.parse_args()
+    if args.prepare:
+        for family in FROM_GGUF:
+            print(prepared_tokenizer(family))
+        return 0
+    if args.out is None:
+        parser.error("--out is required")
     missing = [m for m in ("torch", "transformers", "peft", "accelerate", "pydantic") if not _importable(m)]
     if missing:
         print(f"gpu_check: missing Python packages {', '.join(missing)}; docs/gpu.md says how to carry them")
