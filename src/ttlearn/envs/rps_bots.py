@@ -50,6 +50,14 @@ def best_responses(dist: Sequence[float], tol: float = 1e-9) -> list[int]:
     return [move for move in range(3) if values[move] >= values.max() - tol]
 
 
+def game_favourite(schedule: Sequence[Sequence[float]]) -> int:
+    """The reading a one-line note should name for a game of these per-round distributions: the move whose counter,
+    kept all game, scores most (the lower counter on ties). For a stationary bot that is its most frequent move; for a
+    switch it is the first lean when the second beats it (the pooled moves tie, and only this counter wins)."""
+    totals = sum(expected_payoffs(dist) for dist in schedule)
+    return (int(np.argmax(totals)) - 1) % 3
+
+
 def one_hot(move: int) -> np.ndarray:
     dist = np.zeros(3)
     dist[move] = 1.0
@@ -93,6 +101,12 @@ class Bot(ABC):
     def distribution(self) -> np.ndarray:
         """Probabilities of rock, paper, scissors for the next round, given what was observed so far."""
 
+    def schedule(self, rounds: int) -> list[np.ndarray] | None:
+        """The distributions of a whole game's `rounds` rounds, known before it is played, or None (the default) for a
+        bot whose play depends on the player's moves: what an oracle knows of the next game
+        (benchmarks/memopilot_ceiling.py)."""
+        return None
+
 
 class ConstantBot(Bot):
     """T0 stationary: always rock. Ceiling +1 (always paper)."""
@@ -101,6 +115,9 @@ class ConstantBot(Bot):
 
     def distribution(self) -> np.ndarray:
         return one_hot(ROCK)
+
+    def schedule(self, rounds: int) -> list[np.ndarray]:
+        return [one_hot(ROCK)] * rounds
 
 
 class BiasedBot(Bot):
@@ -118,6 +135,9 @@ class BiasedBot(Bot):
     def distribution(self) -> np.ndarray:
         return self.probs
 
+    def schedule(self, rounds: int) -> list[np.ndarray]:
+        return [self.probs] * rounds
+
 
 class CycleBot(Bot):
     """T1 sequence: replays a fixed pattern from its start every game. Ceiling +1; an ideal learner needs about one
@@ -131,6 +151,9 @@ class CycleBot(Bot):
 
     def distribution(self) -> np.ndarray:
         return one_hot(self.pattern[len(self.own) % len(self.pattern)])
+
+    def schedule(self, rounds: int) -> list[np.ndarray]:
+        return [one_hot(self.pattern[r % len(self.pattern)]) for r in range(rounds)]
 
 
 class SwitchBot(Bot):
@@ -149,6 +172,9 @@ class SwitchBot(Bot):
 
     def distribution(self) -> np.ndarray:
         return lean(self.first if len(self.own) < self.after else self.second, self.strength)
+
+    def schedule(self, rounds: int) -> list[np.ndarray]:
+        return [lean(self.first if r < self.after else self.second, self.strength) for r in range(rounds)]
 
 
 class HalfRandomBot(Bot):
