@@ -12,6 +12,7 @@ from ttlearn.eval.metrics import (
     mean_pass_at_k,
     mean_trajectory_entropy,
     normal_critical,
+    paired_sample_size,
     paired_sign_flip_p,
     pass_at_k,
     student_t_critical,
@@ -92,6 +93,16 @@ def test_mcnemar_exact_by_hand():
     assert mcnemar_exact(7, 1) == mcnemar_exact(1, 7)
     with pytest.raises(ValueError):
         mcnemar_exact(-1, 2)
+
+
+def test_paired_sample_size_by_hand():
+    # z_0.975 = 1.959964, z_0.8 = 0.841621: (2.801585)² = 7.84888 per (sd / effect)²
+    assert paired_sample_size(1.0, 1.0) == 8
+    assert paired_sample_size(0.33, 2.0) == 289  # 7.84888 · (2 / 0.33)² = 288.3
+    assert paired_sample_size(-0.5, 1.0) == 32  # 31.4: the sign does not matter
+    assert paired_sample_size(1.0, 1.0, power=0.9) == 11  # (1.959964 + 1.281552)² = 10.51
+    with pytest.raises(ValueError, match="nonzero effect"):
+        paired_sample_size(0.0, 1.0)
 
 
 def test_mcnemar_power_by_hand():

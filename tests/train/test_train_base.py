@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ttlearn.train.base import TRAINERS, Device, changed_fields, resolve_device, write_dir_atomically
+from ttlearn.train.base import TRAINERS, Device, changed_fields, plateaued, resolve_device, write_dir_atomically
 
 
 def test_device_is_cuda_when_there_is_one_and_bf16_only_where_supported() -> None:
@@ -36,6 +36,16 @@ def test_each_launched_process_takes_the_gpu_of_its_local_rank() -> None:
 def test_changed_fields_ignore_the_resumable_ones() -> None:
     saved, current = {"steps": 5, "lr": 0.1, "seed": 0}, {"steps": 9, "lr": 0.2, "seed": 0, "env": "rps"}
     assert changed_fields(saved, current, frozenset({"steps"})) == ["env", "lr"]
+
+
+def test_the_stopping_rule_by_hand() -> None:
+    """patience 2: stop once the last two scores do not beat the best before them; a tie is no gain."""
+    assert not plateaued([0.1, 0.3, 0.2], 2)  # 0.3 is a new best in the last two
+    assert plateaued([0.1, 0.3, 0.2, 0.3], 2)  # 0.2 and 0.3 against the best before them, 0.3: no gain
+    assert not plateaued([0.1, 0.3, 0.2, 0.31], 2)
+    assert not plateaued([0.5, 0.4], 2)  # nothing before the last two to beat
+    assert plateaued([0.5, 0.4], 1) and not plateaued([0.4, 0.5], 1)
+    assert not plateaued([0.5, 0.1, 0.1, 0.1], 0)  # 0: never
 
 
 def test_a_directory_is_replaced_whole(tmp_path) -> None:

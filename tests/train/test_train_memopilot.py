@@ -261,6 +261,20 @@ def test_the_development_curve_is_logged_compared_with_step_0_and_drawn(tmp_path
 
 
 @pytest.mark.model
+def test_the_stopping_rule_ends_the_run_at_the_first_evaluation_without_a_new_best(tmp_path) -> None:
+    """With a learning rate too small to change a greedy note, the evaluation after step 1 ties the one before it:
+    no new best, so `patience` 1 ends a 4-step run there, checkpointed and with its final adapter; a rerun of the
+    finished run trains nothing more."""
+    settings = {"eval_every": 1, "eval_seeds": [3], "lr": 1e-12, "steps": 4, "save_every": 3}
+    done = MemoPilotTrainer(tiny(tmp_path, patience=1, **settings), player=NoteHashPlayer()).train()
+    assert [m["step"] for m in done] == [1]
+    assert done[0]["eval"]["reward"][0] == done[0]["eval_start"]["reward"][0]
+    run = tmp_path / "run"
+    assert (run / "step_0001").is_dir() and (run / "final").is_dir()
+    assert MemoPilotTrainer(tiny(tmp_path, patience=1, **settings), player=NoteHashPlayer()).train() == []
+
+
+@pytest.mark.model
 def test_evaluation_games_are_marked_and_recorded_once_across_a_resume(tmp_path) -> None:
     """episodes.jsonl: the training games as "episode" lines, the evaluations' as marked "evaluation" lines (which
     evaluation, with the writer's notes or no memory); the no-memory games are played and recorded once a run, and a

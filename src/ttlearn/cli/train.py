@@ -108,6 +108,11 @@ def _command(name: str) -> Callable[..., None]:
         with training_progress(config.steps) as advance:
             trainer = trainer_class(config, progress=advance)
             trainer.train()
+        if trainer.step < config.steps:
+            console.print(
+                f"stopped after step {trainer.step}: {config.patience} evaluations in a row without a new best "
+                "(--patience)"
+            )
         console.print(styled("final: ", "", str(RunDir(config.out).final), "bold", f" — {trainer.next_command()}"))
 
     command.__name__ = f"train_{name}"

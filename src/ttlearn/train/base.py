@@ -42,7 +42,7 @@ import random
 import shutil
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -76,7 +76,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device", "dtype"})
+    resumable: ClassVar[frozenset[str]] = frozenset({"out", "steps", "save_every", "device", "dtype", "patience"})
     """Fields a resumed run may change; any other difference is another experiment (→ ValueError)."""
 
     out: Path = Field(description="Run directory: train.json, metrics.jsonl, step_NNNN/, final/ (rerun to resume).")
@@ -84,6 +84,12 @@ class TrainConfig(BaseModel):
     lr: float = Field(1e-5, gt=0, description="Learning rate of AdamW on the LoRA weights (no weight decay).")
     max_grad_norm: float = Field(1.0, gt=0, description="Clip the gradient to this global norm.")
     save_every: int = Field(5, ge=1, description="Checkpoint every N steps (and after the last one).")
+    patience: int = Field(
+        0,
+        ge=0,
+        description="Stopping rule: end the run once this many development evaluations in a row have not beaten "
+        "the best one before them (`plateaued`); 0: train all `steps`.",
+    )
     seed: int = Field(0, description="Seed of the LoRA initialisation, the rollouts and the sampling.")
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where to train: auto picks cuda when a GPU is visible, else cpu."
@@ -96,6 +102,15 @@ class TrainConfig(BaseModel):
 
 
 # ---- the run directory -------------------------------------------------------------------------------------------
+def plateaued(scores: Sequence[float], patience: int) -> bool:
+    """Whether the last `patience` evaluation scores all fail to beat the best score before them (a tie is no
+    gain): the stopping rule a run states before it starts, so that how long it trains is not chosen by looking at
+    its curve. Never with `patience` 0 or too few scores."""
+    if patience < 1 or len(scores) <= patience:
+        return False
+    return max(scores[-patience:]) <= max(scores[:-patience])
+
+
 def changed_fields(saved: dict[str, Any], current: dict[str, Any], resumable: frozenset[str]) -> list[str]:
     """The fields whose values differ between two config dumps, ignoring the resumable ones."""
     return sorted(k for k in set(saved) | set(current) if k not in resumable and saved.get(k) != current.get(k))
@@ -208,10 +223,22 @@ class Trainer(ABC):
     def train_step(self, step: int) -> dict[str, Any]:
         """Play, score and take one optimiser step; returns the step's metrics (numbers, or JSON values)."""
 
+    def evaluation_scores(self, metrics: dict[str, Any]) -> list[float]:
+        """The development evaluation scores a step's metrics hold, in order, for the stopping rule (`patience`);
+        a trainer without an evaluation has none."""
+        return []
+
+    def logged_metrics(self) -> list[dict[str, Any]]:
+        """The metrics lines of the run so far (resumed steps included)."""
+        log = RunDir(self.out).metrics
+        return read_durable(log, repair=False) if log.exists() else []
+
     def train(self) -> list[dict[str, Any]]:
-        """Run steps `self.step + 1 .. config.steps`; returns their metrics (also appended to metrics.jsonl)."""
+        """Run steps `self.step + 1 .. config.steps`, or until the stopping rule ends the run (`plateaued`); returns
+        their metrics (also appended to metrics.jsonl)."""
         done: list[dict[str, Any]] = []
-        while self.step < self.config.steps:
+        scores = [s for logged in self.logged_metrics() for s in self.evaluation_scores(logged)]
+        while self.step < self.config.steps and not plateaued(scores, self.config.patience):
             start, self.played, self.evaluated = time.perf_counter(), [], []
             metrics = {"step": self.step + 1, **self.train_step(self.step + 1)}
             metrics.setdefault("wall_s", time.perf_counter() - start)
@@ -221,7 +248,9 @@ class Trainer(ABC):
             if self.rank == 0:  # logged before the checkpoint: a crash in between replays the step, losing nothing
                 RunDir(self.out).record_played(self.step, self.played, self.evaluated)
                 append_durable(RunDir(self.out).metrics, [metrics])
-            if self.step % self.config.save_every == 0 or self.step == self.config.steps:
+            scores += self.evaluation_scores(metrics)
+            last = self.step == self.config.steps or plateaued(scores, self.config.patience)
+            if self.step % self.config.save_every == 0 or last:
                 self.save_checkpoint()
             done.append(metrics)
             if self.progress is not None:

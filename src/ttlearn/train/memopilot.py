@@ -45,7 +45,7 @@ from ttlearn.players.llm import suggested_action
 from ttlearn.rollout.inflight import map_in_flight
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
-from ttlearn.runs import RunDir, read_durable
+from ttlearn.runs import RunDir
 from ttlearn.seeding import derive_seed
 from ttlearn.train.advantages import turn_level_advantages
 from ttlearn.train.base import Progress, TrainConfig, Trainer
@@ -251,10 +251,10 @@ class MemoPilotTrainer(Trainer):
             (self.out / RunDir.TRAINING_CURVE).write_text(training_chart(self.logged_metrics()))
         return done
 
-    def logged_metrics(self) -> list[dict[str, Any]]:
-        """The metrics lines of the run so far (resumed steps included)."""
-        log = RunDir(self.out).metrics
-        return read_durable(log, repair=False) if log.exists() else []
+    def evaluation_scores(self, metrics: dict[str, Any]) -> list[float]:
+        """The greedy writer's mean development reward: before the first step (logged with step 1), then after
+        every `eval_every` steps."""
+        return [metrics[key]["reward"][0] for key in ("eval_start", "eval") if key in metrics]
 
     def next_command(self) -> str:
         final = self.final
