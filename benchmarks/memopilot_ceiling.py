@@ -50,7 +50,7 @@ from ttlearn.envs.base import make_env
 from ttlearn.envs.rps_bots import MOVES, beats, expected_payoffs, game_favourite, make_bot, most_common
 from ttlearn.eval.metrics import paired_sign_flip_p
 from ttlearn.llm.base import make_llm
-from ttlearn.memory.memopilot import MemoPilotMemory, note_source
+from ttlearn.memory.memopilot import MemoPilotMemory, advice_of, note_source
 from ttlearn.memory.text import bound_memory
 from ttlearn.players.llm import suggested_action
 from ttlearn.rollout.loop import play_sequence_game
@@ -78,9 +78,9 @@ Writer = Callable[[Episode, Schedule], str]
 """(the game just played, the next game's per-round distributions) → the note the player reads next."""
 
 
-def favourite_note(reading: int, rules: str) -> str:
+def favourite_note(reading: int, game: Episode) -> str:
     """The `favourite` form's note naming `reading`, completed and bounded as a writer's reply naming it would be."""
-    return bound_memory(note_source("favourite", f" {MOVES[reading]}", rules), NOTE_CHARS)
+    return bound_memory(note_source("favourite", f" {MOVES[reading]}", advice_of(game)), NOTE_CHARS)
 
 
 def opponent_moves(episode: Episode) -> list[int]:
@@ -93,9 +93,9 @@ def sequence_note(moves: list[int]) -> str:
 
 
 READERS: dict[str, Writer] = {
-    "true-favourite": lambda game, nxt: favourite_note(game_favourite(nxt), game.info["rules"]),
-    "previous-favourite": lambda game, nxt: favourite_note(most_common(opponent_moves(game)), game.info["rules"]),
-    "last-move": lambda game, nxt: favourite_note(opponent_moves(game)[-1], game.info["rules"]),
+    "true-favourite": lambda game, nxt: favourite_note(game_favourite(nxt), game),
+    "previous-favourite": lambda game, nxt: favourite_note(most_common(opponent_moves(game)), game),
+    "last-move": lambda game, nxt: favourite_note(opponent_moves(game)[-1], game),
     "recent-favourite": lambda game, nxt: favourite_note(
         most_common(opponent_moves(game)[-RECENT:]), game.info["rules"]
     ),

@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from ttlearn.envs.rps import TRANSCRIPTS, RPSEnv
 from ttlearn.envs.rps_bots import MOVES, beats
 from ttlearn.llm.hf import HFPolicy
-from ttlearn.memory.memopilot import note_source, writer_messages, writer_stop
+from ttlearn.memory.memopilot import advice_of, note_source, writer_messages, writer_stop
 from ttlearn.players.llm import suggested_action
 from ttlearn.types import Episode
 
@@ -50,7 +50,8 @@ def probe_games(transcript: str) -> list[tuple[Episode, str, str]]:
                 env.step(kept)
             counts = Counter(env.opp_moves)
             favourite = MOVES[max(range(3), key=lambda m: (counts[m], -m))]
-            info = {"rules": env.describe(), "transcript": env.transcript()}
+            advice = {reading: env.advice(reading) for reading in env.readings}
+            info = {"rules": env.describe(), "transcript": env.transcript(), "advice": advice}
             games.append((Episode(1, PROBE_SEED, env.task(), (), env.score(), env.success(), info), favourite, kept))
     return games
 
@@ -65,7 +66,7 @@ def measure(policy: HFPolicy, transcript: str, samples: int, form: str) -> dict[
         counter = MOVES[beats(MOVES.index(favourite))]
         drawn = policy.sample([prompt] * samples, max_new_tokens=24, temperature=1.0, seed=1, stop=writer_stop(form))
         for sample in drawn:
-            note = note_source(form, sample.text, rules)
+            note = note_source(form, sample.text, advice_of(episode))
             named = re.match(r"The opponent plays mostly (\w+)", note)
             suggested = suggested_action(note, MOVES, 0)
             shares["name the favourite"] += bool(named and named.group(1).lower() == favourite)
@@ -73,7 +74,7 @@ def measure(policy: HFPolicy, transcript: str, samples: int, form: str) -> dict[
             shares["suggest own move"] += suggested == kept
             shares["have the form"] += "so play" in note
         greedy = policy.sample([prompt], max_new_tokens=24, temperature=0.0, seed=1, stop=writer_stop(form))[0]
-        greedy_counters += suggested_action(note_source(form, greedy.text, rules), MOVES, 0) == counter
+        greedy_counters += suggested_action(note_source(form, greedy.text, advice_of(episode)), MOVES, 0) == counter
     total = samples * len(games)
     return {**{k: v / total for k, v in shares.items()}, "greedy counters": greedy_counters, "prompts": len(games)}
 

@@ -9,13 +9,16 @@ from ttlearn.envs.base import make_env
 from ttlearn.memory.memopilot import (
     FORMS,
     MemoPilotMemory,
-    counters_in,
+    named_reading,
     note_source,
     writer_messages,
     writer_stop,
 )
+from ttlearn.players.llm import suggested_action
 from ttlearn.rollout.loop import play_sequence_game
 from ttlearn.rollout.parts import make_player
+
+RPS_ADVICE = {"rock": "play paper", "paper": "play scissors", "scissors": "play rock"}
 
 
 def first_game():
@@ -42,7 +45,7 @@ def test_a_reply_becomes_the_note_its_form_says() -> None:
         "The opponent plays mostly rock, so play paper."
     )
     assert note_source("notes", "Opponent: rock.\nPlay paper.") == "Opponent: rock.\nPlay paper."
-    assert set(FORMS) == {"notes", "counter", "favourite"}
+    assert set(FORMS) == {"notes", "counter", "favourite", "style"}
 
 
 def test_the_memory_writes_and_bounds_a_counter_note() -> None:
@@ -58,15 +61,56 @@ def test_the_memory_writes_and_bounds_a_counter_note() -> None:
         MemoPilotMemory(writer, form="essay")
 
 
-def test_the_favourite_form_completes_the_note_with_the_counter_the_rules_state() -> None:
-    rules = "Paper beats rock, rock beats scissors, scissors beats paper. Win +1."
-    assert counters_in(rules) == {"rock": "paper", "scissors": "rock", "paper": "scissors"}
-    assert note_source("favourite", " Rock,", rules) == "The opponent plays mostly rock, so play paper."
-    assert note_source("favourite", " scissors and paper", rules) == "The opponent plays mostly scissors, so play rock."
-    # a word the rules do not name, or rules that name no counters: the reply as it is, suggesting nothing new
-    assert note_source("favourite", " banana", rules) == "The opponent plays mostly banana"
-    assert note_source("favourite", " rock", "Pick a move.") == "The opponent plays mostly rock"
+def test_the_favourite_form_completes_the_note_with_the_advice_the_environment_states() -> None:
+    assert first_game().info["advice"] == RPS_ADVICE  # RPSEnv.advice: the move that beats the favourite
+    assert note_source("favourite", " Rock,", RPS_ADVICE) == "The opponent plays mostly rock, so play paper."
+    assert note_source("favourite", " scissors and paper", RPS_ADVICE) == (
+        "The opponent plays mostly scissors, so play rock."
+    )
+    assert note_source("favourite", " rock-paper", RPS_ADVICE) == "The opponent plays mostly rock, so play paper."
+    # a word that is no reading, or an environment that states no advice: the reply as it is, suggesting nothing new
+    assert note_source("favourite", " banana", RPS_ADVICE) == "The opponent plays mostly banana"
+    assert note_source("favourite", " rocky", RPS_ADVICE) == "The opponent plays mostly rocky"
+    assert note_source("favourite", " 'rock'", RPS_ADVICE) == "The opponent plays mostly 'rock'"
+    assert note_source("favourite", " rock", {}) == "The opponent plays mostly rock"
     assert writer_stop("favourite") == ("\n", ",", ".")
+
+
+def test_a_reading_is_the_longest_one_the_reply_opens_with() -> None:
+    assert named_reading("tight-passive, mostly", ["tight", "tight-passive"]) == "tight-passive"
+    assert named_reading("Tight, then loose", ["tight", "tight-passive"]) == "tight"
+    assert named_reading("tightly", ["tight"]) is None
+    assert named_reading("it is tight", ["tight"]) is None  # the reply must open with it
+
+
+def test_holdem_states_an_adjustment_for_each_style_and_the_style_form_names_one() -> None:
+    env = make_env("holdem", opponent="tight-passive", hands=2, seed=0)
+    episode = play_sequence_game(env, make_player("scripted:random", None, 0.0, env)[0], lambda task: "", 3, 1)
+    advice = episode.info["advice"]
+    assert list(advice) == ["tight-passive", "tight-aggressive", "loose-passive", "loose-aggressive"]
+    with pytest.raises(ValueError, match="tight-passive"):
+        env.advice("nit")
+    user = writer_messages(episode.info["rules"], "", episode, 15, "style")[1]["content"]
+    assert "one of: tight-passive, tight-aggressive, loose-passive, loose-aggressive." in user
+    note = note_source("style", " Tight-passive.", advice)
+    assert note == "The opponent plays tight-passive, so steal: bet or raise when it checks, fold when it bets."
+    # a player shown the note's last-named legal action (`--note-at default`) is pointed at the exploit of each spot
+    assert suggested_action(note, ("check", "bet"), 0) == "bet"
+    assert suggested_action(note, ("fold", "call", "raise"), 0) == "fold"
+    loose = note_source("style", " loose-aggressive", advice)
+    assert suggested_action(loose, ("check", "bet"), 0) == "check"
+    assert suggested_action(loose, ("fold", "call", "raise"), 0) == "call"
+    tight = note_source("style", " tight-aggressive", advice)
+    assert suggested_action(tight, ("fold", "call", "raise"), 0) == "fold"
+    assert all(len(note_source("style", f" {r}", advice)) <= 120 for r in advice)  # the recipe's memory_chars
+
+
+def test_an_environment_without_readings_carries_no_advice() -> None:
+    env = make_env("sokoban", seed=0)
+    with pytest.raises(NotImplementedError, match="advice"):
+        env.advice("lazy")
+    episode = play_sequence_game(env, make_player("scripted:random", None, 0.0, env)[0], lambda task: "", 3, 1)
+    assert "advice" not in episode.info
 
 
 def test_the_memory_completes_a_favourite_note_from_its_games_rules() -> None:

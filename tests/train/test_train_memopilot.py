@@ -114,6 +114,16 @@ def test_config_refuses_unknown_and_clashing_options() -> None:
         MemoPilotTrainConfig(out="x", note_at="footnote")
     with pytest.raises(ValueError, match="writer_form"):
         MemoPilotTrainConfig(out="x", writer_form="essay")
+    with pytest.raises(ValueError, match="length"):
+        MemoPilotTrainConfig(out="x", env="sokoban")
+    with pytest.raises(ValueError, match="hands"):  # hold'em's game length is its number of hands
+        MemoPilotTrainConfig(out="x", env="holdem", env_options={"hands": 3})
+    holdem = MemoPilotTrainConfig(out="x", env="holdem", opponents=["tight-passive"], rounds=3, writer_form="style")
+    assert MemoPilotTrainer.make_env(holdem, "tight-passive", 5).config() == {
+        "opponent": "tight-passive",
+        "hands": 3,
+        "seed": 5,
+    }
 
 
 def test_only_the_tokens_the_player_sees_are_trained() -> None:

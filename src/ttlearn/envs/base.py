@@ -243,6 +243,20 @@ class Env(ABC):
         steps taken from one state by it. None (the default): the environment names no state."""
         return None
 
+    readings: ClassVar[tuple[str, ...]] = ()
+    """The readings of an opponent this environment turns into advice (`advice`), in the words a note names them:
+    RPS the move the opponent plays most, hold'em its style. Empty (the default): none."""
+
+    def advice(self, reading: str) -> str:
+        """What to do against an opponent read as `reading` (one of `readings`), as a note says it ("play paper"). A
+        note that names only the reading (MemoPilot's `favourite` form) is completed with it, so the next game's
+        reward credits the reading itself; the environment states it, nobody parses it out of the rules."""
+        raise NotImplementedError(f"environment {self.name!r} turns no reading of its opponent into advice")
+
+    rounds_option: ClassVar[str | None] = None
+    """The option that sets how many rounds one game plays (RPS `rounds`, hold'em `hands`), for a trainer that fixes
+    a game's length; None: the environment has none."""
+
     def oracle_action(self, seed: int) -> str:
         """The best action with full knowledge (bot policy, solver, gold answer); `scripted:oracle` plays it."""
         raise NotImplementedError(f"environment {self.name!r} has no oracle; use another scripted player")

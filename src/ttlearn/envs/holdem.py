@@ -20,7 +20,7 @@ import numpy as np
 from pokerkit import Automation, FixedLimitTexasHoldem
 
 from ttlearn.envs.base import Env
-from ttlearn.envs.holdem_bots import DECK, Situation, get_bot, hand_class, hand_entry
+from ttlearn.envs.holdem_bots import DECK, STYLE_ADVICE, Situation, get_bot, hand_class, hand_entry
 from ttlearn.types import Observation, StepResult
 
 SMALL_BLIND, BIG_BLIND = 1, 2  # chips; 1 big blind = 2 chips
@@ -239,6 +239,9 @@ def betting_text(history: Sequence[Act], player_seat: int, board: Sequence[str])
 class HoldemEnv(Env):
     """A game of `hands` heads-up limit hold'em hands against one styled bot; the player's seat alternates."""
 
+    readings = tuple(STYLE_ADVICE)
+    rounds_option = "hands"
+
     def __init__(
         self, opponent: str = "calling-station", hands: int = 20, duplicate: bool = False, seed: int = 0
     ) -> None:
@@ -316,6 +319,12 @@ class HoldemEnv(Env):
 
     def success(self) -> bool | None:
         return self.score() > 0
+
+    def advice(self, reading: str) -> str:
+        """The adjustment to an opponent of style `reading` (`holdem_bots.STYLE_ADVICE`)."""
+        if reading not in STYLE_ADVICE:
+            raise ValueError(f"a hold'em reading is one of {', '.join(STYLE_ADVICE)}, got {reading!r}")
+        return STYLE_ADVICE[reading]
 
     def mbb_per_hand(self) -> float:
         return mbb_per_hand(self.score(), len(self._records))

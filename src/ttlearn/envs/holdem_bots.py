@@ -256,6 +256,18 @@ STYLES: dict[str, Style] = {
 }
 
 
+STYLE_ADVICE = {
+    "tight-passive": "steal: bet or raise when it checks, fold when it bets",
+    "tight-aggressive": "call its raises only with strong hands, fold the rest, bet when it checks",
+    "loose-passive": "it calls too much: never bluff, bet when it checks, fold when it bets",
+    "loose-aggressive": "raise your strong hands, otherwise check and call it down",
+}
+"""The standard exploit of each quadrant of the style chart (tight / loose: how many hands it plays; passive /
+aggressive: how often it bets rather than calls), as a note says it. A player that takes a note's last-named legal
+action as its suggestion (`--note-at default`) is pointed at the right one of each situation: against a tight-passive
+opponent `bet` when it may check or bet and `fold` when it bets; against a loose-aggressive one `check` or `call`."""
+
+
 def get_bot(style: str) -> Bot:
     try:
         return STYLES[style].bot

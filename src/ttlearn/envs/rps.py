@@ -13,7 +13,7 @@ import random
 import numpy as np
 
 from ttlearn.envs.base import Env
-from ttlearn.envs.rps_bots import MOVES, best_responses, make_bot, payoff
+from ttlearn.envs.rps_bots import MOVES, beats, best_responses, make_bot, payoff
 from ttlearn.types import Observation, StepResult
 
 SHOWN_ROUNDS = 10
@@ -44,6 +44,9 @@ def round_line(index: int, mine: int, theirs: int) -> str:
 class RPSEnv(Env):
     """Repeated rock-paper-scissors. Options: `opponent` (a name from `rps_bots.BOTS`), `rounds` per game, `seed`
     (the opponent's randomness, and the probe's fixed string), `transcript` (one of `TRANSCRIPTS`)."""
+
+    readings = MOVES
+    rounds_option = "rounds"
 
     def __init__(self, opponent: str = "cycle3", rounds: int = 20, seed: int = 0, transcript: str = "rounds") -> None:
         if rounds < 1:
@@ -103,6 +106,12 @@ class RPSEnv(Env):
 
     def success(self) -> bool:
         return self.score() > 0
+
+    def advice(self, reading: str) -> str:
+        """'play paper' for 'rock': the move that beats the opponent's favourite."""
+        if reading not in MOVES:
+            raise ValueError(f"an RPS reading is one of {', '.join(MOVES)}, got {reading!r}")
+        return f"play {MOVES[beats(MOVES.index(reading))]}"
 
     def oracle_action(self, seed: int) -> str:
         """Best response to the bot's next-move distribution; a tie between equally good moves is broken by `seed`."""

@@ -8,7 +8,7 @@ writer is used here by giving `--writer runs/x/final` (an `hf:` spec). The first
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +27,10 @@ class WriterForm:
     prompt: str
     prefill: str = ""
     one_line: bool = False
-    completes_counter: bool = False
-    """The writer names one move (the opponent's favourite) and the note is completed with the move that beats it,
-    as the game's rules state it, so the reward of the next game credits the reading itself."""
+    completes_advice: bool = False
+    """The writer names one reading of the opponent (`Env.readings`: RPS its favourite move, hold'em its style; the
+    prompt's field `readings` lists them) and the note is completed with the environment's advice for it
+    (`Env.advice`: the move that beats the favourite), so the reward of the next game credits the reading itself."""
 
 
 FORMS = {
@@ -52,51 +53,69 @@ FORMS = {
         "one word, the move the opponent played most in it.\n\nCurrent notes: {memory}\n\nThe game just played: {log}",
         prefill="The opponent plays mostly",
         one_line=True,
-        completes_counter=True,
+        completes_advice=True,
+    ),
+    "style": WriterForm(
+        "You keep the notes a player reads before each game against this opponent. After every game you name the "
+        "opponent's style in it, one of: {readings}.\n\nCurrent notes: {memory}\n\nThe game just played: {log}",
+        prefill="The opponent plays",
+        one_line=True,
+        completes_advice=True,
     ),
 }
 """`notes` asks for free notes (every recorded run before issue 40); `counter` asks for one line naming the
 opponent's most frequent move and its counter, the writer's answer opened with the line's first words: the form
 chosen on development data (docs/memopilot.md) so that SmolLM2-135M, untrained, writes a note a player can read
 (its free notes name no move in about 4 of 5 samples). `favourite` asks for the favourite alone and completes the
-line with its counter from the rules: under `counter` the reward credited only the suggested move, never the reading
-that should pick it, and the named favourite decayed (docs/memopilot.md, mp-dev5). The instructions come before the
-game's log, so the prompts of one batch share their head (`HFPolicy` evaluates it once)."""
+line with the environment's advice for it (its counter): under `counter` the reward credited only the suggested move,
+never the reading that should pick it, and the named favourite decayed (docs/memopilot.md, mp-dev5). `style` is the
+same for an opponent read by its style (hold'em: tight / loose, passive / aggressive), the readings listed in the
+prompt. The instructions come before the game's log, so the prompts of one batch share their head (`HFPolicy`
+evaluates it once)."""
 
-BEATS = re.compile(r"\b([a-z]+) beats ([a-z]+)", re.IGNORECASE)
+
+def advice_of(episode: Episode) -> Mapping[str, str]:
+    """{reading: advice} of the episode's environment (`Env.readings`, `Env.advice`, carried in its info); empty
+    where it turns no reading into advice."""
+    return episode.info.get("advice", {})
 
 
-def counters_in(rules: str) -> dict[str, str]:
-    """{'rock': 'paper', …}: the move that beats each, as the game's rules state it ("Paper beats rock")."""
-    return {loser.lower(): winner.lower() for winner, loser in BEATS.findall(rules)}
+def named_reading(text: str, readings: Sequence[str]) -> str | None:
+    """The reading `text` opens with, as a whole word ("Rock," names rock, "rocky" nothing; the longest first, so
+    "tight-passive" is not read as a shorter reading it starts with), or None."""
+    lowered = text.lower()
+    opening = (r for r in sorted(readings, key=len, reverse=True) if re.match(rf"{re.escape(r)}(?![a-z])", lowered))
+    return next(opening, None)
 
 
 def writer_messages(rules: str, memory: str, episode: Episode, words: int, form: str = "notes") -> list[Message]:
     """The input of G_θ: the game's rules, the previous memory m_{t−1} and the trajectory e_t, in `form`."""
     shape = FORMS[form]
-    content = shape.prompt.format(memory=memory or "(none yet)", log=episode_log(episode), words=words)
+    content = shape.prompt.format(
+        memory=memory or "(none yet)", log=episode_log(episode), words=words, readings=", ".join(advice_of(episode))
+    )
     messages: list[Message] = [{"role": "system", "content": rules}, {"role": "user", "content": content}]
     return [*messages, {"role": "assistant", "content": shape.prefill}] if shape.prefill else messages
 
 
-def note_source(form: str, reply: str, rules: str = "") -> str:
+def note_source(form: str, reply: str, advice: Mapping[str, str] | None = None) -> str:
     """The note a writer's reply makes in `form`, before the length bound: the prefill and the reply (joined by a
     space: whitespace is collapsed by `bound_memory` anyway), cut at the first line break for one-line forms; for a
-    form that completes the counter, the reply's first word and, when `rules` say what beats it, that move."""
+    form that completes the advice, the reading the reply opens with and, when `advice` ({reading: advice}, the
+    environment's) has it, "so" and its advice."""
     shape = FORMS[form]
     text = reply.lstrip().split("\n", 1)[0] if shape.one_line else reply
-    if shape.completes_counter:
-        named = re.match(r"[a-z]+", text.lower())
-        counter = counters_in(rules).get(named.group()) if named else None
-        text = f"{named.group()}, so play {counter}." if named and counter else text
+    if shape.completes_advice and advice:
+        reading = named_reading(text, list(advice))
+        text = f"{reading}, so {advice[reading]}." if reading else text
     return f"{shape.prefill} {text}" if shape.prefill else text
 
 
 def writer_stop(form: str) -> tuple[str, ...]:
-    """Stop strings of the writer's reply: a one-line note ends at its line break, a named move at its comma or
+    """Stop strings of the writer's reply: a one-line note ends at its line break, a named reading at its comma or
     full stop."""
     shape = FORMS[form]
-    return ("\n", ",", ".") if shape.completes_counter else ("\n",) if shape.one_line else ()
+    return ("\n", ",", ".") if shape.completes_advice else ("\n",) if shape.one_line else ()
 
 
 def seen_token_count(prefixes: Sequence[str], max_chars: int) -> int:
@@ -150,7 +169,7 @@ class MemoPilotMemory(Memory):
             seed=episode.seed,
             stop=writer_stop(self.form),
         )
-        self.text = bound_memory(note_source(self.form, reply.text, rules), self.max_chars)
+        self.text = bound_memory(note_source(self.form, reply.text, advice_of(episode)), self.max_chars)
 
     def state(self) -> dict[str, Any]:
         return {"text": self.text}

@@ -84,7 +84,9 @@ def play_episode(
         obs, done = result.observation, result.done
     player.end_episode(env, obs)
     answer = env.format_answer([s.action for s in steps if s.valid and s.action])
-    info = {"rules": env.describe(), "transcript": env.transcript(), "answer": answer, "context": shown}
+    info: dict[str, Any] = {"rules": env.describe(), "transcript": env.transcript(), "answer": answer, "context": shown}
+    if env.readings:  # how a reading of the opponent becomes advice, for a memory that names one (`Env.advice`)
+        info["advice"] = {reading: env.advice(reading) for reading in env.readings}
     return Episode(index, seed, task, tuple(steps), env.score(), env.success(), info)
 
 

@@ -28,17 +28,17 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from ttlearn.envs.base import Env, make_env
+from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.eval.metrics import mean_ci, paired_sign_flip_p
 from ttlearn.llm.base import make_llm
-from ttlearn.memory.memopilot import FORMS, note_source, seen_token_count, writer_messages, writer_stop
+from ttlearn.memory.memopilot import FORMS, advice_of, note_source, seen_token_count, writer_messages, writer_stop
 from ttlearn.memory.text import bound_memory
 from ttlearn.players.base import Player
 from ttlearn.players.llm import suggested_action
@@ -131,7 +131,10 @@ class MemoPilotTrainConfig(TrainConfig):
     def _check(self) -> MemoPilotTrainConfig:
         if self.writer_form not in FORMS:
             raise ValueError(f"writer_form must be one of {', '.join(FORMS)}, got {self.writer_form!r}")
-        clash = {"opponent", "rounds", "seed"} & set(self.env_options)
+        length = ENVS.get(self.env).rounds_option
+        if length is None:
+            raise ValueError(f"environment {self.env!r} has no option for a game's length (Env.rounds_option)")
+        clash = {"opponent", length, "seed"} & set(self.env_options)
         if clash:
             raise ValueError(f"env_options may not set {sorted(clash)}: use --opponents, --rounds and --seed")
         return self
@@ -271,7 +274,8 @@ class MemoPilotTrainer(Trainer):
 
     @staticmethod
     def make_env(cfg: MemoPilotTrainConfig, opponent: str, seed: int) -> Env:
-        return make_env(cfg.env, **{**cfg.env_options, "opponent": opponent, "rounds": cfg.rounds, "seed": seed})
+        length = ENVS.get(cfg.env).rounds_option
+        return make_env(cfg.env, **{**cfg.env_options, "opponent": opponent, length: cfg.rounds, "seed": seed})
 
     def suggested(self, note: str) -> str | None:
         """The move a `note_at="default"` player is shown as suggested for its first decision of a game."""
@@ -335,7 +339,7 @@ class MemoPilotTrainer(Trainer):
             )
             memories = [
                 [
-                    bound_memory(note_source(cfg.writer_form, s.text, e.info["rules"]), cfg.memory_chars)
+                    bound_memory(note_source(cfg.writer_form, s.text, advice_of(e)), cfg.memory_chars)
                     for s, e in zip(samples[j * n : (j + 1) * n], episodes[j])
                 ]
                 for j in range(len(sequences))
@@ -358,20 +362,20 @@ class MemoPilotTrainer(Trainer):
                             result.sequence,
                             rollout,
                             turn,
-                            self.trained_part(sample, episodes[j][i].info["rules"]),
+                            self.trained_part(sample, advice_of(episodes[j][i])),
                         )
                     )
                     result.notes[i].append(note)
         return results
 
-    def trained_part(self, sample: Sample, rules: str) -> Sample:
+    def trained_part(self, sample: Sample, advice: Mapping[str, str]) -> Sample:
         """What of a write is trained: the tokens of the note the player reads (`seen_token_count` of the notes its
         prefixes make)."""
         form, max_chars = self.config.writer_form, self.config.memory_chars
         return seen_tokens(
             self.policy,
             sample,
-            lambda texts: (0, seen_token_count([note_source(form, text, rules) for text in texts], max_chars)),
+            lambda texts: (0, seen_token_count([note_source(form, text, advice) for text in texts], max_chars)),
         )
 
     def sequences(self, step: int) -> list[tuple[int, str, int]]:
