@@ -18,6 +18,7 @@ from ttlearn.envs.rps_bots import (
     SCISSORS,
     best_responses,
     expected_payoffs,
+    game_favourite,
     make_bot,
     markov_prediction,
     match_prediction,
@@ -166,6 +167,29 @@ def test_no_constant_note_beats_the_memopilot_suites(suite: str):
     assert constant_move_value("cycle-rrps", PAPER) == pytest.approx(0.5)  # rock 4, paper 1, scissors 1 of 6
     assert constant_move_value("switch-rock-paper", PAPER) == pytest.approx(0.35)  # 3 × 0.7 + 3 × 0
     assert not set(SUITES["development"]) & set(SUITES["held-out"])
+
+
+@pytest.mark.parametrize("name", ["constant", "biased", "cycle-rrps", "switch-rock-paper"])
+def test_a_schedule_is_what_the_bot_plays_whatever_the_player_does(name: str):
+    bot = make_bot(name, seed=0)
+    schedule = bot.schedule(6)
+    for played, expected in enumerate(schedule):
+        assert bot.distribution() == pytest.approx(expected)
+        bot.observe(played % 3, int(np.argmax(expected)))
+    assert make_bot("beat-last", seed=0).schedule(6) is None  # it answers the player's moves: nothing to know ahead
+
+
+def test_the_game_favourite_is_the_reading_whose_counter_scores_most():
+    def favourite(name: str) -> int:
+        return game_favourite(make_bot(name, seed=0).schedule(6))
+
+    assert favourite("biased-paper") == PAPER
+    assert favourite("cycle-rrps") == ROCK  # R R P S R R: rock 4 of 6, and paper scores +3
+    assert favourite("cycle-ssrp") == SCISSORS
+    # a switch pools to a tie (scissors 0.45, rock 0.45): the reading is the first lean, whose counter, rock, wins
+    # rounds 1-3 (+0.7 each) and draws the second lean; naming rock (counter paper) would score 3 × −0.7 + 3 × 0.7 = 0
+    assert favourite("switch-scissors-rock") == SCISSORS
+    assert favourite("switch-rock-paper") == ROCK
 
 
 def test_switch_bots_lean_one_way_then_the_other():
