@@ -2,6 +2,7 @@
 writer, per opponent family.
 
     flock /work/coord/cpu-long.lock python benchmarks/memopilot_ceiling.py [--seeds 300,301] [--threads 2]
+    python benchmarks/memopilot_ceiling.py --table docs/memopilot-ceiling/records.json     # the tables again
 
 Every contestant plays the same sequences (a development opponent × a registered seed, docs/data-register.md): 3 games
 of 6 rounds, the `by-player` transcript, the frozen player `gemma270m` greedy with `--note-at default`, as mp-dev6 and
@@ -70,7 +71,7 @@ DEVELOPMENT = (
 )
 SEEDS = (300, 301)
 """Registered in docs/data-register.md as development seeds of this benchmark (never played before it)."""
-ROUNDS, GAMES, NOTE_CHARS, NOTE_TOKENS, RECENT = 6, 3, 120, 8, 3
+GAMES, NOTE_CHARS, NOTE_TOKENS, RECENT = 3, 120, 8, 3
 BASELINE = "untrained"
 
 Schedule = list[np.ndarray]
@@ -96,9 +97,7 @@ READERS: dict[str, Writer] = {
     "true-favourite": lambda game, nxt: favourite_note(game_favourite(nxt), game),
     "previous-favourite": lambda game, nxt: favourite_note(most_common(opponent_moves(game)), game),
     "last-move": lambda game, nxt: favourite_note(opponent_moves(game)[-1], game),
-    "recent-favourite": lambda game, nxt: favourite_note(
-        most_common(opponent_moves(game)[-RECENT:]), game.info["rules"]
-    ),
+    "recent-favourite": lambda game, nxt: favourite_note(most_common(opponent_moves(game)[-RECENT:]), game),
     "true-sequence": lambda game, nxt: sequence_note([int(np.argmax(expected_payoffs(d))) for d in nxt]),
     "replay-counters": lambda game, nxt: sequence_note([beats(m) for m in opponent_moves(game)]),
 }
@@ -164,9 +163,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     parser.add_argument("--opponents", default=",".join(DEVELOPMENT))
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--player", default="gemma270m")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("runs/memopilot-ceiling/records.json"))
+    parser.add_argument("--table", type=Path, help="print the tables of these records instead of playing")
     args = parser.parse_args()
+    if args.table:
+        records = json.loads(args.table.read_text())
+        print(summarise(records, list(records[0]["by"])))
+        return
     os.environ.setdefault("TTLEARN_THREADS", str(args.threads))
     seeds = [int(s) for s in args.seeds.split(",")]
     opponents = args.opponents.split(",")
@@ -182,9 +188,9 @@ def main() -> None:
     records = []
     for opponent in opponents:
         for seed in seeds:
-            env = make_env("rps", opponent=opponent, rounds=ROUNDS, seed=seed, transcript="by-player")
-            player, _ = make_player("gemma270m", llm, 0.0, env, note_at="default")
-            schedule = make_bot(opponent, seed).schedule(ROUNDS)
+            env = make_env("rps", opponent=opponent, rounds=args.rounds, seed=seed, transcript="by-player")
+            player, _ = make_player(args.player, llm, 0.0, env, note_at="default")
+            schedule = make_bot(opponent, seed).schedule(args.rounds)
             untrained = MemoPilotMemory(writer_llm, max_chars=NOTE_CHARS, max_tokens=NOTE_TOKENS, form="favourite")
 
             def untrained_note(game: Episode, nxt: Schedule, memory: MemoPilotMemory = untrained) -> str:

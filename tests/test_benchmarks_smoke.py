@@ -64,6 +64,13 @@ SMOKE = {
         True,
         "peak RSS",
     ),
+    "memopilot_ceiling.py": (
+        ["--opponents", "biased", "--seeds", "300", "--player", "smollm2", "--rounds", "2", "--threads", "1"]
+        + ["--out", "{tmp}/records.json"],
+        ["torch", "transformers", "llama_cpp"],
+        True,
+        "true-sequence",
+    ),
     "memopilot_writer_probe.py": (
         ["--writers", "smollm2", "--transcripts", "rounds", "--samples", "1", "--form", "favourite"],
         ["torch", "transformers"],
