@@ -128,7 +128,7 @@ def test_both_places_implement_the_backend_protocol_as_declared() -> None:
     """The memory calls only the protocol's methods, so both places must take exactly what it declares."""
     remote = pytest.importorskip("ttlearn.memory.remote", reason="the service client needs the serve extra")
     methods = sorted(MemoryBackend.__abstractmethods__)
-    assert len(methods) == 7
+    assert len(methods) == 6
     for place in (LocalMemories, remote.RemoteMemories):
         assert MemoryBackend in place.__mro__ and not place.__abstractmethods__
         for method in methods:
@@ -727,3 +727,21 @@ def test_the_recorded_runs_options_build_the_settings_they_ran_with(tmp_path: Pa
             preset["batch"],
         ), (name, options)
         assert (mem.write, mem.keep) == (options.get("write", preset["write"]), options.get("keep", preset["keep"]))
+
+
+def test_episodes_observed_together_land_in_one_write_or_not_at_all(tmp_path: Path) -> None:
+    """`applied_together` (the learning proxy's batch feedback): nothing is written until it ends, then the Q updates
+    and new items of every episode at once; an error inside undoes the observations, so they may come again."""
+    mem = memory(tmp_path, write="trajectory")
+    with pytest.raises(RuntimeError, match="refused"):
+        with mem.applied_together():
+            mem.observe(episode(0, "task one", success=True))
+            raise RuntimeError("refused")
+    assert len(mem.ns) == 0 and mem.state()["pending"] == []
+    with mem.applied_together():
+        mem.observe(replace(episode(0, "task one", success=True), info={"exchange": "x0", "key_id": "k"}))
+        mem.observe(episode(1, "task two", success=False))
+        assert len(mem.ns) == 0  # batch = 1, yet held until the end
+    second, first = mem.store.inspect("default")
+    assert (first.exchange, first.key_id, second.exchange) == ("x0", "k", None)
+    assert (first.created, first.episode, second.episode) == (second.created, 0, 1)  # one transaction's time

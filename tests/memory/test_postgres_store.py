@@ -193,8 +193,36 @@ def test_the_schema_migrates_from_an_older_version_and_refuses_a_newer(postgres_
         assert pg.execute("SELECT to_regclass('service_keys')").fetchone()[0] == "service_keys"
         assert pg.execute("SELECT to_regclass('vector_index_parts')").fetchone()[0] == "vector_index_parts"
         pg.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
-    with pytest.raises(ValueError, match="schema version 99; this ttlearn reads up to 4"):
+    with pytest.raises(ValueError, match="schema version 99; this ttlearn reads up to 5"):
         MemoryStore(postgres_url)
+
+
+def test_a_version_4_database_gains_provenance_and_forgetting(postgres_url: str) -> None:
+    """Items written before keys, exchanges and forgetting (schema 4) keep their rows: their creation time stands
+    in for when they were touched, and the namespace takes a policy."""
+    import psycopg
+
+    from ttlearn.memory import postgres
+    from ttlearn.memory.forgetting import Policy
+
+    with psycopg.connect(postgres_url, autocommit=True) as pg:
+        with pg.transaction():
+            postgres.migrate(pg, "test", target=4)
+        (ns_id,) = pg.execute("INSERT INTO namespaces (name, embedder, dim, created) VALUES ('old', 'hash8', 8, 1) "
+                              "RETURNING id").fetchone()  # fmt: skip
+        (intent_id,) = pg.execute(
+            "INSERT INTO intents (namespace_id, text, embedding, created) VALUES (%s, 'a', %s, 1) RETURNING id",
+            (ns_id, np.eye(8, dtype=np.float32)[0].tobytes()),
+        ).fetchone()
+        pg.execute(
+            "INSERT INTO items (namespace_id, intent_id, experience, q_value, created) VALUES (%s, %s, 'b', 0, 12.5)",
+            (ns_id, intent_id),
+        )
+    with MemoryStore(postgres_url) as store:
+        (item,) = store.inspect("old")
+        assert (item.key_id, item.exchange, item.created, item.touched) == (None, None, 12.5, 12.5)
+        store.set_policy("old", Policy(ttl_s=60.0))
+        assert store.prune("old").expired == 1  # untouched since 1970
 
 
 UNREACHABLE = ("postgresql://u:secret@127.0.0.1:{port}/none", "postgresql://u@127.0.0.1:{port}/none?password=secret")

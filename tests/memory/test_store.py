@@ -129,6 +129,7 @@ def test_a_version_1_store_is_read_as_it_is_and_migrated_when_opened_to_write(tm
     with sqlite3.connect(path) as conn:  # what version 1 wrote: no unit columns
         conn.execute("ALTER TABLE items DROP COLUMN unit")
         conn.execute("ALTER TABLE retrievals DROP COLUMN unit")
+        as_version_2(conn)
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     with MemoryStore(path, read_only=True) as store:
         assert [(m.experience, m.unit, m.episode) for m in store.inspect("rps")] == [("play paper", None, 1)]
@@ -142,7 +143,42 @@ def test_a_version_1_store_is_read_as_it_is_and_migrated_when_opened_to_write(tm
         )
         assert [(m.unit, m.episode) for m in store.inspect("rps")] == [(2, 1), (None, 1)]
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+
+
+def test_a_version_2_store_gains_provenance_and_forgetting_when_opened_to_write(tmp_path: Path) -> None:
+    """A store written before keys, exchanges and forgetting: read as it is (its items' time stands in for when they
+    were touched), then migrated by a writable open, where policies and the new provenance work."""
+    from ttlearn.memory.forgetting import Forgotten, Policy
+
+    path = tmp_path / "old.sqlite"
+    with MemoryStore(path) as store:
+        old = store.namespace("rps", HashEmbedder()).add(NewItem("opponent plays rock", "play paper", 0.0, "r1", 1))
+    with sqlite3.connect(path) as conn:
+        as_version_2(conn)
+    with MemoryStore(path, read_only=True) as store:
+        (item,) = store.inspect("rps", key_id=None)
+        assert (item.key_id, item.exchange, item.touched) == (None, None, item.created)
+        assert store.policy("rps") == Policy() and store.stats("rps")["capacity"] is None
+    with MemoryStore(path) as store:
+        store.set_policy("rps", Policy(capacity=1))
+        ns = store.namespace("rps", HashEmbedder())
+        written = ns.write(items=[NewItem("opponent plays paper", "play scissors", 0.0, key_id="k1")], join_threshold=2)
+        assert written.forgotten == Forgotten(evicted=1)  # the untried items tie on keep; the older goes
+        (item,) = store.inspect("rps")
+        assert item.id != old.item_id and item.key_id == "k1"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+
+
+def as_version_2(conn: sqlite3.Connection) -> None:
+    """Make a store file what version 2 wrote: no provenance of keys and exchanges, no forgetting."""
+    conn.execute("DROP INDEX items_by_touched")
+    for table, column in (("items", "key_id"), ("items", "exchange"), ("items", "touched")):
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    for column in ("ttl_s", "capacity"):
+        conn.execute(f"ALTER TABLE namespaces DROP COLUMN {column}")
+    conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
 
 
 def test_ann_index_agrees_with_brute_force(tmp_path: Path) -> None:

@@ -241,6 +241,33 @@ def learns_from_two_exchanges(proxy: Proxy, relay: FaultProxy) -> None:
 
 
 @pytest.mark.model
+def test_batch_feedback_learns_every_exchange_in_one_write_and_records_who_wrote(store, relay):
+    """Two exchanges' feedback in one batch: refused whole while one is unknown (both still await it), then learnt
+    in one transaction; each item names its exchange and the key whose request opened it."""
+    options = {"preset": "sql", "write": "trajectory", "keep": "all"}
+    proxy = Proxy(store, f"http://127.0.0.1:{relay.port}/v1", memory_options=options)
+    try:
+        first, _ = proxy.ask(TASK)
+        second, _ = proxy.ask("Say hello.")
+
+        def batch(*items: dict) -> httpx2.Response:
+            headers = {"Authorization": f"Bearer {proxy.key}"}
+            return httpx2.post(f"{proxy.url}/v1/feedback/batch", json={"items": items}, headers=headers, timeout=60)
+
+        refused = batch({"exchange": first, "reward": 1.0}, {"exchange": "unknown", "reward": 1.0})
+        assert refused.status_code == 404 and "'unknown'" in refused.json()["detail"] and proxy.items() == []
+        done = batch({"exchange": first, "reward": 1.0}, {"exchange": second, "reward": -1.0})
+        assert done.status_code == 200, done.text
+        assert [(d["exchange"], d["success"]) for d in done.json()["items"]] == [(first, True), (second, False)]
+        key_id = proxy.key.split(".")[0]
+        items = proxy.items()
+        assert [(i["exchange"], i["key_id"]) for i in items] == [(first, key_id), (second, key_id)]
+        assert items[0]["created"] == items[1]["created"]  # one transaction's time
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.model
 def test_a_streamed_answer_passes_through_and_is_learnt(proxy, relay):
     with proxy.client.chat.completions.with_streaming_response.create(
         model="smollm2",

@@ -1,9 +1,12 @@
-"""`ttlearn memory …`: fork, diff, inspect and explain the memories a run left behind, and migrate a MemRL store."""
+"""`ttlearn memory …`: fork, diff, inspect and explain the memories a run left behind, and migrate, export, import
+and prune a MemRL store."""
 
 from __future__ import annotations
 
 import difflib
 import json
+import math
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -88,18 +91,29 @@ def memory_inspect(
     run_dir: Path = typer.Argument(..., help="A run made with a MemRL-family memory."),
     limit: int = typer.Option(20, help="How many memories to show."),
     trust_store: list[str] = typer.Option([], help=TRUST_STORE_HELP),
+    run_id: Optional[str] = typer.Option(None, help="Only the items this run wrote (a shared store holds many)."),
+    unit: Optional[int] = typer.Option(None, "--unit", "--game", help="Only the items of this unit (a game)."),
+    key: Optional[str] = typer.Option(None, help="Only the items a memory-service key wrote (its id, before the dot)."),
+    exchange: Optional[str] = typer.Option(None, help="Only the items the learning proxy's exchange wrote."),
 ) -> None:
-    """List the memories of a MemRL store, newest first, with Q-value, visits and last reward."""
+    """List the memories of a MemRL store, newest first, with Q-value, visits, last reward and provenance (the run,
+    unit and attempt, the service key and proxy exchange, and when each was written)."""
     store, namespace, _ = _memrl_store(run_dir, trust_store)
     table = Table(title=f"MemRL store · namespace {namespace}")
-    for column in ("id", "unit", "attempt", "Q", "visits", "last r", "intent", "experience"):
+    columns = ("id", "run", "unit", "attempt", "key", "exchange", "written", "Q", "visits", "last r", "intent")
+    for column in (*columns, "experience"):
         table.add_column(column, overflow="fold")
-    for item in store.inspect(namespace, limit=limit):
+    items = store.inspect(namespace, limit=limit, run_id=run_id, unit=unit, key_id=key, exchange=exchange)
+    for item in items:
         last = "" if item.last_reward is None else f"{item.last_reward:+g}"
         table.add_row(
             str(item.id),
+            item.run_id or "",
             "" if item.unit is None else str(item.unit),
             str(item.episode),
+            item.key_id or "",
+            item.exchange or "",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(item.created)),
             f"{item.q_value:+.3f}",
             str(item.visits),
             last,
@@ -107,6 +121,80 @@ def memory_inspect(
             item.experience[:120],
         )
     console.print(table)
+
+
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86_400.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of a duration written as a number and a unit (`90s`, `15m`, `12h`, `30d`) or bare seconds."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in DURATION_UNITS else (text, "s")
+    try:
+        seconds = float(number) * DURATION_UNITS[unit]
+    except ValueError:
+        raise ValueError(f"a duration is a number and s, m, h or d (e.g. 30d), got {text!r}") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"a duration is positive and finite, got {text!r}")
+    return seconds
+
+
+@memory_app.command("policy")
+@friendly
+def memory_policy(
+    store: str = typer.Argument(..., help="A MemRL store: a SQLite file or postgresql://USER@HOST/DB."),
+    namespace: str = typer.Option("default", help="The namespace."),
+    ttl: Optional[str] = typer.Option(None, help="Forget items untouched this long: 30d, 12h, 15m, 90s; 'none'."),
+    capacity: Optional[str] = typer.Option(None, help="Keep at most this many items (MemRL's signals evict); 'none'."),
+) -> None:
+    """Show a namespace's forgetting policy, or change it with --ttl / --capacity (docs/serve.md, Forgetting). Every
+    write that adds items, and `ttlearn memory prune`, applies it."""
+    from ttlearn.memory.forgetting import Policy
+    from ttlearn.memory.store import MemoryStore
+
+    with MemoryStore(_existing_store(store)) as target:
+        policy = target.policy(namespace)
+        if ttl is not None or capacity is not None:
+            policy = Policy(
+                policy.ttl_s if ttl is None else None if ttl == "none" else parse_duration(ttl),
+                policy.capacity if capacity is None else None if capacity == "none" else _count(capacity),
+            )
+            target.set_policy(namespace, policy)
+    ttl_text = "none" if policy.ttl_s is None else f"{policy.ttl_s:g} s"
+    capacity_text = "none" if policy.capacity is None else f"{policy.capacity} items"
+    console.print(f"namespace {namespace!r}: time to live {ttl_text}, capacity {capacity_text}")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"a capacity is a whole number of items ≥ 1, or 'none'; got {text!r}")
+    return int(text)
+
+
+@memory_app.command("prune")
+@friendly
+def memory_prune(
+    store: str = typer.Argument(..., help="A MemRL store: a SQLite file or postgresql://USER@HOST/DB."),
+    namespace: list[str] = typer.Option([], help="The namespaces to prune (repeat it); default: every one."),
+) -> None:
+    """Apply each namespace's forgetting policy now (`ttlearn memory policy`): items past the time to live, then
+    items over the capacity (lowest Q + 1/√(1 + visits) − age/30 d first), then intent keys left without items."""
+    from ttlearn.memory.store import MemoryStore
+
+    with MemoryStore(_existing_store(store)) as target:
+        for name in namespace or [info["name"] for info in target.namespaces()]:
+            done = target.prune(name)
+            console.print(
+                f"{name}: {done.expired} expired, {done.evicted} evicted, {done.intents} intent keys left empty removed"
+            )
+
+
+def _existing_store(store: str) -> str:
+    from ttlearn.memory.store import is_database_url
+
+    store = keep_password_out(store)
+    if not is_database_url(store) and not Path(store).exists():
+        raise FileNotFoundError(f"no store at {store}")
+    return store
 
 
 @memory_app.command("explain")

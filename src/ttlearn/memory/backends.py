@@ -2,8 +2,9 @@
 PostgreSQL database that many processes share (`SharedStoreMemories`), or a namespace of a `ttlearn serve` memory
 service (`memory.remote.RemoteMemories`).
 
-The `memrl`, `memp` and `rag` memories hold one `MemoryBackend` and never ask which: retrieval, the Q update, new
-items and snapshots go through these seven methods, so a third place (another database, another service) is one class.
+The `memrl`, `memp` and `rag` memories hold one `MemoryBackend` and never ask which: retrieval, the Q updates and
+new items of a mini-batch (one `apply`), and snapshots go through these six methods, so a third place (another
+database, another service) is one class.
 """
 
 from __future__ import annotations
@@ -20,9 +21,12 @@ import numpy as np
 from ttlearn.memory.base import without_password
 from ttlearn.memory.embed import make_embedder
 from ttlearn.memory.items import Candidate, Namespace, NewItem
-from ttlearn.memory.retrieval import RetrievalConfig, reinforce, two_phase_retrieve
+from ttlearn.memory.retrieval import RetrievalConfig, q_update_rule, two_phase_retrieve
 from ttlearn.memory.store import MemoryStore, is_database_url
 from ttlearn.untrusted import check_store_files
+
+TaskReward = tuple[Sequence[int], float]
+"""A finished task's feedback: the ids of the items retrieved for it, and its reward."""
 
 
 class MemoryBackend(Protocol):
@@ -40,12 +44,12 @@ class MemoryBackend(Protocol):
         """MemRL's two-phase retrieval with `cfg`; the chosen items, best first."""
 
     @abstractmethod
-    def reinforce(self, item_ids: Sequence[int], reward: float, alpha: float) -> None:
-        """The Q update of the items retrieved for a finished task."""
-
-    @abstractmethod
-    def add(self, item: NewItem, join_threshold: float) -> None:
-        """Write one item (joining an intent key at least `join_threshold` similar)."""
+    def apply(
+        self, feedback: Sequence[TaskReward], alpha: float, items: Sequence[NewItem], join_threshold: float
+    ) -> None:
+        """Finished tasks' learning, all or nothing: the Q update (`retrieval.q_update_rule` with `alpha`) of each
+        task's retrieved items still in the memory by its reward, in order, then the new items (each joining an
+        intent key at least `join_threshold` similar)."""
 
     @abstractmethod
     def finish_episode(self, attempt: int, unit: int | None) -> None:
@@ -117,11 +121,13 @@ class LocalMemories(MemoryBackend):
         self.log_ids.append(self.ns.log_retrieval(query, log, chosen, explored=ranked.explored, run_id=run_id))
         return [candidates[i] for i in ranked.chosen]
 
-    def reinforce(self, item_ids: Sequence[int], reward: float, alpha: float) -> None:
-        reinforce(self.ns, item_ids, reward, alpha)
-
-    def add(self, item: NewItem, join_threshold: float) -> None:
-        self.ns.add(item, join_threshold=join_threshold)
+    def apply(
+        self, feedback: Sequence[TaskReward], alpha: float, items: Sequence[NewItem], join_threshold: float
+    ) -> None:
+        """One transaction of the store (`Namespace.write`); retrieved items forgotten since (another process's write
+        evicted them) are skipped."""
+        updates = [(ids, reward, q_update_rule(reward, alpha)) for ids, reward in feedback if ids]
+        self.ns.write(feedback=updates, items=items, join_threshold=join_threshold, skip_missing=True)
 
     def finish_episode(self, attempt: int, unit: int | None) -> None:
         self.ns.assign_episode(self.log_ids, attempt, unit)

@@ -22,8 +22,12 @@ class Dialect(Protocol):
     around several reads that must see one snapshot."""
     row_lock: str
     """What a SELECT adds to lock the rows it reads until the transaction ends."""
-    unit_column: str
-    """SQL for the items' and retrievals' `unit`: `NULL` where an old file is read as it is."""
+
+    def column(self, name: str) -> str:
+        """SQL for a column of items or retrievals that a schema version added (`unit`, `key_id`, `exchange`,
+        `touched`; `i.unit` with a table's alias): the column, or what stands in for it where an old file is read as
+        it is (`NULL`, `created`)."""
+        ...
 
     def write(self, body: Callable[[Any], T]) -> T:
         """Run `body(conn)` in one write transaction, retried while it loses a race; commit, or roll back and raise."""

@@ -19,6 +19,7 @@ import numpy as np
 
 from ttlearn.memory.dialect import Dialect
 from ttlearn.memory.embed import Embedder
+from ttlearn.memory.forgetting import Forgotten, forget
 from ttlearn.memory.index_cache import IndexCache
 from ttlearn.memory.vector_index import VectorIndex
 
@@ -47,6 +48,14 @@ class NewItem:
     belongs to; None where the caller did not say (episodes played before units were recorded)."""
     vector: np.ndarray | None = None
     unit: int | None = None
+    key_id: str | None = None
+    """Provenance: the memory service key that wrote it (None: written by a process that opened the store)."""
+    exchange: str | None = None
+    """Provenance: the learning proxy's exchange whose feedback wrote it, or one a service client names."""
+
+
+Feedback = tuple[Sequence[int], float, Callable[[np.ndarray], np.ndarray]]
+"""One task's Q update: the items retrieved for it, its reward, and the update (`Namespace.update_q`)."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,22 @@ class MemoryItem:
     created: float
     unit: int | None = None
     """The run's unit (task or game) whose attempt `episode` wrote the item; None in stores written before."""
+    key_id: str | None = None
+    """The memory service key that wrote it; None when written otherwise or before keys were recorded."""
+    exchange: str | None = None
+    """The learning proxy's exchange whose feedback wrote it; None when written otherwise."""
+    touched: float | None = None
+    """When it was written or its Q last updated: the age forgetting measures (`memory.forgetting`)."""
+
+
+@dataclass(frozen=True)
+class Written:
+    """What one write transaction did (`Namespace.write`)."""
+
+    q: list[dict[int, float]]
+    """Per Q update, the new Q by item id."""
+    added: list[Added]
+    forgotten: Forgotten
 
 
 @dataclass(frozen=True)
@@ -141,29 +166,61 @@ class Namespace:
         join_threshold: float = DEFAULT_JOIN_THRESHOLD,
         admit: Callable[[], None] | None = None,
     ) -> list[Added]:
-        """Write items in one transaction; each joins the most similar intent key if its similarity ≥ threshold,
-        else creates a new key (so a batch of near-duplicates shares one key). `admit` runs inside the transaction
-        once the namespace's writers are serialised, before anything is written, reading through the store's
-        connection: what it reads no other writer changes until the commit, so a limit it checks holds across
-        processes (a storage quota); raising refuses the write."""
+        """Write items in one transaction (`write`)."""
+        return self.write(items=items, join_threshold=join_threshold, admit=admit).added
+
+    def update_q(
+        self, item_ids: Iterable[int], reward: float, new_q: Callable[[np.ndarray], np.ndarray]
+    ) -> dict[int, float]:
+        """Atomically set Q ← new_q(Q) for the given items of this namespace, count a visit, record the reward and
+        touch them; returns the new Q by id. An `AffineUpdate` (MemRL's rule) is one UPDATE statement, so concurrent
+        updaters, in any number of processes, never lose each other's writes; another function reads the rows locked
+        (SQLite: under the file's write lock; PostgreSQL: FOR UPDATE) and writes them back in the same transaction."""
+        wanted = list(item_ids)
+        return self.write(feedback=[(wanted, reward, new_q)]).q[0] if wanted else {}
+
+    def write(
+        self,
+        *,
+        feedback: Sequence[Feedback] = (),
+        items: Sequence[NewItem] = (),
+        join_threshold: float = DEFAULT_JOIN_THRESHOLD,
+        admit: Callable[[], None] | None = None,
+        skip_missing: bool = False,
+    ) -> Written:
+        """One transaction, all or nothing: the Q updates `feedback` in order (`update_q`; an id not in this
+        namespace refuses the whole write, or, with `skip_missing`, is skipped: an item forgotten since it was
+        shown), then `items` added, then, when items were added, the namespace's forgetting policy applied
+        (`memory.forgetting`).
+
+        Each item joins the most similar intent key if its similarity ≥ `join_threshold`, else creates a new key
+        (so a batch of near-duplicates shares one key). `admit` runs inside the transaction once the namespace's
+        writers are serialised, before anything is written, reading through the store's connection: what it reads
+        no other writer changes until the commit, so a limit it checks holds across processes (a storage quota);
+        raising refuses the write."""
+        updates = [(sorted({int(i) for i in ids}), float(reward), rule) for ids, reward, rule in feedback]
         missing = [i for i, item in enumerate(items) if item.vector is None]
         computed = dict(zip(missing, self.embed([items[i].intent for i in missing]))) if missing else {}
         vectors = [
             computed[i] if item.vector is None else _unit_vector(item.vector, self.embedder.dim)
             for i, item in enumerate(items)
         ]
-
         matrix = np.stack(vectors) if vectors else np.zeros((0, self.embedder.dim), dtype=np.float32)
-        self.indexes.get(self.id)  # load or build it before taking the write lock; inside, it only catches up
+        if items:
+            self.indexes.get(self.id)  # load or build it before taking the write lock; inside, it only catches up
 
         placing = False
 
-        def write(conn: Any) -> list[Added]:
+        def write(conn: Any) -> Written:
             nonlocal placing
-            self.dialect.lock_intents(conn, self.id)
+            if items or admit is not None:
+                self.dialect.lock_intents(conn, self.id)
             if admit is not None:
                 admit()
             now = time.time()
+            q = [self._update_q(conn, wanted, reward, rule, now, skip_missing) for wanted, reward, rule in updates]
+            if not items:
+                return Written(q, [], Forgotten())
 
             def new_intent(item: NewItem, vector: np.ndarray) -> int:
                 return int(
@@ -177,23 +234,16 @@ class Namespace:
                 return int(
                     conn.execute(
                         "INSERT INTO items (namespace_id, intent_id, experience, q_value, run_id, episode, created, "
-                        "unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            self.id,
-                            intent_id,
-                            item.experience,
-                            float(item.q_value),
-                            item.run_id,
-                            item.episode,
-                            now,
-                            item.unit,
-                        ),
+                        "unit, key_id, exchange, touched) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (self.id, intent_id, item.experience, float(item.q_value), item.run_id, item.episode, now,
+                         item.unit, item.key_id, item.exchange, now),
                     ).lastrowid
-                )
+                )  # fmt: skip
 
             index = self.indexes.get(self.id, writing=True)
             placing = True
-            return place_items(index, items, matrix, join_threshold, new_intent, new_item)
+            added = place_items(index, items, matrix, join_threshold, new_intent, new_item)
+            return Written(q, added, forget(conn, self.id, now))
 
         try:
             return self.dialect.write(write)
@@ -201,6 +251,42 @@ class Namespace:
             if placing:
                 self.indexes.forget(self.id)  # it may hold keys of the rolled-back transaction
             raise
+
+    def _update_q(
+        self,
+        conn: Any,
+        wanted: list[int],
+        reward: float,
+        new_q: Callable[[np.ndarray], np.ndarray],
+        now: float,
+        skip_missing: bool,
+    ) -> dict[int, float]:
+        """Inside a write transaction: one task's Q update (`update_q`); a ValueError names ids not in this
+        namespace unless `skip_missing` (raising rolls the transaction back: all or nothing)."""
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        if isinstance(new_q, AffineUpdate):
+            rows = conn.execute(
+                f"UPDATE items SET q_value = ? * q_value + ?, visits = {_SATURATED_VISIT}, last_reward = ?, "
+                f"touched = ? WHERE namespace_id = ? AND id IN ({marks}) RETURNING id, q_value",
+                (new_q.keep, new_q.add, reward, now, self.id, *wanted),
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                f"SELECT id, q_value FROM items WHERE namespace_id = ? AND id IN ({marks}){self.dialect.row_lock}",
+                (self.id, *wanted),
+            ).fetchall()
+            q_new = np.asarray(new_q(np.array([row[1] for row in rows], dtype=np.float64)), dtype=np.float64)
+            rows = [(row[0], float(q)) for row, q in zip(rows, q_new)]
+            conn.executemany(
+                f"UPDATE items SET q_value = ?, visits = {_SATURATED_VISIT}, last_reward = ?, touched = ? WHERE id = ?",
+                [(q, reward, now, i) for i, q in rows],
+            )
+        if len(rows) != len(wanted) and not skip_missing:
+            unknown = sorted(set(wanted) - {row[0] for row in rows})
+            raise ValueError(f"items {unknown} are not in namespace {self.name!r}")
+        return {int(i): float(q) for i, q in sorted(rows)}
 
     def nearest(self, query: str | np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k intent keys most similar to the query (text or unit vector): ids and cosine similarities."""
@@ -221,43 +307,6 @@ class Namespace:
         rank = {intent_id: r for r, intent_id in enumerate(sim_of)}
         rows.sort(key=lambda row: (rank[row[1]], row[0]))
         return [Candidate(row[0], row[1], sim_of[row[1]], row[2], row[3], row[4]) for row in rows]
-
-    def update_q(
-        self, item_ids: Iterable[int], reward: float, new_q: Callable[[np.ndarray], np.ndarray]
-    ) -> dict[int, float]:
-        """Atomically set Q ← new_q(Q) for the given items of this namespace, count a visit and record the reward;
-        returns the new Q by id. An `AffineUpdate` (MemRL's rule) is one UPDATE statement, so concurrent updaters,
-        in any number of processes, never lose each other's writes; another function reads the rows locked (SQLite:
-        under the file's write lock; PostgreSQL: FOR UPDATE) and writes them back in the same transaction."""
-        wanted = sorted({int(i) for i in item_ids})
-        if not wanted:
-            return {}
-        marks = ",".join("?" * len(wanted))
-
-        def write(conn: Any) -> dict[int, float]:
-            if isinstance(new_q, AffineUpdate):
-                rows = conn.execute(
-                    f"UPDATE items SET q_value = ? * q_value + ?, visits = {_SATURATED_VISIT}, last_reward = ? "
-                    f"WHERE namespace_id = ? AND id IN ({marks}) RETURNING id, q_value",
-                    (new_q.keep, new_q.add, float(reward), self.id, *wanted),
-                ).fetchall()
-            else:
-                rows = conn.execute(
-                    f"SELECT id, q_value FROM items WHERE namespace_id = ? AND id IN ({marks}){self.dialect.row_lock}",
-                    (self.id, *wanted),
-                ).fetchall()
-                q_new = np.asarray(new_q(np.array([row[1] for row in rows], dtype=np.float64)), dtype=np.float64)
-                rows = [(row[0], float(q)) for row, q in zip(rows, q_new)]
-                conn.executemany(
-                    f"UPDATE items SET q_value = ?, visits = {_SATURATED_VISIT}, last_reward = ? WHERE id = ?",
-                    [(q, float(reward), i) for i, q in rows],
-                )
-            if len(rows) != len(wanted):  # raising rolls the transaction back: all or nothing
-                unknown = sorted(set(wanted) - {row[0] for row in rows})
-                raise ValueError(f"items {unknown} are not in namespace {self.name!r}")
-            return {int(i): float(q) for i, q in sorted(rows)}
-
-        return self.dialect.write(write)
 
     def log_retrieval(
         self,

@@ -38,7 +38,8 @@ at a time and above a similarity bar that rejects neighbours, matters (the `sql`
 Provenance. Every item and logged retrieval records the run (`run_id`), the run's unit it came from — the task or
 game, 1-based, that the unit player puts in `episode.info["unit"]` — and the attempt at it (`Episode.index`,
 stored as `episode`), so a run's log does not mix its units' first attempts. Episodes that carry no unit
-(trainers, states saved before units were recorded) record None; such states load and replay as before.
+(trainers, states saved before units were recorded) record None; such states load and replay as before. The
+learning proxy adds the service key and the exchange (`episode.info["key_id"]`, `["exchange"]`).
 
 Settings come from `PRESETS` (what the official repository's runners run for the paper's benchmarks, each value
 with its file and line, and each ttlearn family's measured one) over `TUNING` (the released BigCodeBench values);
@@ -52,6 +53,8 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, ClassVar
@@ -408,6 +411,8 @@ class MemRLMemory(Memory):
         self._retrieved: list[int] = []
         self._pending: list[dict[str, Any]] = []
         """Finished tasks of the current mini-batch whose updates wait for the batch to fill."""
+        self._holding = False
+        """Inside `applied_together`: the batch lands when it ends."""
 
     def bind_run(self, store: Path, run_id: str) -> None:
         """Called by the builder before the first episode: provenance (the run directory's name, unless `run_id=`
@@ -465,22 +470,40 @@ class MemRLMemory(Memory):
                 self.run_id,
                 episode.index,
                 unit=unit,
+                key_id=episode.info.get("key_id"),
+                exchange=episode.info.get("exchange"),
             )
             new_item = asdict(item)
         reward = self.rewards[0] if success else self.rewards[1]
         self._pending.append({"retrieved": self._retrieved, "reward": reward, "item": new_item})
         self.memories.finish_episode(episode.index, unit)
         self._retrieved = []
+        if len(self._pending) >= self.batch and not self._holding:
+            self._apply_pending()
+
+    @contextmanager
+    def applied_together(self) -> Iterator[None]:
+        """Episodes observed inside land together when it ends: their Q updates and new items in one transaction
+        (`MemoryBackend.apply`), once the mini-batch is full as ever. On an error inside, the observations made in
+        it are undone, so they may be observed again (the learning proxy's batch feedback)."""
+        pending, self._holding = copy.deepcopy(self._pending), True
+        try:
+            yield
+        except BaseException:
+            self._pending = pending
+            raise
+        finally:
+            self._holding = False
         if len(self._pending) >= self.batch:
             self._apply_pending()
 
     def _apply_pending(self) -> None:
-        """The updates of the finished mini-batch, in task order: Q of what each task retrieved, then its item."""
-        for update in self._pending:
-            if update["retrieved"]:
-                self.memories.reinforce(update["retrieved"], update["reward"], self.alpha)
-            if update["item"] is not None:
-                self.memories.add(NewItem(**update["item"]), self.join_threshold)
+        """The updates of the finished mini-batch, in one transaction: the Q of what each task retrieved (the tasks
+        retrieved from the memory as it stood before the batch, so none retrieved another's new item), then the new
+        items in task order."""
+        feedback = [(update["retrieved"], update["reward"]) for update in self._pending]
+        items = [NewItem(**update["item"]) for update in self._pending if update["item"] is not None]
+        self.memories.apply(feedback, self.alpha, items, self.join_threshold)
         self._pending = []
 
     def _write_experience(self, episode: Episode, success: bool) -> str:

@@ -51,7 +51,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIGRATIONS = (
     # 1: the memory tables (sqlite.py's layout, in PostgreSQL's types)
     """
@@ -145,6 +145,14 @@ MIGRATIONS = (
     );
     ALTER TABLE vector_index_parts ALTER COLUMN data SET STORAGE EXTERNAL;
     CREATE TABLE write_receipts (token UUID PRIMARY KEY, created DOUBLE PRECISION NOT NULL);
+    """,
+    # 5: provenance names the service key and proxy exchange that wrote an item; `touched` (written or Q last
+    # updated) is the age forgetting measures, and a namespace's policy its TTL and capacity (sqlite.py's version 3)
+    """
+    ALTER TABLE items ADD COLUMN key_id TEXT, ADD COLUMN exchange TEXT, ADD COLUMN touched DOUBLE PRECISION;
+    UPDATE items SET touched = created;
+    CREATE INDEX items_by_touched ON items(namespace_id, touched);
+    ALTER TABLE namespaces ADD COLUMN ttl_s DOUBLE PRECISION, ADD COLUMN capacity BIGINT;
     """,
 )
 _MIGRATION_LOCK = 0x7471_6C65  # advisory lock keys: the migration's ('ttle'), and (class, namespace id) pairs
@@ -267,7 +275,6 @@ class PostgresDialect:
     """A PostgreSQL database as a memory store's dialect (`memory.dialect.Dialect`; see the module docstring)."""
 
     row_lock = " FOR UPDATE"
-    unit_column = "unit"
 
     def __init__(self, url: str, *, timeout_s: float) -> None:
         self.location = without_password(url)
@@ -322,6 +329,10 @@ class PostgresDialect:
                 break
             time.sleep(0.01)
         return self.conn.execute("SELECT 1 FROM write_receipts WHERE token = ?", (receipt,)).fetchone() is not None
+
+    def column(self, name: str) -> str:
+        """The column itself: a database is always migrated to this code's version."""
+        return name
 
     def lock_intents(self, conn: Any, ns_id: int) -> None:
         """A transaction-scoped advisory lock per namespace: its intent writers commit one after another."""

@@ -62,6 +62,10 @@ class ItemRecord(_Strict):
     created: _Finite
     unit: _Count | None = None
     """Absent from snapshots written before units were recorded."""
+    key_id: str | None = None
+    exchange: str | None = None
+    touched: _Finite | None = None
+    """Absent from snapshots written before forgetting: the item's `created` stands in."""
 
 
 class NamespaceSnapshot(_Strict):
@@ -151,6 +155,9 @@ ITEM_COLUMNS = (
     "episode",
     "created",
     "unit",
+    "key_id",
+    "exchange",
+    "touched",
 )
 RETRIEVAL_COLUMNS = (
     "namespace_id",
@@ -177,7 +184,7 @@ def read_namespace(dialect: Dialect, ns_id: int) -> dict[str, Any]:
         ).fetchall()
         items = conn.execute(
             "SELECT id, intent_id, experience, q_value, visits, last_reward, run_id, episode, created, "
-            f"{dialect.unit_column} FROM items WHERE namespace_id = ? ORDER BY id",
+            f"{', '.join(dialect.column(c) for c in ITEM_COLUMNS[-4:])} FROM items WHERE namespace_id = ? ORDER BY id",
             (ns_id,),
         ).fetchall()
     finally:
@@ -313,6 +320,9 @@ def _item_values(item: ItemRecord) -> tuple[Any, ...]:
         item.episode,
         item.created,
         item.unit,
+        item.key_id,
+        item.exchange,
+        item.created if item.touched is None else item.touched,
     )
 
 

@@ -1,11 +1,13 @@
 """The SQLite dialect of the memory store: the file's schema and its version, and the transactions that let several
 processes read and write one file.
 
-Layout (schema version 2):
-- `namespaces`: name, the embedder that wrote its vectors (name + dim) and a `generation` bumped by `reembed`.
+Layout (schema version 3):
+- `namespaces`: name, the embedder that wrote its vectors (name + dim), a `generation` bumped by `reembed`, and its
+  forgetting policy (`ttl_s`, `capacity`: `memory.forgetting`).
 - `intents`: intent keys, the text and its unit-norm float32 embedding; items whose intent is ≥ 0.90 similar join one.
-- `items`: experience text, q_value, visits, last_reward and provenance (run id, the run's unit — task or game —,
-  `episode`: the attempt, created time).
+- `items`: experience text, q_value, visits, last_reward, provenance (run id, the run's unit — task or game —,
+  `episode`: the attempt, the service key and proxy exchange that wrote it, created time) and `touched`: when it was
+  written or its Q last updated, the age forgetting measures.
 - `retrievals`: every retrieval with its candidates (similarity, Q, score), the chosen ids, run, unit and attempt.
 - `intent_rewrites`: per namespace, how often an intent row was updated or deleted (by trigger, in the writer's own
   transaction), so a saved vector index knows when rows it holds changed (`memory.index_cache`).
@@ -32,9 +34,24 @@ from ttlearn.untrusted import UntrustedFileError, open_regular
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
-"""2 added `unit` (the run's task or game, 1-based) beside `episode` (the attempt) to items and retrievals: a
-writable open migrates a version-1 file; a read-only one reads it as it is, with no units."""
+SCHEMA_VERSION = 3
+"""2 added `unit` (the run's task or game, 1-based) beside `episode` (the attempt) to items and retrievals; 3 added
+the items' `key_id`, `exchange` and `touched` and the namespaces' `ttl_s` and `capacity`. A writable open migrates an
+older file (`_MIGRATIONS`); a read-only one reads it as it is (`_ADDED`: what stands in for the missing columns)."""
+_MIGRATIONS = {
+    2: ("ALTER TABLE items ADD COLUMN unit INTEGER", "ALTER TABLE retrievals ADD COLUMN unit INTEGER"),
+    3: (
+        "ALTER TABLE items ADD COLUMN key_id TEXT",
+        "ALTER TABLE items ADD COLUMN exchange TEXT",
+        "ALTER TABLE items ADD COLUMN touched REAL",
+        "UPDATE items SET touched = created",
+        "ALTER TABLE namespaces ADD COLUMN ttl_s REAL",
+        "ALTER TABLE namespaces ADD COLUMN capacity INTEGER",
+    ),
+}
+"""The statements that take a file from the version before each key to that version."""
+_ADDED = {2: {"unit": "NULL"}, 3: {"key_id": "NULL", "exchange": "NULL", "touched": "created"}}
+"""SQL that stands in, in a file read as it is, for the columns each version added."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -44,7 +61,9 @@ CREATE TABLE IF NOT EXISTS namespaces (
     embedder TEXT NOT NULL,
     dim INTEGER NOT NULL CHECK (dim > 0),
     generation INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    ttl_s REAL,
+    capacity INTEGER
 );
 CREATE TABLE IF NOT EXISTS intents (
     id INTEGER PRIMARY KEY,
@@ -65,7 +84,10 @@ CREATE TABLE IF NOT EXISTS items (
     run_id TEXT,
     episode INTEGER,
     created REAL NOT NULL,
-    unit INTEGER
+    unit INTEGER,
+    key_id TEXT,
+    exchange TEXT,
+    touched REAL
 );
 CREATE INDEX IF NOT EXISTS items_by_intent ON items(intent_id);
 CREATE INDEX IF NOT EXISTS items_by_namespace ON items(namespace_id, id);
@@ -135,12 +157,12 @@ class SqliteDialect:
 
     row_lock = ""
     """None: the write transaction already holds the file's one write lock."""
-    unit_column = "unit"
 
     def __init__(self, path: str | Path, *, timeout_s: float, read_only: bool) -> None:
         self.location = str(path)
         self.timeout_s = timeout_s
         self._private: Path | None = None
+        self._missing: dict[str, str] = {}
         if read_only:
             self.conn, self._private = _open_untrusted(Path(path), timeout_s)
             self._check_version(self.conn)
@@ -190,24 +212,34 @@ class SqliteDialect:
             conn.execute(statement)
         if conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() is None:
             conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        if self._check_version(conn) == 1:
-            for table in ("items", "retrievals"):
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN unit INTEGER")
-            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-            self.unit_column = "unit"
+        version = self._check_version(conn)
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[step]:
+                conn.execute(statement)
+        conn.execute("CREATE INDEX IF NOT EXISTS items_by_touched ON items(namespace_id, touched)")
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        self._missing = {}
 
     def _check_version(self, conn: sqlite3.Connection) -> int:
-        """The file's schema version, 1 or 2 (else a ValueError); remembers whether it has units."""
+        """The file's schema version, 1 to SCHEMA_VERSION (else a ValueError); remembers the columns it lacks."""
         try:
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.location} is not a ttlearn memory store ({exc})") from None
-        if row is None or str(row[0]) not in ("1", str(SCHEMA_VERSION)):
+        known = [str(v) for v in range(1, SCHEMA_VERSION + 1)]
+        if row is None or str(row[0]) not in known:
             found = "no memory-store schema version" if row is None else f"memory-store schema version {row[0]}"
-            raise ValueError(f"{self.location} has {found}; this ttlearn reads versions 1 and {SCHEMA_VERSION}")
+            raise ValueError(f"{self.location} has {found}; this ttlearn reads versions 1 to {SCHEMA_VERSION}")
         version = int(row[0])
-        self.unit_column = "unit" if version == SCHEMA_VERSION else "NULL"
+        self._missing = {name: sql for v, added in _ADDED.items() if v > version for name, sql in added.items()}
         return version
+
+    def column(self, name: str) -> str:
+        table, dot, bare = name.rpartition(".")
+        if bare not in self._missing:
+            return name
+        stand_in = self._missing[bare]
+        return f"{table}.{stand_in}" if dot and stand_in != "NULL" else stand_in
 
     def lock_intents(self, conn: sqlite3.Connection, ns_id: int) -> None:
         """Nothing to take: BEGIN IMMEDIATE already holds the file's one write lock."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from ttlearn.memory.dialect import Dialect
 from ttlearn.memory.embed import Embedder
+from ttlearn.memory.forgetting import Forgotten, Policy, forget, read_policy
 from ttlearn.memory.index_cache import DEFAULT_ANN_THRESHOLD, IndexCache
 from ttlearn.memory.items import EmbedderMismatchError, MemoryItem, Namespace, RetrievalRecord
 from ttlearn.memory.snapshot import (
@@ -187,21 +188,48 @@ class MemoryStore:
         ).fetchone()
         return export_size(int(item_text), int(items), int(intent_text), int(intents), int(dim))
 
-    def inspect(self, name: str, limit: int | None = None) -> list[MemoryItem]:
-        """The namespace's items, newest first."""
-        rows = self.dialect.conn.execute(
-            "SELECT i.id, i.intent_id, k.text, i.experience, i.q_value, i.visits, i.last_reward, i.run_id, "
-            f"i.episode, i.created, {self.dialect.unit_column} FROM items i JOIN intents k ON k.id = i.intent_id "
-            "WHERE i.namespace_id = ? ORDER BY i.id DESC" + ("" if limit is None else " LIMIT ?"),
-            (self._namespace_id(name),) + (() if limit is None else (limit,)),
-        ).fetchall()
+    def inspect(
+        self,
+        name: str,
+        limit: int | None = None,
+        *,
+        run_id: str | None = None,
+        unit: int | None = None,
+        key_id: str | None = None,
+        exchange: str | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[MemoryItem]:
+        """The namespace's items, newest first, with their provenance; only those written by `run_id`, `unit`, the
+        service key `key_id` or the proxy exchange `exchange`, at or after `since` and before `until` (Unix times),
+        where given."""
+        column = self.dialect.column
+        sql = (
+            "SELECT i.id, i.intent_id, k.text, i.experience, i.q_value, i.visits, i.last_reward, i.run_id, i.episode, "
+            f"i.created, {column('i.unit')}, {column('i.key_id')}, {column('i.exchange')}, {column('i.touched')} "
+            "FROM items i JOIN intents k ON k.id = i.intent_id WHERE i.namespace_id = ?"
+        )
+        params: list[Any] = [self._namespace_id(name)]
+        for condition, value in (
+            ("i.run_id = ?", run_id),
+            (f"{column('i.unit')} = ?", unit),
+            (f"{column('i.key_id')} = ?", key_id),
+            (f"{column('i.exchange')} = ?", exchange),
+            ("i.created >= ?", since),
+            ("i.created < ?", until),
+        ):
+            if value is not None:
+                sql += f" AND {condition}"
+                params.append(value)
+        sql += " ORDER BY i.id DESC" + ("" if limit is None else " LIMIT ?")
+        rows = self.dialect.conn.execute(sql, params + ([] if limit is None else [limit])).fetchall()
         return [MemoryItem(*row) for row in rows]
 
     def retrievals(
         self, name: str, *, run_id: str | None = None, episode: int | None = None, unit: int | None = None
     ) -> list[RetrievalRecord]:
         """Logged retrievals of a namespace in order, optionally of one run, one attempt (`episode`) and/or one unit."""
-        unit_column = self.dialect.unit_column
+        unit_column = self.dialect.column("unit")
         sql = (
             f"SELECT id, run_id, episode, query, candidates, chosen, explored, created, {unit_column} FROM retrievals"
             " WHERE namespace_id = ?"
@@ -233,6 +261,7 @@ class MemoryStore:
             else None
         )
         visited = sum(1 for row in rows if row[1])
+        policy = self.policy(name)
         return {
             "name": name,
             "embedder": embedder,
@@ -242,7 +271,42 @@ class MemoryStore:
             "visited_items": visited,
             "visits": sum(row[1] for row in rows),
             "q": q_stats,
+            "ttl_s": policy.ttl_s,
+            "capacity": policy.capacity,
         }
+
+    # -- forgetting (`memory.forgetting`) ---------------------------------------------------------------------
+
+    def policy(self, name: str) -> Policy:
+        """Namespace `name`'s forgetting policy."""
+        if self.dialect.column("touched") != "touched":  # a file read as it is, from before policies
+            return Policy()
+        return read_policy(self.dialect.conn, self._namespace_id(name))
+
+    def set_policy(self, name: str, policy: Policy) -> None:
+        """Give namespace `name` a forgetting policy (its TTL and capacity, None: no limit); the next write that
+        adds items, or `prune`, applies it."""
+        ns_id = self._namespace_id(name)
+        self.dialect.write(
+            lambda conn: conn.execute(
+                "UPDATE namespaces SET ttl_s = ?, capacity = ? WHERE id = ?", (policy.ttl_s, policy.capacity, ns_id)
+            )
+        )
+
+    def prune(self, name: str, *, now: float | None = None) -> Forgotten:
+        """Apply namespace `name`'s forgetting policy now, in one transaction: items past the TTL, then items over
+        the capacity by `forgetting.eviction_order`, then the intent keys left without items."""
+        ns_id = self._namespace_id(name)
+        at = time.time() if now is None else now
+
+        def prune(conn: Any) -> Forgotten:
+            self.dialect.lock_intents(conn, ns_id)
+            return forget(conn, ns_id, at, orphans=True)
+
+        forgotten = self.dialect.write(prune)
+        if forgotten.intents:
+            self.indexes.forget(ns_id)
+        return forgotten
 
     def integrity_check(self) -> str:
         return self.dialect.integrity_check()

@@ -5,6 +5,8 @@ The defaults live here, free of the extra's imports, so the CLI can show them wi
 
 DEFAULT_MAX_BODY = 1_000_000
 """Bytes a request body may hold."""
+MAX_BATCH = 1000
+"""Elements a batch write or batch feedback may hold (its bytes are bounded by the body limit, as every body's)."""
 DEFAULT_RATE = 50.0
 """Requests per second per key."""
 DEFAULT_BURST = 100.0

@@ -34,8 +34,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from ttlearn.memory.embed import Embedder, make_embedder
-from ttlearn.memory.items import DEFAULT_JOIN_THRESHOLD, EmbedderMismatchError, MemoryItem, Namespace, NewItem
-from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, reinforce, two_phase_retrieve
+from ttlearn.memory.forgetting import Policy
+from ttlearn.memory.items import (
+    DEFAULT_JOIN_THRESHOLD,
+    MAX_COUNT,
+    EmbedderMismatchError,
+    MemoryItem,
+    Namespace,
+    NewItem,
+)
+from ttlearn.memory.retrieval import DEFAULT_ALPHA, RetrievalConfig, q_update_rule, two_phase_retrieve
 from ttlearn.memory.snapshot import MAX_MAGNITUDE, NamespaceSnapshot, export_size, json_text_bytes
 from ttlearn.memory.store import MemoryStore, NamespaceExistsError
 from ttlearn.serve import (
@@ -51,6 +59,7 @@ from ttlearn.serve import (
     DEFAULT_RATE,
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
+    MAX_BATCH,
 )
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing, NewKey
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
@@ -73,9 +82,36 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class NamespaceCreate(_Request):
+class PolicyIn(_Request):
+    """A namespace's forgetting policy (`memory.forgetting`): applied by every write that adds items, and by prune."""
+
+    ttl_s: Finite | None = Field(
+        None,
+        gt=0,
+        le=MAX_MAGNITUDE,
+        description="Items untouched (not written, no Q update) this long go (null: never).",
+    )
+    capacity: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="Items it holds at most; the lowest Q + 1/√(1+visits) − age/30 d go first.",
+    )
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(self.ttl_s, self.capacity)
+
+
+class NamespaceCreate(PolicyIn):
     name: str = Field(pattern=NAME_PATTERN, description="1-63 of a-z, 0-9, '_', '-'; starts with a letter or digit.")
     embedder: str = Field("minilm", description="Embeds its texts: minilm (by meaning, 384-d) or hash (shared words).")
+
+
+class Pruned(BaseModel):
+    expired: int = Field(description="Items past the time to live.")
+    evicted: int = Field(description="Items over the capacity.")
+    intents: int = Field(description="Intent keys left without items.")
 
 
 class NamespaceKey(BaseModel):
@@ -90,13 +126,17 @@ class NamespaceInfo(BaseModel):
     has_key: bool
 
 
-class MemoryIn(_Request):
+class NewMemory(_Request):
     intent: str = Field(min_length=1, max_length=20_000, description="The situation it is about: its retrieval key.")
     experience: str = Field(min_length=1, max_length=500_000, description="What to show an agent in that situation.")
     q: Value = Field(0.0, description="Its starting Q-value (MemRL: 0).")
     run_id: str | None = Field(None, max_length=200)
     episode: int | None = Field(None, description="The attempt that wrote it (provenance).")
     unit: int | None = Field(None, description="The run's task or game, 1-based, that attempt belongs to.")
+    exchange: str | None = Field(None, max_length=250, description="The exchange (a conversation) it came from.")
+
+
+class JoinThreshold(_Request):
     join_threshold: Finite = Field(
         DEFAULT_JOIN_THRESHOLD,
         gt=0,
@@ -105,10 +145,22 @@ class MemoryIn(_Request):
     )
 
 
+class MemoryIn(NewMemory, JoinThreshold):
+    """One experience to write."""
+
+
+class MemoryBatchIn(JoinThreshold):
+    items: list[NewMemory] = Field(min_length=1, max_length=MAX_BATCH, description="Written in one transaction.")
+
+
 class MemoryAdded(BaseModel):
     id: int
     intent_id: int
     joined: bool
+
+
+class MemoriesAdded(BaseModel):
+    items: list[MemoryAdded]
 
 
 class RetrieveIn(_Request):
@@ -141,12 +193,28 @@ class Retrieved(BaseModel):
     explored: bool = Field(description="True when the items are a random pick (probability epsilon).")
 
 
-class FeedbackIn(_Request):
+class FeedbackTask(_Request):
     ids: list[int] = Field(
         min_length=1, max_length=1000, fail_fast=True, description="The items retrieved for the finished task."
     )
     reward: Value = Field(description="The task's reward r (MemRL: +1 success, -1 failure).")
     alpha: Finite = Field(DEFAULT_ALPHA, ge=0, le=1, description="Q ← (1 − α)·Q + α·r (MemRL's γ = 0).")
+
+
+class SkipMissing(_Request):
+    skip_missing: bool = Field(
+        False, description="Skip ids no longer in the namespace (forgotten since they were shown) instead of refusing."
+    )
+
+
+class FeedbackIn(FeedbackTask, SkipMissing):
+    """One task's feedback."""
+
+
+class FeedbackBatchIn(SkipMissing):
+    items: list[FeedbackTask] = Field(
+        min_length=1, max_length=MAX_BATCH, description="Tasks' feedback, applied in order in one transaction."
+    )
 
 
 class QValue(BaseModel):
@@ -156,6 +224,10 @@ class QValue(BaseModel):
 
 class FeedbackOut(BaseModel):
     items: list[QValue]
+
+
+class FeedbackBatchOut(BaseModel):
+    items: list[FeedbackOut]
 
 
 class QStats(BaseModel):
@@ -174,7 +246,12 @@ class Inspection(BaseModel):
     visited_items: int
     visits: int
     q: QStats | None
-    newest: list[MemoryItem] = Field(description="The newest items: `limit` of them, fewer past 1 M characters.")
+    ttl_s: float | None = Field(description="Its forgetting policy's time to live (null: none).")
+    capacity: int | None = Field(description="Its forgetting policy's capacity (null: none).")
+    newest: list[MemoryItem] = Field(
+        description="The newest items (those the filters keep), with their provenance: `limit` of them, fewer past "
+        "1 M characters."
+    )
 
 
 INSPECT_TEXT = 1_000_000
@@ -265,14 +342,21 @@ class MemoryService:
         ]
 
     def create(self, body: NamespaceCreate) -> NamespaceKey:
-        """The namespace and its first key, in one transaction that refuses (409) a name that exists, even one
-        another replica is creating at this moment."""
+        """The namespace, its policy and its first key, in one transaction that refuses (409) a name that exists,
+        even one another replica is creating at this moment."""
         with _refusals():
             embedder = self._embedder(body.embedder)
         key = NewKey.make()
+
+        def also(conn: Any) -> None:
+            key.store(conn, body.name)
+            conn.execute(
+                "UPDATE namespaces SET ttl_s = ?, capacity = ? WHERE name = ?", (body.ttl_s, body.capacity, body.name)
+            )
+
         with self._store_lock:
             try:
-                ns = self.store.create_namespace(body.name, embedder, also=lambda conn: key.store(conn, body.name))
+                ns = self.store.create_namespace(body.name, embedder, also=also)
             except NamespaceExistsError:
                 raise HTTPException(
                     status.HTTP_409_CONFLICT, f"namespace {body.name!r} exists; rotate its key to get a new one"
@@ -288,23 +372,41 @@ class MemoryService:
         self._require(name)
         self.keys.revoke(name)
 
+    def set_policy(self, name: str, body: PolicyIn) -> PolicyIn:
+        with self._store_lock:
+            self._open(name)
+            self.store.set_policy(name, body.policy)
+        return body
+
+    def prune(self, name: str) -> Pruned:
+        with self._store_lock:
+            self._open(name)
+            forgotten = self.store.prune(name)
+        return Pruned(expired=forgotten.expired, evicted=forgotten.evicted, intents=forgotten.intents)
+
     def _require(self, name: str) -> None:
         with self._store_lock:
             self._open(name)
 
     # a namespace's own key
 
-    def add(self, name: str, body: MemoryIn) -> MemoryAdded:
+    def add(self, name: str, bodies: list[NewMemory], join_threshold: float, key_id: str) -> list[MemoryAdded]:
+        """Write `bodies` in one transaction, as key `key_id` (provenance), refusing them all past the quota."""
         with self._store_lock:
             ns = self._open(name)
-        vector = self._embed(ns, body.intent)
-        item = NewItem(body.intent, body.experience, body.q, body.run_id, body.episode, vector, body.unit)
-        text = json_text_bytes(body.experience) + json_text_bytes(body.run_id)
-        growth = export_size(text, 1, json_text_bytes(body.intent), 1, len(vector))
+        with self._embed_lock:
+            vectors = ns.embed([body.intent for body in bodies])
+        items = [
+            NewItem(b.intent, b.experience, b.q, b.run_id, b.episode, v, b.unit, key_id, b.exchange)
+            for b, v in zip(bodies, vectors)
+        ]
+        text = sum(json_text_bytes(b.experience) + json_text_bytes(b.run_id) for b in bodies)
+        intents = sum(json_text_bytes(b.intent) for b in bodies)
+        growth = export_size(text, len(bodies), intents, len(bodies), ns.embedder.dim)
         admit = (lambda: self._within_quota(name, self.store.usage(name) + growth)) if self.quota else None
         with self._store_lock:  # the quota is checked under the namespace's write lock: it holds across replicas
-            added = ns.add(item, join_threshold=body.join_threshold, admit=admit)
-        return MemoryAdded(id=added.item_id, intent_id=added.intent_id, joined=added.joined)
+            added = ns.add_many(items, join_threshold=join_threshold, admit=admit)
+        return [MemoryAdded(id=a.item_id, intent_id=a.intent_id, joined=a.joined) for a in added]
 
     def retrieve(self, name: str, body: RetrieveIn) -> Retrieved:
         with _refusals():
@@ -338,15 +440,17 @@ class MemoryService:
         ]
         return Retrieved(items=items, candidates=len(candidates), explored=ranked.explored)
 
-    def feedback(self, name: str, body: FeedbackIn) -> FeedbackOut:
+    def feedback(self, name: str, bodies: list[FeedbackTask], skip_missing: bool) -> list[FeedbackOut]:
+        """Each task's Q update, in order, in one transaction: an unknown id refuses them all (422) unless skipped."""
+        updates = [(body.ids, body.reward, q_update_rule(body.reward, body.alpha)) for body in bodies]
         with self._store_lock, _refusals():
-            q = reinforce(self._open(name), body.ids, body.reward, body.alpha)
-        return FeedbackOut(items=[QValue(id=i, q=v) for i, v in sorted(q.items())])
+            written = self._open(name).write(feedback=updates, skip_missing=skip_missing)
+        return [FeedbackOut(items=[QValue(id=i, q=v) for i, v in sorted(q.items())]) for q in written.q]
 
-    def inspect(self, name: str, limit: int) -> Inspection:
+    def inspect(self, name: str, limit: int, filters: dict[str, Any]) -> Inspection:
         with self._store_lock, _refusals():
             stats = self.store.stats(name)
-            newest = self.store.inspect(name, limit=limit)
+            newest = self.store.inspect(name, limit=limit, **filters)
         return Inspection(**stats, newest=newest[: within_budget([len(m.experience) for m in newest], INSPECT_TEXT)])
 
     def export(self, name: str) -> JSONResponse:
@@ -442,6 +546,7 @@ def namespace_service(ns: NamespaceName, request: Request, credentials: Credenti
     if owner.namespace != ns:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"this key does not open namespace {ns!r}")
     _spend(service, owner.key_id)
+    request.state.key_id = owner.key_id  # provenance of what it writes
     return service
 
 
@@ -505,11 +610,27 @@ def create_app(
         """Revoke every key of the namespace (its memories stay; rotate to get a key again)."""
         service.revoke(ns)
 
+    @app.put("/v1/namespaces/{ns}/policy", tags=["admin"])
+    def set_policy(ns: NamespaceName, body: PolicyIn, service: Admin) -> PolicyIn:
+        """Set the namespace's forgetting policy (null: no limit); the next write that adds items, or prune, applies
+        it."""
+        return service.set_policy(ns, body)
+
+    @app.post("/v1/namespaces/{ns}/prune", tags=["admin"])
+    def prune(ns: NamespaceName, service: Admin) -> Pruned:
+        """Apply the namespace's forgetting policy now, in one transaction, and drop the intent keys left empty."""
+        return service.prune(ns)
+
     @app.post("/v1/namespaces/{ns}/memories", status_code=status.HTTP_201_CREATED, tags=["memories"])
-    def add_memory(ns: NamespaceName, body: MemoryIn, service: Owner) -> MemoryAdded:
+    def add_memory(ns: NamespaceName, body: MemoryIn, service: Owner, request: Request) -> MemoryAdded:
         """Write one experience under its intent (it joins an existing intent key when similar enough); 507 when the
-        namespace is full (its quota)."""
-        return service.add(ns, body)
+        namespace is full (its quota). The key that wrote it is recorded with it."""
+        return service.add(ns, [body], body.join_threshold, request.state.key_id)[0]
+
+    @app.post("/v1/namespaces/{ns}/memories/batch", status_code=status.HTTP_201_CREATED, tags=["memories"])
+    def add_memories(ns: NamespaceName, body: MemoryBatchIn, service: Owner, request: Request) -> MemoriesAdded:
+        """Write up to 1000 experiences in one transaction: all or none (507 when they would not all fit)."""
+        return MemoriesAdded(items=service.add(ns, body.items, body.join_threshold, request.state.key_id))
 
     @app.post("/v1/namespaces/{ns}/retrieve", tags=["memories"])
     def retrieve(ns: NamespaceName, body: RetrieveIn, service: Owner) -> Retrieved:
@@ -520,12 +641,29 @@ def create_app(
     @app.post("/v1/namespaces/{ns}/feedback", tags=["memories"])
     def feedback(ns: NamespaceName, body: FeedbackIn, service: Owner) -> FeedbackOut:
         """After a task: update the Q of every item retrieved for it with the task's reward (all or none)."""
-        return service.feedback(ns, body)
+        return service.feedback(ns, [body], body.skip_missing)[0]
+
+    @app.post("/v1/namespaces/{ns}/feedback/batch", tags=["memories"])
+    def feedback_batch(ns: NamespaceName, body: FeedbackBatchIn, service: Owner) -> FeedbackBatchOut:
+        """Up to 1000 tasks' feedback, applied in order in one transaction: all or none."""
+        return FeedbackBatchOut(items=service.feedback(ns, body.items, body.skip_missing))
 
     @app.get("/v1/namespaces/{ns}/inspect", tags=["memories"])
-    def inspect(ns: NamespaceName, service: Owner, limit: Annotated[int, Query(ge=0, le=100)] = 10) -> Inspection:
-        """Counts, Q statistics and the newest `limit` items (at most 100, and fewer past 1 M characters of text)."""
-        return service.inspect(ns, limit)
+    def inspect(
+        ns: NamespaceName,
+        service: Owner,
+        limit: Annotated[int, Query(ge=0, le=100)] = 10,
+        run_id: Annotated[str | None, Query(max_length=200)] = None,
+        unit: Annotated[int | None, Query(ge=-MAX_COUNT, le=MAX_COUNT)] = None,
+        key: Annotated[str | None, Query(max_length=100, description="A key's id (before its dot).")] = None,
+        exchange: Annotated[str | None, Query(max_length=250)] = None,
+        since: Annotated[float | None, Query(ge=0, le=MAX_MAGNITUDE, description="Written at or after (Unix).")] = None,
+        until: Annotated[float | None, Query(ge=0, le=MAX_MAGNITUDE, description="Written before (Unix).")] = None,
+    ) -> Inspection:
+        """Counts, Q statistics, the forgetting policy and the newest `limit` items with their provenance (at most
+        100, and fewer past 1 M characters of text), only those the filters keep."""
+        filters = {"run_id": run_id, "unit": unit, "key_id": key, "exchange": exchange, "since": since, "until": until}
+        return service.inspect(ns, limit, filters)
 
     @app.get("/v1/namespaces/{ns}/export", tags=["memories"], response_model=NamespaceSnapshot)
     def export(ns: NamespaceName, service: Owner) -> JSONResponse:

@@ -23,7 +23,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from ttlearn.llm.base import LLM, LLMError, credential_target, make_llm
 from ttlearn.memory.base import MEMORIES, Memory
 from ttlearn.memory.store import MemoryStore
 from ttlearn.players.llm import NOTES_HEADING
-from ttlearn.serve import DEFAULT_MAX_PENDING, DEFAULT_PENDING_AGE_S, DEFAULT_PENDING_CHARS
+from ttlearn.serve import DEFAULT_MAX_PENDING, DEFAULT_PENDING_AGE_S, DEFAULT_PENDING_CHARS, MAX_BATCH
 from ttlearn.serve.app import Credentials, Value, _Request, create_app, namespace_service
 from ttlearn.serve.bodies import BodyError, read_json
 from ttlearn.types import Episode, Step
@@ -122,6 +122,8 @@ class Exchange:
     shown: list[int]
     turns: list[Turn]
     created: float
+    key_id: str | None = None
+    """The key whose request opened it: the provenance of the item its feedback writes."""
 
     @property
     def chars(self) -> int:
@@ -233,24 +235,34 @@ class NamespaceLearner:
         """Whether its experiences are notes an LLM writes (`write=notes`); the other kinds need none."""
         return self.memory.write == "notes"
 
-    def learn(self, exchange: Exchange, reward: float, success: bool | None, writer: LLM | None) -> bool:
-        """The exchange as an episode, a step per turn, scoring `reward` (its last step's reward); a success when
-        `success` says so, else when the reward is over the memory's success threshold, as in a run; its answer is
-        the last reply. `writer` writes MemRL's notes (`write=notes`). Returns whether it counted as a success."""
+    def learn(self, graded: Sequence[Graded], writers: Sequence[LLM | None]) -> list[bool]:
+        """Each exchange as an episode, a step per turn, scoring its reward (its last step's reward); a success when
+        its `success` says so, else when the reward is over the memory's success threshold, as in a run; its answer
+        is the last reply, and its item records the exchange and the key (provenance). `writers[i]` writes MemRL's
+        notes of exchange i (`write=notes`). Their learning lands together, in one transaction, or, on an error,
+        not at all (`applied_together`). Returns whether each counted as a success."""
+        with self.lock, self.memory.applied_together():
+            return [self._observe(one, writer) for one, writer in zip(graded, writers)]
+
+    def _observe(self, graded: Graded, writer: LLM | None) -> bool:
+        exchange_id, exchange, reward, success = graded
         answers = ["".join(turn.answer) for turn in exchange.turns]
         rewards = [0.0] * (len(answers) - 1) + [reward]
         steps = tuple(Step(t.question, a, r, raw=a) for t, a, r in zip(exchange.turns, answers, rewards))
-        with self.lock:
-            info = {"answer": answers[-1]}
-            episode = Episode(self.episodes, self.episodes, exchange.task, steps, reward, success, info)
-            self.episodes += 1
-            self.memory.llm = writer
-            self.memory._retrieved = list(exchange.shown)
-            try:
-                self.memory.observe(episode)
-            finally:
-                self.memory.llm = None
-            return bool(self.memory.succeeded(episode))
+        info = {"answer": answers[-1], "exchange": exchange_id, "key_id": exchange.key_id}
+        episode = Episode(self.episodes, self.episodes, exchange.task, steps, reward, success, info)
+        self.episodes += 1
+        self.memory.llm = writer
+        self.memory._retrieved = list(exchange.shown)
+        try:
+            self.memory.observe(episode)
+        finally:
+            self.memory.llm = None
+        return bool(self.memory.succeeded(episode))
+
+
+Graded = tuple[str, Exchange, float, "bool | None"]
+"""An exchange given feedback: its id, the exchange, its reward and whether it succeeded (None: by the reward)."""
 
 
 MEMRL_FAMILY = ("memrl", "memp", "rag")
@@ -330,10 +342,20 @@ class FeedbackIn(_Request):
         return self.exchange if self.conversation is None else conversation_exchange(self.conversation)
 
 
+class FeedbackBatchIn(_Request):
+    items: list[FeedbackIn] = Field(
+        min_length=1, max_length=MAX_BATCH, description="Exchanges' feedback, learnt together in one transaction."
+    )
+
+
 class FeedbackDone(BaseModel):
     exchange: str
     success: bool = Field(description="Whether MemRL counted it a success (its reward_success, else reward_failure).")
     shown: list[int] = Field(description="The items shown for it, whose Q the feedback updated.")
+
+
+class FeedbackBatchDone(BaseModel):
+    items: list[FeedbackDone]
 
 
 def _chat_body(raw: bytes) -> dict[str, Any]:
@@ -348,14 +370,14 @@ def _chat_body(raw: bytes) -> dict[str, Any]:
     return body
 
 
-def _key_namespace(request: Request, credentials: Credentials) -> str:
-    """The namespace the caller's key opens, after the service's own checks (`namespace_service`: a missing or
-    wrong key 401, counted against the address; the key's rate limit 429)."""
+def _key_namespace(request: Request, credentials: Credentials) -> tuple[str, str]:
+    """The namespace the caller's key opens and the key's id, after the service's own checks (`namespace_service`:
+    a missing or wrong key 401, counted against the address; the key's rate limit 429)."""
     service = request.app.state.service
     owner = service.keys.owner(credentials.credentials) if credentials is not None else None
     namespace = owner.namespace if owner is not None else "-"
     namespace_service(namespace, request, credentials)
-    return namespace
+    return namespace, request.state.key_id
 
 
 def _reply_text(data: Any) -> str:
@@ -378,7 +400,7 @@ def _delta_text(line: str) -> str:
 def _outgoing(learning: Learning, request: Request, credentials: Credentials, raw: bytes) -> tuple[dict, Exchange]:
     """The body to forward, its memories placed, and its exchange (in one worker thread: the key, the body and the
     retrieval all touch the store or the CPU)."""
-    namespace = _key_namespace(request, credentials)
+    namespace, key_id = _key_namespace(request, credentials)
     if len(request.headers.get(CONVERSATION_HEADER, "")) > MAX_CONVERSATION_CHARS:
         raise HTTPException(
             status.HTTP_422_UNPROCESSABLE_CONTENT, f"{CONVERSATION_HEADER} is over {MAX_CONVERSATION_CHARS} characters"
@@ -390,7 +412,7 @@ def _outgoing(learning: Learning, request: Request, credentials: Credentials, ra
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
     memory, shown = learning.learner(namespace).show(task)
     turn = Turn(_text(body["messages"][-1].get("content")))
-    exchange = Exchange(namespace, task, str(body.get("model", "")), shown, [turn], time.monotonic())
+    exchange = Exchange(namespace, task, str(body.get("model", "")), shown, [turn], time.monotonic(), key_id)
     return {**body, "messages": place_memory(body["messages"], memory)}, exchange
 
 
@@ -441,31 +463,56 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
     @app.post("/v1/feedback", tags=["proxy"])
     def feedback(body: FeedbackIn, request: Request, credentials: Credentials) -> FeedbackDone:
         """The reward of an exchange: MemRL updates the Q of the items shown for it and writes it as an experience."""
-        namespace = _key_namespace(request, credentials)
+        return _learn(learning, [body], *_key_namespace(request, credentials))[0]
+
+    @app.post("/v1/feedback/batch", tags=["proxy"])
+    def feedback_batch(body: FeedbackBatchIn, request: Request, credentials: Credentials) -> FeedbackBatchDone:
+        """Up to 1000 exchanges' rewards, learnt together in one transaction: all or none (an unknown exchange
+        refuses the batch, and every exchange in it awaits its feedback again)."""
+        return FeedbackBatchDone(items=_learn(learning, body.items, *_key_namespace(request, credentials)))
+
+
+def _learn(learning: Learning, bodies: Sequence[FeedbackIn], namespace: str, key_id: str) -> list[FeedbackDone]:
+    """Take the exchanges the feedback names and learn from them together; on any refusal each goes back to await
+    its feedback, and nothing was learnt."""
+    taken: list[tuple[str, Exchange]] = []
+
+    def put_back() -> None:
+        for exchange_id, exchange in taken:
+            learning.pending.put_back(exchange_id, exchange)
+
+    for body in bodies:
         exchange = learning.pending.take(body.exchange_id, namespace)
         if exchange is None:
+            put_back()
             raise HTTPException(
                 status.HTTP_404_NOT_FOUND,
                 f"no exchange {body.exchange_id!r} awaits feedback in namespace {namespace!r}: unknown, already given "
                 f"feedback, or forgotten (kept {learning.pending.max_age_s:g} s, at most {learning.pending.max_count})",
             )
-        learner = learning.learner(namespace)
+        taken.append((body.exchange_id, exchange))
+    learner = learning.learner(namespace)
+    writers: list[LLM | None] = []
+    try:
         try:
-            writer = learning.writer(exchange.model) if learner.writes_notes else None
+            for _, exchange in taken:
+                writers.append(learning.writer(exchange.model) if learner.writes_notes else None)
         except ValueError as exc:  # a model name no spec can hold: nothing was learnt
-            learning.pending.put_back(body.exchange_id, exchange)
+            put_back()
             raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"the exchange's model: {exc}") from None
-        try:
-            success = learner.learn(exchange, body.reward, body.success, writer)
-        except LLMError as exc:  # MemRL's note could not be written: nothing was learnt, the feedback may come again
-            learning.pending.put_back(body.exchange_id, exchange)
-            raise HTTPException(
-                status.HTTP_502_BAD_GATEWAY, f"the upstream could not write MemRL's note: {exc}"
-            ) from None
-        finally:
+        graded = [(i, exchange, body.reward, body.success) for (i, exchange), body in zip(taken, bodies)]
+        successes = learner.learn(graded, writers)
+    except LLMError as exc:  # MemRL's note could not be written: nothing was learnt, the feedback may come again
+        put_back()
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"the upstream could not write MemRL's note: {exc}") from None
+    finally:
+        for writer in writers:
             if writer is not None:
                 writer.close()
-        return FeedbackDone(exchange=body.exchange_id, success=success, shown=exchange.shown)
+    return [
+        FeedbackDone(exchange=exchange_id, success=success, shown=exchange.shown)
+        for (exchange_id, exchange), success in zip(taken, successes)
+    ]
 
 
 def create_proxy_app(
