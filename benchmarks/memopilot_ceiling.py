@@ -18,11 +18,13 @@ the next game:
                        trained writer reads;
   last-move            the opponent's last move of the previous game;
   recent-favourite     the move it played most in the previous game's last 3 rounds (a switcher's current lean);
+  opening-favourite    the move it played most in the previous game's first 3 rounds (a switcher's first lean,
+                       which it leans towards again when the next game starts);
   true-sequence        one move per line, the best response to each round of the next game (`Bot.schedule`): a
                        per-round note, which no writer form writes yet;
   replay-counters      one move per line, the counter of the opponent's move in the same round of the previous game.
 
-The four readings are written through the same completion as the untrained writer's reply (`note_source`, then
+The five readings are written through the same completion as the untrained writer's reply (`note_source`, then
 `bound_memory`), so they differ from it only in the move named. The player's greedy decisions are a function of their
 prompt, so a game another contestant already played with the same suggestions comes from the reply cache.
 
@@ -98,6 +100,7 @@ READERS: dict[str, Writer] = {
     "previous-favourite": lambda game, nxt: favourite_note(most_common(opponent_moves(game)), game),
     "last-move": lambda game, nxt: favourite_note(opponent_moves(game)[-1], game),
     "recent-favourite": lambda game, nxt: favourite_note(most_common(opponent_moves(game)[-RECENT:]), game),
+    "opening-favourite": lambda game, nxt: favourite_note(most_common(opponent_moves(game)[:RECENT]), game),
     "true-sequence": lambda game, nxt: sequence_note([int(np.argmax(expected_payoffs(d))) for d in nxt]),
     "replay-counters": lambda game, nxt: sequence_note([beats(m) for m in opponent_moves(game)]),
 }
