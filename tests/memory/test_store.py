@@ -164,7 +164,7 @@ def test_a_version_2_store_gains_provenance_and_forgetting_when_opened_to_write(
         store.set_policy("rps", Policy(capacity=1))
         ns = store.namespace("rps", HashEmbedder())
         written = ns.write(items=[NewItem("opponent plays paper", "play scissors", 0.0, key_id="k1")], join_threshold=2)
-        assert written.forgotten == Forgotten(evicted=1)  # the untried items tie on keep; the older goes
+        assert written.forgotten == Forgotten(evicted=1)  # two untried items: the older has the lower keep
         (item,) = store.inspect("rps")
         assert item.id != old.item_id and item.key_id == "k1"
     with sqlite3.connect(path) as conn:
