@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +54,7 @@ class Call:
     read: Callable[[Any], Any] = lambda answer: answer
 
 
-def _checked(call: Call, url: str, response: httpx.Response) -> Any:
+def _checked(call: Call, response: httpx.Response) -> Any:
     """The answer to `call`, read; a MemoryServiceError that says what the service answered when it refused."""
     if response.is_success:
         return call.read(response.json() if response.content else None)
@@ -76,6 +77,9 @@ def _q_by_id(answer: dict[str, Any]) -> dict[int, float]:
     return {item["id"]: item["q"] for item in answer["items"]}
 
 
+INSPECT_FILTERS = {"run_id", "unit", "key", "exchange", "since", "until"}
+
+
 def _inspect_params(limit: int, filters: dict[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(filters) - INSPECT_FILTERS)
     if unknown:
@@ -83,17 +87,14 @@ def _inspect_params(limit: int, filters: dict[str, Any]) -> dict[str, Any]:
     return {"limit": limit, **{name: value for name, value in filters.items() if value is not None}}
 
 
-INSPECT_FILTERS = {"run_id", "unit", "key", "exchange", "since", "until"}
-
-
-class _MemoryAPI:
+class _MemoryAPI(ABC):
     """The service's calls, each built once as a `Call`; `_send` runs it (the sync client returns the answer, the
     async one an awaitable of it)."""
 
     url: str
 
-    def _send(self, call: Call) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _send(self, call: Call) -> Any: ...
 
     # -- any caller
 
@@ -199,7 +200,7 @@ class MemoryClient(_MemoryAPI):
             response = self._http.request(call.method, call.path, json=call.body, params=call.params)
         except httpx.HTTPError as exc:
             raise _unreachable(call, self.url, exc) from None
-        return _checked(call, self.url, response)
+        return _checked(call, response)
 
     def close(self) -> None:
         self._http.close()
@@ -225,7 +226,7 @@ class AsyncMemoryClient(_MemoryAPI):
             response = await self._http.request(call.method, call.path, json=call.body, params=call.params)
         except httpx.HTTPError as exc:
             raise _unreachable(call, self.url, exc) from None
-        return _checked(call, self.url, response)
+        return _checked(call, response)
 
     async def aclose(self) -> None:
         await self._http.aclose()
