@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from ttlearn.memory.embed import HashEmbedder
-from ttlearn.memory.forgetting import EVICTION_HORIZON_S, Forgotten, Policy, eviction_order, keep_score
+from ttlearn.memory.forgetting import (
+    EVICTION_HORIZON_S,
+    Forgotten,
+    Policy,
+    eviction_order,
+    keep_score,
+    target_size,
+)
 from ttlearn.memory.items import NewItem
 from ttlearn.memory.retrieval import q_update_rule
 from ttlearn.memory.store import MemoryStore
@@ -48,6 +55,10 @@ def test_eviction_order_goes_by_keep_then_touched_then_id() -> None:
     ]
     assert eviction_order(items, now) == [4, 3, 2, 6, 7, 1]
     assert eviction_order([(8, 0.0, 0, 60.0), (9, 0.0, 0, 50.0)], 60.0) == [9, 8]  # 10 s older: a lower keep
+
+
+def test_a_full_namespace_is_brought_down_to_one_percent_below_its_capacity() -> None:
+    assert [target_size(c) for c in (1, 3, 99, 100, 250, 10_000)] == [1, 3, 99, 99, 248, 9_900]
 
 
 def test_a_policy_refuses_nonsense() -> None:

@@ -19,8 +19,11 @@ usefulness nobody measures, still ages.
 
 Both are applied in the transaction of every write that adds items (so a namespace never holds more than its
 capacity after a write) and by `MemoryStore.prune` (`ttlearn memory prune`), which also deletes the intent keys
-left without items. A write leaves those keys in place: a near-duplicate written later joins its key again, and
-deleting a key makes every process rebuild its vector index (`memory.index_cache`), too costly on every write.
+left without items. Eviction reads every item of the namespace to rank them (the formula is this module's Python,
+one place); so that it does so once per 1 % of the capacity written rather than on every write, a namespace over
+its capacity is brought down to `target_size`, 1 % below it. A write leaves the emptied intent keys in place: a
+near-duplicate written later joins its key again, and deleting a key makes every process rebuild its vector index
+(`memory.index_cache`), too costly on every write.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ def eviction_order(items: Sequence[tuple[int, float, int, float]], now: float) -
     """The ids of `items` — (id, Q, visits, touched) — in the order a full namespace evicts them: lowest
     `keep_score` first; ties: the less recently touched, then the lower id."""
     return [row[0] for row in sorted(items, key=lambda row: (keep_score(row[1], row[2], now - row[3]), row[3], row[0]))]
+
+
+def target_size(capacity: int) -> int:
+    """What a namespace over `capacity` is brought down to: 1 % below it (exactly it under 100 items), so the next
+    evictions wait for 1 % of the capacity to be written."""
+    return capacity - capacity // 100
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,7 @@ def forget(conn: Any, ns_id: int, now: float, *, orphans: bool = False) -> Forgo
             rows = conn.execute(
                 "SELECT id, q_value, visits, touched FROM items WHERE namespace_id = ?", (ns_id,)
             ).fetchall()
-            doomed = eviction_order(rows, now)[: count - policy.capacity]
+            doomed = eviction_order(rows, now)[: count - target_size(policy.capacity)]
             conn.executemany("DELETE FROM items WHERE id = ?", [(item_id,) for item_id in doomed])
             evicted = len(doomed)
     if orphans:
