@@ -163,3 +163,16 @@ def test_every_item_records_who_wrote_it_and_inspect_filters_on_it(location: str
         assert ids(until=before) == []
         exported = store.export_namespace("n")["items"][0]
         assert (exported["key_id"], exported["exchange"], exported["touched"]) == ("k1", "x1", item.touched)
+
+
+def test_a_store_export_carries_provenance_and_policy_between_back_ends(location: str, tmp_path: Path) -> None:
+    with MemoryStore(location) as source:
+        ns = source.namespace("n", HashEmbedder(32))
+        ns.add(NewItem("rock", "a", 0.0, "run-1", 1, unit=1, key_id="k1", exchange="x1"), join_threshold=2)
+        source.set_policy("n", Policy(ttl_s=3600.0, capacity=10))
+        dump = source.export_all()
+    assert dump["namespaces"][0]["ttl_s"] == 3600.0 and dump["namespaces"][0]["capacity"] == 10
+    with MemoryStore(tmp_path / "copy.sqlite") as target:
+        target.import_all(dump)
+        assert target.export_all() == dump
+        assert target.policy("n") == Policy(3600.0, 10)

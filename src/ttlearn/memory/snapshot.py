@@ -101,10 +101,13 @@ class RetrievalRecordIn(_Strict):
 
 
 class NamespaceExport(NamespaceSnapshot):
-    """One namespace of a store export: its name, its memories and its retrieval log."""
+    """One namespace of a store export: its name, its memories, its retrieval log and its forgetting policy."""
 
     name: str = Field(min_length=1)
     retrievals: Annotated[list[RetrievalRecordIn], Field(fail_fast=True)]
+    ttl_s: _Finite | None = Field(None, gt=0)
+    capacity: int | None = Field(None, ge=1, le=MAX_COUNT)
+    """The policy (`memory.forgetting`); absent from exports written before forgetting: no limit."""
 
 
 class StoreExport(_Strict):
@@ -253,6 +256,7 @@ def restore_store(dialect: Dialect, data: Any) -> list[int]:
         ids = []
         for ns, snapshot, vectors in ready:
             ns_id, moved = _restore(conn, dialect, ns.name, snapshot, vectors)
+            conn.execute("UPDATE namespaces SET ttl_s = ?, capacity = ? WHERE id = ?", (ns.ttl_s, ns.capacity, ns_id))
             rows = [_retrieval_row(record, ns_id, moved) for record in ns.retrievals]
             _insert_keeping_ids(conn, "retrievals", RETRIEVAL_COLUMNS, rows)
             ids.append(ns_id)

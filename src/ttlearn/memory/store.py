@@ -329,12 +329,14 @@ class MemoryStore:
         return item_map
 
     def export_all(self) -> dict[str, Any]:
-        """Every namespace's memories and retrieval log, JSON-ready (`ttlearn memory export`): with `import_all`
-        into an empty store, SQLite or PostgreSQL, the store comes back id for id."""
+        """Every namespace's memories, retrieval log and forgetting policy, JSON-ready (`ttlearn memory export`): with
+        `import_all` into an empty store, SQLite or PostgreSQL, the store comes back id for id."""
         namespaces = []
         for info in self.namespaces():
-            logs = [dataclasses.asdict(r) for r in self.retrievals(info["name"])]
-            namespaces.append({"name": info["name"], **self.export_namespace(info["name"]), "retrievals": logs})
+            name = info["name"]
+            logs = [dataclasses.asdict(r) for r in self.retrievals(name)]
+            policy = dataclasses.asdict(self.policy(name))
+            namespaces.append({"name": name, **self.export_namespace(name), "retrievals": logs, **policy})
         return {"format": STORE_EXPORT_FORMAT, "namespaces": namespaces}
 
     def import_all(self, data: dict[str, Any]) -> int:
