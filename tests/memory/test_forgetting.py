@@ -71,6 +71,13 @@ def added(ns, *intents: str) -> list[int]:
     return [ns.add(NewItem(intent, f"about {intent}", 0.0), join_threshold=2.0).item_id for intent in intents]
 
 
+def counted(store: MemoryStore, name: str) -> int:
+    """The item count the namespace keeps for its capacity, checked against its items."""
+    (count,) = store.dialect.conn.execute("SELECT item_count FROM namespaces WHERE name = ?", (name,)).fetchone()
+    assert count == len(store.inspect(name))
+    return int(count)
+
+
 def set_touched(store: MemoryStore, ages: dict[int, float]) -> None:
     now = time.time()
     for item_id, age in ages.items():
@@ -88,10 +95,11 @@ def test_ttl_forgets_what_was_untouched_for_longer_at_the_next_write_and_at_prun
         written = ns.write(items=[NewItem("lizard", "about lizard", 0.0)], join_threshold=2.0)
         assert written.forgotten == Forgotten(expired=1)
         assert sorted(m.id for m in store.inspect("n")) == sorted([fed, fresh, written.added[0].item_id])
+        assert counted(store, "n") == 3
 
         pruned = store.prune("n", now=time.time() + 3 * DAY)  # three days on, nothing was touched
         assert pruned == Forgotten(expired=3, intents=4)  # the old item's key had stayed after the write
-        assert len(ns) == 0 and store.stats("n")["intents"] == 0
+        assert counted(store, "n") == 0 and store.stats("n")["intents"] == 0
         (again,) = added(ns, "rock")  # the vector index follows the deleted keys
         ids, _ = ns.nearest("rock", 5)
         assert list(ids) == [store.inspect("n")[0].intent_id] and store.inspect("n")[0].id == again
@@ -107,6 +115,7 @@ def test_capacity_evicts_by_q_visits_and_age_in_the_writing_transaction(location
         written = ns.write(items=[NewItem("lizard", "about lizard", 0.0)], join_threshold=2.0)
         assert written.forgotten == Forgotten(evicted=1)
         assert sorted(m.id for m in store.inspect("n")) == sorted([good, untried, written.added[0].item_id])
+        assert counted(store, "n") == 3
         assert store.prune("n") == Forgotten(intents=1)  # within capacity; the evicted item's key goes
 
 
@@ -120,7 +129,7 @@ def test_a_batch_write_rolls_back_whole_when_one_element_fails(location: str) ->
             too_large = OverflowError
         with pytest.raises(too_large):  # the third does not fit the column, after the first two were inserted
             ns.add_many(batch, join_threshold=2.0)
-        assert len(ns) == 0 and store.stats("n")["intents"] == 0
+        assert counted(store, "n") == 0 and store.stats("n")["intents"] == 0
         (kept,) = added(ns, "scissors")
         ids, _ = ns.nearest("rock", 5)  # the index holds none of the rolled-back keys
         assert list(ids) == [store.inspect("n")[0].intent_id]
@@ -175,4 +184,4 @@ def test_a_store_export_carries_provenance_and_policy_between_back_ends(location
     with MemoryStore(tmp_path / "copy.sqlite") as target:
         target.import_all(dump)
         assert target.export_all() == dump
-        assert target.policy("n") == Policy(3600.0, 10)
+        assert target.policy("n") == Policy(3600.0, 10) and counted(target, "n") == 1

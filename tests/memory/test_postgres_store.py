@@ -221,6 +221,7 @@ def test_a_version_4_database_gains_provenance_and_forgetting(postgres_url: str)
     with MemoryStore(postgres_url) as store:
         (item,) = store.inspect("old")
         assert (item.key_id, item.exchange, item.created, item.touched) == (None, None, 12.5, 12.5)
+        assert store.dialect.conn.execute("SELECT item_count FROM namespaces").fetchone() == (1,)  # counted once
         store.set_policy("old", Policy(ttl_s=60.0))
         assert store.prune("old").expired == 1  # untouched since 1970
 

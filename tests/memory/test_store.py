@@ -161,6 +161,7 @@ def test_a_version_2_store_gains_provenance_and_forgetting_when_opened_to_write(
         assert (item.key_id, item.exchange, item.touched) == (None, None, item.created)
         assert store.policy("rps") == Policy() and store.stats("rps")["capacity"] is None
     with MemoryStore(path) as store:
+        assert store.dialect.conn.execute("SELECT item_count FROM namespaces").fetchone() == (1,)  # counted once
         store.set_policy("rps", Policy(capacity=1))
         ns = store.namespace("rps", HashEmbedder())
         written = ns.write(items=[NewItem("opponent plays paper", "play scissors", 0.0, key_id="k1")], join_threshold=2)
@@ -176,7 +177,7 @@ def as_version_2(conn: sqlite3.Connection) -> None:
     conn.execute("DROP INDEX items_by_touched")
     for table, column in (("items", "key_id"), ("items", "exchange"), ("items", "touched")):
         conn.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
-    for column in ("ttl_s", "capacity"):
+    for column in ("ttl_s", "capacity", "item_count"):
         conn.execute(f"ALTER TABLE namespaces DROP COLUMN {column}")
     conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
 

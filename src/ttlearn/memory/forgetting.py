@@ -87,28 +87,45 @@ def read_policy(conn: Any, ns_id: int) -> Policy:
     return Policy(ttl_s, None if capacity is None else int(capacity))
 
 
+def count_added(conn: Any, ns_id: int, added: int) -> None:
+    """Inside the write transaction that inserted `added` items into namespace `ns_id`: keep its `item_count`."""
+    conn.execute("UPDATE namespaces SET item_count = item_count + ? WHERE id = ?", (added, ns_id))
+
+
+def recount(conn: Any, ns_id: int) -> int:
+    """Inside a write transaction: namespace `ns_id`'s `item_count` set to its items, counted; returns it."""
+    (count,) = conn.execute("SELECT COUNT(*) FROM items WHERE namespace_id = ?", (ns_id,)).fetchone()
+    conn.execute("UPDATE namespaces SET item_count = ? WHERE id = ?", (count, ns_id))
+    return int(count)
+
+
 def forget(conn: Any, ns_id: int, now: float, *, orphans: bool = False) -> Forgotten:
-    """Inside a write transaction: apply namespace `ns_id`'s policy at time `now`; with `orphans`, also delete its
-    intent keys that hold no item (the caller then drops the namespace's vector indexes)."""
+    """Inside a write transaction: apply namespace `ns_id`'s policy at time `now`, keeping its `item_count` (read,
+    not counted: the check costs no scan until the namespace is over its capacity); with `orphans` (`prune`), also
+    count its items afresh and delete its intent keys that hold no item (the caller then drops the namespace's
+    vector indexes)."""
     policy = read_policy(conn, ns_id)
     expired = evicted = intents = 0
     if policy.ttl_s is not None:
-        expired = conn.execute(
+        expired = max(0, conn.execute(
             "DELETE FROM items WHERE namespace_id = ? AND touched < ?", (ns_id, now - policy.ttl_s)
-        ).rowcount
-    if policy.capacity is not None:
-        (count,) = conn.execute("SELECT COUNT(*) FROM items WHERE namespace_id = ?", (ns_id,)).fetchone()
-        if count > policy.capacity:
-            rows = conn.execute(
-                "SELECT id, q_value, visits, touched FROM items WHERE namespace_id = ?", (ns_id,)
-            ).fetchall()
-            doomed = eviction_order(rows, now)[: count - target_size(policy.capacity)]
-            conn.executemany("DELETE FROM items WHERE id = ?", [(item_id,) for item_id in doomed])
-            evicted = len(doomed)
+        ).rowcount)  # fmt: skip
+        count_added(conn, ns_id, -expired)
+    (count,) = conn.execute("SELECT item_count FROM namespaces WHERE id = ?", (ns_id,)).fetchone()
+    if orphans:
+        count = recount(conn, ns_id)
+    if policy.capacity is not None and count > policy.capacity:
+        rows = conn.execute(
+            "SELECT id, q_value, visits, touched FROM items WHERE namespace_id = ?", (ns_id,)
+        ).fetchall()
+        doomed = eviction_order(rows, now)[: len(rows) - target_size(policy.capacity)]
+        conn.executemany("DELETE FROM items WHERE id = ?", [(item_id,) for item_id in doomed])
+        evicted = len(doomed)
+        conn.execute("UPDATE namespaces SET item_count = ? WHERE id = ?", (len(rows) - evicted, ns_id))
     if orphans:
         intents = conn.execute(
             "DELETE FROM intents WHERE namespace_id = ? AND NOT EXISTS "
             "(SELECT 1 FROM items WHERE items.intent_id = intents.id)",
             (ns_id,),
         ).rowcount
-    return Forgotten(max(0, expired), evicted, max(0, intents))
+    return Forgotten(expired, evicted, max(0, intents))

@@ -19,7 +19,7 @@ import numpy as np
 
 from ttlearn.memory.dialect import Dialect
 from ttlearn.memory.embed import Embedder
-from ttlearn.memory.forgetting import Forgotten, forget
+from ttlearn.memory.forgetting import Forgotten, count_added, forget
 from ttlearn.memory.index_cache import IndexCache
 from ttlearn.memory.vector_index import VectorIndex
 
@@ -243,6 +243,7 @@ class Namespace:
             index = self.indexes.get(self.id, writing=True)
             placing = True
             added = place_items(index, items, matrix, join_threshold, new_intent, new_item)
+            count_added(conn, self.id, len(added))
             return Written(q, added, forget(conn, self.id, now))
 
         try:

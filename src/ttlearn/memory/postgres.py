@@ -147,12 +147,15 @@ MIGRATIONS = (
     CREATE TABLE write_receipts (token UUID PRIMARY KEY, created DOUBLE PRECISION NOT NULL);
     """,
     # 5: provenance names the service key and proxy exchange that wrote an item; `touched` (written or Q last
-    # updated) is the age forgetting measures, and a namespace's policy its TTL and capacity (sqlite.py's version 3)
+    # updated) is the age forgetting measures, a namespace's policy its TTL and capacity, and its item count is kept
+    # for the capacity's check (sqlite.py's version 3)
     """
     ALTER TABLE items ADD COLUMN key_id TEXT, ADD COLUMN exchange TEXT, ADD COLUMN touched DOUBLE PRECISION;
     UPDATE items SET touched = created;
     CREATE INDEX items_by_touched ON items(namespace_id, touched);
-    ALTER TABLE namespaces ADD COLUMN ttl_s DOUBLE PRECISION, ADD COLUMN capacity BIGINT;
+    ALTER TABLE namespaces ADD COLUMN ttl_s DOUBLE PRECISION, ADD COLUMN capacity BIGINT,
+        ADD COLUMN item_count BIGINT NOT NULL DEFAULT 0;
+    UPDATE namespaces SET item_count = (SELECT COUNT(*) FROM items WHERE namespace_id = namespaces.id);
     """,
 )
 _MIGRATION_LOCK = 0x7471_6C65  # advisory lock keys: the migration's ('ttle'), and (class, namespace id) pairs

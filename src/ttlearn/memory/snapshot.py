@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ttlearn.memory.dialect import Dialect
+from ttlearn.memory.forgetting import recount
 from ttlearn.memory.items import MAX_COUNT, EmbedderMismatchError
 
 SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
@@ -302,6 +303,7 @@ def _restore(
     dialect.ids_kept(conn, "intents")
     dialect.ids_kept(conn, "items")
     conn.execute("UPDATE namespaces SET generation = generation + 1 WHERE id = ?", (ns_id,))
+    recount(conn, ns_id)
     return int(ns_id), item_map
 
 

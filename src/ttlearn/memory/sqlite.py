@@ -2,8 +2,9 @@
 processes read and write one file.
 
 Layout (schema version 3):
-- `namespaces`: name, the embedder that wrote its vectors (name + dim), a `generation` bumped by `reembed`, and its
-  forgetting policy (`ttl_s`, `capacity`: `memory.forgetting`).
+- `namespaces`: name, the embedder that wrote its vectors (name + dim), a `generation` bumped by `reembed`, its
+  forgetting policy (`ttl_s`, `capacity`: `memory.forgetting`) and `item_count`, kept by every write that adds or
+  removes items, so a capacity is checked without counting them.
 - `intents`: intent keys, the text and its unit-norm float32 embedding; items whose intent is ≥ 0.90 similar join one.
 - `items`: experience text, q_value, visits, last_reward, provenance (run id, the run's unit — task or game —,
   `episode`: the attempt, the service key and proxy exchange that wrote it, created time) and `touched`: when it was
@@ -36,8 +37,9 @@ T = TypeVar("T")
 
 SCHEMA_VERSION = 3
 """2 added `unit` (the run's task or game, 1-based) beside `episode` (the attempt) to items and retrievals; 3 added
-the items' `key_id`, `exchange` and `touched` and the namespaces' `ttl_s` and `capacity`. A writable open migrates an
-older file (`_MIGRATIONS`); a read-only one reads it as it is (`_ADDED`: what stands in for the missing columns)."""
+the items' `key_id`, `exchange` and `touched` and the namespaces' `ttl_s`, `capacity` and `item_count`. A writable
+open migrates an older file (`_MIGRATIONS`); a read-only one reads it as it is (`_ADDED`: what stands in for the
+missing columns)."""
 _MIGRATIONS = {
     2: ("ALTER TABLE items ADD COLUMN unit INTEGER", "ALTER TABLE retrievals ADD COLUMN unit INTEGER"),
     3: (
@@ -47,6 +49,8 @@ _MIGRATIONS = {
         "UPDATE items SET touched = created",
         "ALTER TABLE namespaces ADD COLUMN ttl_s REAL",
         "ALTER TABLE namespaces ADD COLUMN capacity INTEGER",
+        "ALTER TABLE namespaces ADD COLUMN item_count INTEGER NOT NULL DEFAULT 0",
+        "UPDATE namespaces SET item_count = (SELECT COUNT(*) FROM items WHERE namespace_id = namespaces.id)",
     ),
 }
 """The statements that take a file from the version before each key to that version."""
@@ -63,7 +67,8 @@ CREATE TABLE IF NOT EXISTS namespaces (
     generation INTEGER NOT NULL DEFAULT 0,
     created REAL NOT NULL,
     ttl_s REAL,
-    capacity INTEGER
+    capacity INTEGER,
+    item_count INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS intents (
     id INTEGER PRIMARY KEY,
