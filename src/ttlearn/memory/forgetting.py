@@ -87,6 +87,11 @@ def read_policy(conn: Any, ns_id: int) -> Policy:
     return Policy(ttl_s, None if capacity is None else int(capacity))
 
 
+def write_policy(conn: Any, ns_id: int, policy: Policy) -> None:
+    """Inside a write transaction: namespace `ns_id`'s policy becomes `policy`."""
+    conn.execute("UPDATE namespaces SET ttl_s = ?, capacity = ? WHERE id = ?", (policy.ttl_s, policy.capacity, ns_id))
+
+
 def count_added(conn: Any, ns_id: int, added: int) -> None:
     """Inside the write transaction that inserted `added` items into namespace `ns_id`: keep its `item_count`."""
     conn.execute("UPDATE namespaces SET item_count = item_count + ? WHERE id = ?", (added, ns_id))

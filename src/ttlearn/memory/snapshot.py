@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ttlearn.memory.dialect import Dialect
-from ttlearn.memory.forgetting import recount
+from ttlearn.memory.forgetting import Policy, recount, write_policy
 from ttlearn.memory.items import MAX_COUNT, EmbedderMismatchError
 
 SNAPSHOT_FORMAT = "ttlearn-memrl-namespace/1"
@@ -257,7 +257,7 @@ def restore_store(dialect: Dialect, data: Any) -> list[int]:
         ids = []
         for ns, snapshot, vectors in ready:
             ns_id, moved = _restore(conn, dialect, ns.name, snapshot, vectors)
-            conn.execute("UPDATE namespaces SET ttl_s = ?, capacity = ? WHERE id = ?", (ns.ttl_s, ns.capacity, ns_id))
+            write_policy(conn, ns_id, Policy(ns.ttl_s, ns.capacity))
             rows = [_retrieval_row(record, ns_id, moved) for record in ns.retrievals]
             _insert_keeping_ids(conn, "retrievals", RETRIEVAL_COLUMNS, rows)
             ids.append(ns_id)

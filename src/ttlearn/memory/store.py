@@ -20,7 +20,7 @@ import numpy as np
 
 from ttlearn.memory.dialect import Dialect
 from ttlearn.memory.embed import Embedder
-from ttlearn.memory.forgetting import Forgotten, Policy, forget, read_policy
+from ttlearn.memory.forgetting import Forgotten, Policy, forget, read_policy, write_policy
 from ttlearn.memory.index_cache import DEFAULT_ANN_THRESHOLD, IndexCache
 from ttlearn.memory.items import EmbedderMismatchError, MemoryItem, Namespace, RetrievalRecord
 from ttlearn.memory.snapshot import (
@@ -104,16 +104,25 @@ class MemoryStore:
 
         return Namespace(self.dialect, self.indexes, self.dialect.write(open_or_create), name, embedder)
 
-    def create_namespace(self, name: str, embedder: Embedder, also: Callable[[Any], None] | None = None) -> Namespace:
-        """Create namespace `name`, and run `also(conn)` in the same transaction (the service stores its first key
-        there); NamespaceExistsError when it exists. Of several processes creating one name at once, exactly one
-        succeeds: the check and the insert are one transaction, and the name is unique in the table."""
+    def create_namespace(
+        self,
+        name: str,
+        embedder: Embedder,
+        also: Callable[[Any], None] | None = None,
+        *,
+        policy: Policy = Policy(),
+    ) -> Namespace:
+        """Create namespace `name` with its forgetting `policy`, and run `also(conn)` in the same transaction (the
+        service stores its first key there); NamespaceExistsError when it exists. Of several processes creating one
+        name at once, exactly one succeeds: the check and the insert are one transaction, and the name is unique in
+        the table."""
         _check_name(name)
 
         def create(conn: Any) -> int:
             if conn.execute("SELECT 1 FROM namespaces WHERE name = ?", (name,)).fetchone() is not None:
                 raise NamespaceExistsError(f"namespace {name!r} exists in {self.path}")
             ns_id = _insert_namespace(conn, name, embedder)
+            write_policy(conn, ns_id, policy)
             if also is not None:
                 also(conn)
             return ns_id
@@ -287,11 +296,7 @@ class MemoryStore:
         """Give namespace `name` a forgetting policy (its TTL and capacity, None: no limit); the next write that
         adds items, or `prune`, applies it."""
         ns_id = self._namespace_id(name)
-        self.dialect.write(
-            lambda conn: conn.execute(
-                "UPDATE namespaces SET ttl_s = ?, capacity = ? WHERE id = ?", (policy.ttl_s, policy.capacity, ns_id)
-            )
-        )
+        self.dialect.write(lambda conn: write_policy(conn, ns_id, policy))
 
     def prune(self, name: str, *, now: float | None = None) -> Forgotten:
         """Apply namespace `name`'s forgetting policy now, in one transaction: items past the TTL, then items over

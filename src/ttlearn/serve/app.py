@@ -347,16 +347,11 @@ class MemoryService:
         with _refusals():
             embedder = self._embedder(body.embedder)
         key = NewKey.make()
-
-        def also(conn: Any) -> None:
-            key.store(conn, body.name)
-            conn.execute(
-                "UPDATE namespaces SET ttl_s = ?, capacity = ? WHERE name = ?", (body.ttl_s, body.capacity, body.name)
-            )
-
         with self._store_lock:
             try:
-                ns = self.store.create_namespace(body.name, embedder, also=also)
+                ns = self.store.create_namespace(
+                    body.name, embedder, also=lambda conn: key.store(conn, body.name), policy=body.policy
+                )
             except NamespaceExistsError:
                 raise HTTPException(
                     status.HTTP_409_CONFLICT, f"namespace {body.name!r} exists; rotate its key to get a new one"

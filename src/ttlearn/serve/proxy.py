@@ -463,16 +463,18 @@ def add_proxy_routes(app: FastAPI, learning: Learning) -> None:
     @app.post("/v1/feedback", tags=["proxy"])
     def feedback(body: FeedbackIn, request: Request, credentials: Credentials) -> FeedbackDone:
         """The reward of an exchange: MemRL updates the Q of the items shown for it and writes it as an experience."""
-        return _learn(learning, [body], *_key_namespace(request, credentials))[0]
+        namespace, _ = _key_namespace(request, credentials)
+        return _learn(learning, [body], namespace)[0]
 
     @app.post("/v1/feedback/batch", tags=["proxy"])
     def feedback_batch(body: FeedbackBatchIn, request: Request, credentials: Credentials) -> FeedbackBatchDone:
         """Up to 1000 exchanges' rewards, learnt together in one transaction: all or none (an unknown exchange
         refuses the batch, and every exchange in it awaits its feedback again)."""
-        return FeedbackBatchDone(items=_learn(learning, body.items, *_key_namespace(request, credentials)))
+        namespace, _ = _key_namespace(request, credentials)
+        return FeedbackBatchDone(items=_learn(learning, body.items, namespace))
 
 
-def _learn(learning: Learning, bodies: Sequence[FeedbackIn], namespace: str, key_id: str) -> list[FeedbackDone]:
+def _learn(learning: Learning, bodies: Sequence[FeedbackIn], namespace: str) -> list[FeedbackDone]:
     """Take the exchanges the feedback names and learn from them together; on any refusal each goes back to await
     its feedback, and nothing was learnt."""
     taken: list[tuple[str, Exchange]] = []
