@@ -110,7 +110,8 @@ class _MemoryAPI(ABC):
         self, name: str, embedder: str = "minilm", *, ttl_s: float | None = None, capacity: int | None = None
     ) -> Any:
         """Create a namespace (with its forgetting policy, if given); returns its key (shown only this once)."""
-        body = {"name": name, "embedder": embedder, "ttl_s": ttl_s, "capacity": capacity}
+        policy = {field: value for field, value in (("ttl_s", ttl_s), ("capacity", capacity)) if value is not None}
+        body = {"name": name, "embedder": embedder, **policy}  # without a policy, what services before it accept
         return self._send(Call("POST", "/v1/namespaces", body, read=lambda answer: answer["key"]))
 
     def rotate_key(self, namespace: str) -> Any:
