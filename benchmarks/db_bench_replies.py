@@ -91,7 +91,7 @@ def _verdict_if_ended_now(env: Any) -> bool:
     a SELECT by an empty answer."""
     from ttlearn.envs._llb_verdict import answer_matches
 
-    expected = env.current.expected(env.engine)
+    expected = env.current.expected(env.engine.name)
     if expected.md5 is not None:
         return env.table.table_hash() == expected.md5
     return answer_matches("", expected.rows or ())

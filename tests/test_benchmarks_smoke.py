@@ -94,6 +94,7 @@ SMOKE = {
     "similarity_calibration.py": (["--embedder", "hash", "--orders", "1"], [], False, "similarity mean"),
     "service.py": (["--sizes", "200", "--clients", "1", "--seconds", "1"], ["fastapi", "uvicorn"], False, "p99"),
     "proxy_overhead.py": (["--items", "200", "--requests", "5"], ["fastapi", "uvicorn"], False, "overhead"),
+    "proxy_breakdown.py": (["--items", "200", "--requests", "5"], ["fastapi", "uvicorn"], False, "p99"),
     "proxy_load.py": (["--clients", "2", "--exchanges", "3"], ["fastapi", "uvicorn"], False, "lost feedback: none"),
     "postgres_memory.py": (
         ["--writers", "2", "--feedbacks", "20", "--items", "300", "--queries", "20", "--probes", "3", "--clients", "1"]
