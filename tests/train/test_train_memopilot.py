@@ -248,9 +248,14 @@ def test_rollout_games_in_flight_score_as_sequential_ones(trainer: MemoPilotTrai
 
 
 @pytest.mark.model
-def test_the_development_curve_is_logged_compared_with_step_0_and_drawn(tmp_path) -> None:
+def test_the_development_curve_is_logged_drawn_and_its_games_recorded_once_across_a_resume(tmp_path) -> None:
     """Every `eval_every` steps the greedy writer plays the fixed development sequences; step 1's line also holds
-    the evaluation before any update, which later ones are paired with (read back from the log after a resume)."""
+    the evaluation before any update, which later ones are paired with (read back from the log after a resume).
+
+    episodes.jsonl: the training games as "episode" lines, the evaluations' as marked "evaluation" lines (which
+    evaluation, with the writer's notes or no memory); the no-memory games are played and recorded once a run, and a
+    resumed run reads their value back instead of playing them again. (One run checks both files: the same
+    step-then-resume run wrote them.)"""
     settings = {"eval_every": 1, "eval_seeds": [3], "writer_form": "counter", "max_completion_length": 12}
     MemoPilotTrainer(tiny(tmp_path, steps=1, **settings), player=NoteHashPlayer()).train()
     resumed = MemoPilotTrainer(tiny(tmp_path, steps=2, **settings), player=NoteHashPlayer())
@@ -269,6 +274,18 @@ def test_the_development_curve_is_logged_compared_with_step_0_and_drawn(tmp_path
     assert 'data-chart="training"' in svg and "training-greedy" in svg
     assert second["eval"]["none"] == start["none"]  # the no-memory baseline read back after the resume
 
+    lines = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
+    training = [line for line in lines if line["type"] == "episode"]
+    # per step: 1 sequence, game 1 once, then 2 rollouts × game 2
+    assert [line["step"] for line in training] == [1, 1, 1, 2, 2, 2]
+    evaluation = [line for line in lines if line["type"] == "evaluation"]
+    assert len(training) + len(evaluation) == len(lines)
+    writer = [(line["step"], line["after_step"]) for line in evaluation if line["memory"] == "writer"]
+    # each evaluation: 2 sequences (cycle3, biased × seed 3), game 1 then the greedy writer's game 2
+    assert writer == [(1, 0)] * 4 + [(1, 1)] * 4 + [(2, 2)] * 4
+    baseline = [line for line in evaluation if line["memory"] == "none"]
+    assert [(line["step"], line["after_step"]) for line in baseline] == [(1, 0), (1, 0)]  # not again after resume
+
 
 @pytest.mark.model
 def test_the_stopping_rule_ends_the_run_at_the_first_evaluation_without_a_new_best(tmp_path) -> None:
@@ -282,27 +299,6 @@ def test_the_stopping_rule_ends_the_run_at_the_first_evaluation_without_a_new_be
     run = tmp_path / "run"
     assert (run / "step_0001").is_dir() and (run / "final").is_dir()
     assert MemoPilotTrainer(tiny(tmp_path, patience=1, **settings), player=NoteHashPlayer()).train() == []
-
-
-@pytest.mark.model
-def test_evaluation_games_are_marked_and_recorded_once_across_a_resume(tmp_path) -> None:
-    """episodes.jsonl: the training games as "episode" lines, the evaluations' as marked "evaluation" lines (which
-    evaluation, with the writer's notes or no memory); the no-memory games are played and recorded once a run, and a
-    resumed run reads their value back instead of playing them again."""
-    settings = {"eval_every": 1, "eval_seeds": [3], "max_completion_length": 8}
-    MemoPilotTrainer(tiny(tmp_path, steps=1, **settings), player=NoteHashPlayer()).train()
-    MemoPilotTrainer(tiny(tmp_path, steps=2, **settings), player=NoteHashPlayer()).train()
-    lines = [json.loads(line) for line in (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()]
-    training = [line for line in lines if line["type"] == "episode"]
-    # per step: 1 sequence, game 1 once, then 2 rollouts × game 2
-    assert [line["step"] for line in training] == [1, 1, 1, 2, 2, 2]
-    evaluation = [line for line in lines if line["type"] == "evaluation"]
-    assert len(training) + len(evaluation) == len(lines)
-    writer = [(line["step"], line["after_step"]) for line in evaluation if line["memory"] == "writer"]
-    # each evaluation: 2 sequences (cycle3, biased × seed 3), game 1 then the greedy writer's game 2
-    assert writer == [(1, 0)] * 4 + [(1, 1)] * 4 + [(2, 2)] * 4
-    baseline = [line for line in evaluation if line["memory"] == "none"]
-    assert [(line["step"], line["after_step"]) for line in baseline] == [(1, 0), (1, 0)]  # not again after resume
 
 
 @pytest.mark.model
