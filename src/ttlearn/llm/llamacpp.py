@@ -16,6 +16,10 @@ reply depend on the calls before it (4 of 43 Spider replies differed between two
 reused only in whole aligned batches — the leading `n_batch`-token blocks of the previous *prompt*, which a fresh
 evaluation of this prompt would compute identically — and the rest is evaluated from there, in the same blocks a
 fresh evaluation uses. `benchmarks/llamacpp_prefix.py` measures what this costs against unrestricted reuse.
+Those blocks are therefore the same whichever call computed them, so they are kept once per model, for every slot
+(`PrefixStore`): the runner's system prompt and instruction turn, shared by every task and both arms, and each task's
+earlier turns are evaluated once even when another arm's prompt has taken the slot in between
+(`benchmarks/db_bench_calls.py`).
 
 Calls in flight together (episodes in flight, controls played beside the memory arm) each take a context of their
 own on the one loaded model (`Slot`), since a reply depends neither on the slot's earlier contents (the rule above)
@@ -149,12 +153,57 @@ def context_beside(base: Any) -> Any:
     return twin
 
 
+class PrefixStore:
+    """The KV state of the whole aligned blocks of prompts evaluated before, shared by every slot of one model. Those
+    blocks hold exactly what a fresh evaluation computes (the module's docstring), so restoring them into any slot
+    leaves every reply as it was. The most recently used states are kept within `budget` bytes; a state whose
+    tokens another one extends is dropped for it (restoring the longer one and cutting it serves both)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._states: OrderedDict[int, tuple[np.ndarray, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._key = 0
+
+    @staticmethod
+    def common(a: np.ndarray, b: np.ndarray) -> int:
+        """How many leading tokens `a` and `b` share."""
+        n = min(len(a), len(b))
+        differ = np.flatnonzero(a[:n] != b[:n])
+        return int(differ[0]) if differ.size else n
+
+    def longest(self, tokens: np.ndarray, block: int) -> tuple[int, Any]:
+        """The stored state sharing the most whole `block`-token blocks with `tokens` (the smallest of those, the
+        cheapest to restore), and how many tokens that is (0 and None when none shares a block)."""
+        best, state, key = 0, None, None
+        with self._lock:
+            for k, (held, saved) in self._states.items():
+                shared = self.common(held, tokens) // block * block
+                if shared > best or (shared == best > 0 and len(saved) < len(state)):
+                    best, state, key = shared, saved, k
+            if key is not None:
+                self._states.move_to_end(key)
+        return best, state
+
+    def put(self, tokens: np.ndarray, state: Any) -> None:
+        """Keep `state`, the KV cache of exactly `tokens` (whole blocks), as the most recent."""
+        with self._lock:
+            for k in [k for k, (held, _) in self._states.items() if self.common(held, tokens) == len(held)]:
+                del self._states[k]
+            self._key += 1
+            self._states[self._key] = (tokens, state)
+            while sum(len(saved) for _, saved in self._states.values()) > self.budget and len(self._states) > 1:
+                self._states.popitem(last=False)
+
+
 class Slot:
     """One llama.cpp context: a KV cache and a token position, so one call at a time. Its cache is reused only in
-    whole aligned batches (the module's docstring), so a reply is the same in any slot, whatever it held before."""
+    whole aligned batches (the module's docstring), so a reply is the same in any slot, whatever it held before;
+    with a `store`, also the blocks any slot evaluated before."""
 
-    def __init__(self, llama: Any) -> None:
+    def __init__(self, llama: Any, store: PrefixStore | None = None) -> None:
         self.llama = llama
+        self.store = store
         self.exact_upto = 0
         """Leading cache positions filled by a prompt evaluation that started at an aligned block."""
 
@@ -169,9 +218,53 @@ class Slot:
         return common - common % self.llama.n_batch
 
     def reuse_exactly(self, tokens: list[int]) -> None:
-        """Keep the exactly reusable cached prefix of `tokens`; the caller evaluates the rest."""
-        self.llama.n_tokens = self.reusable(tokens)
+        """Keep the exactly reusable cached prefix of `tokens`, or restore a longer one from the store; with a store,
+        evaluate the whole blocks after it and store them. The caller evaluates the rest (the last, partial block)."""
+        keep = self.reusable(tokens)
+        if self.store is not None:
+            block = self.llama.n_batch
+            whole = (len(tokens) - 1) // block * block
+            held = np.asarray(tokens[:whole], dtype=np.intc)
+            stored, state = self.store.longest(held, block)
+            if stored > keep:
+                self._restore(state, tokens, stored)
+                keep = stored
+            self.llama.n_tokens = keep
+            if stored < whole:
+                if keep < whole:
+                    self.llama.eval(tokens[keep:whole])
+                self.store.put(held, self._state())
+                keep = whole
+        self.llama.n_tokens = keep
         self.exact_upto = len(tokens)
+
+    def _memory(self) -> Any:
+        import llama_cpp
+
+        return llama_cpp.llama_get_memory(self.llama._ctx.ctx)
+
+    def _state(self) -> Any:
+        """The KV cache of this slot's `n_tokens` leading tokens, as llama.cpp serialises a sequence."""
+        import ctypes
+
+        import llama_cpp
+
+        llama_cpp.llama_memory_seq_rm(self._memory(), 0, self.llama.n_tokens, -1)
+        ctx = self.llama._ctx.ctx
+        state = (ctypes.c_uint8 * llama_cpp.llama_state_seq_get_size(ctx, 0))()
+        if llama_cpp.llama_state_seq_get_data(ctx, state, len(state), 0) != len(state):
+            raise LLMError("llama.cpp could not save a prompt prefix's state")
+        return state
+
+    def _restore(self, state: Any, tokens: list[int], upto: int) -> None:
+        """Put a stored state into this slot's cache, cut to its `upto` leading tokens (which are `tokens`')."""
+        import llama_cpp
+
+        llama_cpp.llama_memory_clear(self._memory(), False)
+        if llama_cpp.llama_state_seq_set_data(self.llama._ctx.ctx, state, len(state), 0) != len(state):
+            raise LLMError("llama.cpp could not restore a prompt prefix's state")
+        llama_cpp.llama_memory_seq_rm(self._memory(), 0, upto, -1)
+        self.llama.input_ids[:upto] = tokens[:upto]
 
     def last_logprobs(self) -> np.ndarray:
         logits = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(self.llama.n_vocab(),))
@@ -227,6 +320,11 @@ DEFAULT_SLOTS = 4
 resident for the 0.5B coder at n_ctx 4096, measured); a call beyond them waits for a free one."""
 
 
+DEFAULT_PREFIX_BYTES = 256 * 2**20
+"""What `PrefixStore` keeps at most per model: about 20,000 tokens of the 0.5B coder (12 KB each), 9,000 of the 1.5B
+(28 KB each), i.e. a dozen db_bench prompts or more."""
+
+
 class LlamaCpp(LLM):
     """One llama.cpp model in this process, with a context (`Slot`) per call in flight. A context is not thread-safe
     (one KV cache, one token position), so concurrent callers (episodes in flight) each take a free one, and a new
@@ -246,6 +344,7 @@ class LlamaCpp(LLM):
         n_threads: int | None = None,
         choice_method: str = DEFAULT_CHOICE_METHOD,
         max_slots: int = DEFAULT_SLOTS,
+        prefix_bytes: int = DEFAULT_PREFIX_BYTES,
     ) -> None:
         if choice_method not in CHOICE_METHODS:
             raise ValueError(f"unknown choice method {choice_method!r}; choose one of: {', '.join(CHOICE_METHODS)}")
@@ -277,7 +376,14 @@ class LlamaCpp(LLM):
         self.max_slots = max_slots
         self.side_by_side = min(self.threads, max_slots)
         """A context per thread: more calls side by side than threads would only take turns on the cores."""
-        self._slots = [Slot(self.model)]
+        import llama_cpp
+
+        sliding = llama_cpp.llama_model_n_swa(self.model.model) > 0
+        self.prefix_store = PrefixStore(prefix_bytes) if prefix_bytes > 0 and not sliding else None
+        """Whole prompt blocks evaluated before, for every slot. None: each slot reuses only its own cache; so for a
+        model with sliding-window attention (Gemma 3), where a restored state did not give a fresh evaluation's
+        reply (its window's cache is kept apart)."""
+        self._slots = [Slot(self.model, self.prefix_store)]
         self._free = list(self._slots)
         self._turns = threading.Condition()
         """Guards the free slots: a caller takes one, or opens one, or waits for one."""
@@ -295,7 +401,7 @@ class LlamaCpp(LLM):
                 slot = max(self._free, key=lambda free: free.reusable(tokens))
                 self._free.remove(slot)
             else:
-                slot = Slot(context_beside(self.model))
+                slot = Slot(context_beside(self.model), self.prefix_store)
                 self._slots.append(slot)
             busy = len(self._slots) - len(self._free)
         slot.set_threads(max(1, self.threads // busy))
