@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from test_train_lamer import TINY_MINES
 from test_update import float64_policy
 
 from ttlearn.llm.hf import model_dir
@@ -22,7 +23,7 @@ def config(out: Path) -> LamerTrainConfig:
     """Two instances × 2 trials × 2 attempts a step, reflections between them (free-text ones, so the update sees
     decisions and texts), two steps: the second starts from the first's weights, so the runs must agree on both."""
     return LamerTrainConfig(
-        env="minesweeper", env_options={"turns": 2}, actions="choices", out=out, tasks=2, tasks_per_step=2,
+        env="minesweeper", env_options=TINY_MINES, actions="choices", out=out, tasks=2, tasks_per_step=2,
         group=2, attempts=2, steps=2, reflection_tokens=8, lr=1e-2, micro_batch=2,
     )  # fmt: skip
 

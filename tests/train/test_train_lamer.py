@@ -34,7 +34,9 @@ from ttlearn.train.update import Choice
 from ttlearn.types import Episode, Step
 
 torch.set_num_threads(1)
-TINY_MINES = {"turns": 2}
+TINY_MINES = {"rows": 4, "cols": 5, "mines": 2, "turns": 2}
+"""Two turns on a 4×5 board: a decision scores 20 cells, not the default board's 36, and scoring the choices (one
+SmolLM2-vocabulary softmax per answer token) is most of a LaMer step's time here."""
 
 
 @pytest.fixture(scope="module")
