@@ -12,6 +12,10 @@ from typing import NoReturn
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TTLEARN_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Threads that wait for work sleep instead of spinning: the two-thread numeric tests (tests/numeric.py) share two
+# cores with other processes, and a spinning OpenMP thread holds a core its partner needs (one such test: 92 s
+# spinning, 4.2 s sleeping, on the loaded 2-core machine). The thread count, hence the summation order, is the same.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 from numeric import summation_order  # noqa: E402,F401 - the fixture every numeric test takes (tests/numeric.py)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -61,9 +62,17 @@ def tuned() -> HFPolicy:
     return random_lora("float32")
 
 
-@pytest.fixture
-def tuned64() -> HFPolicy:
+@pytest.fixture(scope="module")
+def shared_tuned64() -> HFPolicy:
     return random_lora("float64")
+
+
+@pytest.fixture
+def tuned64(shared_tuned64: HFPolicy) -> Iterator[HFPolicy]:
+    """One float64 LoRA policy for the module's six numeric tests (none changes a weight), its gradients cleared
+    after each so that none sees another's."""
+    yield shared_tuned64
+    shared_tuned64.model.zero_grad(set_to_none=True)
 
 
 def test_cache_reproduces_the_gguf_logits_and_forgets_the_quantizer(plain: HFPolicy) -> None:
