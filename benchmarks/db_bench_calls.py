@@ -134,7 +134,7 @@ def play_path(path: str, args: argparse.Namespace, memory: Path, out: Path) -> d
 
     config = RunConfig(
         env="db_bench",
-        env_options={"split": "dev", "engine": args.engine, "stop_repeats": True},
+        env_options={"split": "dev", "engine": args.engine, "stop_repeats": True, "max_round": args.max_round},
         memory="memrl",
         memory_options={"preset": "llb"},
         player=args.llm,
@@ -205,6 +205,7 @@ def main() -> None:
     parser.add_argument("--llm", default="qwen-coder", help="an embedded llama.cpp model (qwen-coder-1.5b: ~1 GB)")
     parser.add_argument("--tasks", type=int, default=3, help="dev tasks, each played by both arms (default 3)")
     parser.add_argument("--engine", default="sqlite", choices=("sqlite", "mariadb"))
+    parser.add_argument("--max-round", type=int, default=15, help="the task's round limit (the runner's 15)")
     parser.add_argument("--path", choices=PATHS, help=argparse.SUPPRESS)  # a child's one path
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -224,7 +225,8 @@ def main() -> None:
         unpacked_memory(Path(scratch) / "memory")
         for path in PATHS:
             child = [sys.executable, __file__, "--path", path, "--scratch", scratch, "--llm", args.llm]
-            subprocess.run([*child, "--tasks", str(args.tasks), "--engine", args.engine], check=True)
+            options = ["--tasks", str(args.tasks), "--engine", args.engine, "--max-round", str(args.max_round)]
+            subprocess.run([*child, *options], check=True)
             results[path] = json.loads((Path(scratch) / f"{path}.json").read_text())
     for path, result in results.items():
         report(path, result, args.tasks, None if path == "today" else results["today"])

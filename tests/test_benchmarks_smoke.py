@@ -23,6 +23,12 @@ SMOKE = {
         True,
         "ratio",
     ),
+    "db_bench_calls.py": (
+        ["--llm", "smollm2", "--tasks", "1", "--max-round", "1"],
+        ["llama_cpp", "sentence_transformers"],
+        True,
+        "identical to today's path",
+    ),
     "db_bench_replies.py": (["{tmp}/run", "--replay", "mariadb", "--tasks"], ["pymysql"], False, "ever answered"),
     "db_bench_similarity.py": (["--embedder", "hash", "--split", "dev", "--step", "0.2"], [], False, "other-skill"),
     "db_bench_speed.py": (
