@@ -18,18 +18,16 @@ import asyncio
 import json
 import os
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import httpx2
 import numpy as np
-from proxy_overhead import Stub, start_proxy
+from proxy_overhead import start_proxy, start_stub
 from service import build_store, situation
 
 from ttlearn.memory.retrieval import phase_a, phase_b
@@ -65,10 +63,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=500)
     args = parser.parse_args()
-    stub = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    stub.daemon_threads = True
-    threading.Thread(target=stub.serve_forever, daemon=True).start()
-    upstream = f"http://127.0.0.1:{stub.server_address[1]}/v1"
+    stub, upstream = start_stub()
     rng = np.random.default_rng(0)
     stage = Stages()
     with tempfile.TemporaryDirectory() as tmp:

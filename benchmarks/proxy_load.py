@@ -18,17 +18,15 @@ import os
 import random
 import signal
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import httpx2
 import numpy as np
-from proxy_overhead import Stub, start_proxy
+from proxy_overhead import start_proxy, start_stub
 from service import ADMIN
 
 from ttlearn.memory.remote import MemoryClient
@@ -69,12 +67,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--exchanges", type=int, default=50)
     args = parser.parse_args()
-    stub = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    stub.daemon_threads = True
-    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    stub, upstream = start_stub()
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "load.sqlite"
-        proxy, url = start_proxy(store, f"http://127.0.0.1:{stub.server_address[1]}/v1", "-m", "write=trajectory")
+        proxy, url = start_proxy(store, upstream, "-m", "write=trajectory")
         try:
             with MemoryClient(url, ADMIN) as admin:
                 key = admin.create_namespace("load", embedder="hash")

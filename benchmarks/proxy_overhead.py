@@ -65,6 +65,14 @@ class Stub(BaseHTTPRequestHandler):
         self.wfile.write(ANSWER)
 
 
+def start_stub() -> tuple[ThreadingHTTPServer, str]:
+    """The `Stub` upstream on a free loopback port, served from a daemon thread; the server and its base URL."""
+    stub = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    stub.daemon_threads = True
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    return stub, f"http://127.0.0.1:{stub.server_address[1]}/v1"
+
+
 def start_proxy(store: Path, upstream: str, *options: str) -> tuple[subprocess.Popen, str]:
     """`ttlearn proxy` on `store` in front of `upstream`, with `options` more; its process and URL once it answers."""
     port = free_port()
@@ -94,10 +102,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=500)
     args = parser.parse_args()
-    stub = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    stub.daemon_threads = True
-    threading.Thread(target=stub.serve_forever, daemon=True).start()
-    upstream = f"http://127.0.0.1:{stub.server_address[1]}/v1"
+    stub, upstream = start_stub()
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         key, _ = build_store(Path(tmp) / "proxy.sqlite", args.items)

@@ -7,6 +7,7 @@ takes a minute, once per machine.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import NoReturn
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -114,6 +115,15 @@ def postgres_url(postgres_server, request):
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')
     return postgres_server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_location(request, tmp_path: Path) -> str:
+    """Where a memory store lives, once on each back end: a SQLite file, then a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "store.sqlite")
+    pytest.importorskip("psycopg")
+    return request.getfixturevalue("postgres_url")
 
 
 @pytest.fixture(scope="session")

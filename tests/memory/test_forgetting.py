@@ -26,12 +26,9 @@ from ttlearn.memory.store import MemoryStore
 DAY = 86_400.0
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def location(request, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "mem.sqlite")
-    pytest.importorskip("psycopg")
-    return request.getfixturevalue("postgres_url")
+@pytest.fixture
+def location(store_location: str) -> str:
+    return store_location
 
 
 def test_keep_score_is_q_plus_an_optimism_bonus_minus_staleness() -> None:

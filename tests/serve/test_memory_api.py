@@ -9,7 +9,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -27,12 +26,9 @@ ITEM_BYTES = 500 + 256 + 1 + 1368 + 96
 intent, the base64 of its 256 float32 and the intent record."""
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "service.sqlite")
-    pytest.importorskip("psycopg")
-    return request.getfixturevalue("postgres_url")
+@pytest.fixture
+def store(store_location: str) -> str:
+    return store_location
 
 
 @contextmanager

@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
@@ -73,12 +72,9 @@ def namespace_write_lock(store: str, name: str) -> Iterator[None]:
         conn.close()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store(request, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "service.sqlite")
-    pytest.importorskip("psycopg")
-    return request.getfixturevalue("postgres_url")
+@pytest.fixture
+def store(store_location: str) -> str:
+    return store_location
 
 
 def test_a_quota_holds_across_replicas(store: str) -> None:
