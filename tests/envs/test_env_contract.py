@@ -48,3 +48,16 @@ def test_a_leaking_transcript_breaks_the_contract():
     leaky = Leaky()
     with pytest.raises(ContractError, match="hidden facts"):
         check_env(leaky, seed=3)
+
+
+def test_a_declared_reading_without_advice_breaks_the_contract():
+    """An environment that declares readings of its opponent must turn each into advice (MemoPilot completes a
+    note with it); RPS and hold'em pass above."""
+    env = make_env("rps", opponent="biased")
+
+    class Mute(type(env)):
+        def advice(self, reading: str) -> str:
+            return "" if reading == "paper" else super().advice(reading)
+
+    with pytest.raises(ContractError, match="every declared reading.*'paper'"):
+        check_env(Mute(opponent="biased"), seed=3)

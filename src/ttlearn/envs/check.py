@@ -41,6 +41,7 @@ ORACLE = "the oracle must solve every checked instance"
 RESTARTS = "restart() must return an observation"
 HIDDEN = "what the agent sees must hold no hidden facts"
 COUNTS = "instance_count() must be positive"
+ADVICE = "advice(reading) must give non-empty text for every declared reading"
 
 RESETS = "reset(seed) must be deterministic given the options and the seed"
 REPLAYS = "the same seed and moves must give the same rewards"
@@ -154,6 +155,9 @@ def check_env(
 def _check(env: Env, twin: Env | None, seeds: list[int], restarts: int, use_oracle: bool) -> dict[str, Any]:
     rules = _Rules()
     rules.require(isinstance(env.describe(), str) and bool(env.describe().strip()), DESCRIBES)
+    for reading in env.readings:
+        advice = env.advice(reading)
+        rules.require(isinstance(advice, str) and bool(advice.strip()), ADVICE, repr(reading))
     if use_oracle:
         rules.require(env.has_oracle, f"{env.name} has no oracle_action")
     played = [_check_seed(env, twin, seed, restarts, use_oracle, rules) for seed in seeds]

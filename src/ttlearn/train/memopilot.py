@@ -76,7 +76,7 @@ class MemoPilotTrainConfig(TrainConfig):
         default_factory=lambda: ["cycle3", "beat-last", "biased"], min_length=1, description="Training opponents."
     )
     games: int = Field(4, ge=2, description="T: games per rollout; the writes after games 1..T-1 are trained.")
-    rounds: int = Field(10, ge=1, description="Rounds per game.")
+    rounds: int = Field(10, ge=1, description="Rounds per game (hands, for hold'em).")
     group: int = Field(4, ge=2, description="G: rollouts per sequence (the turn-level advantage group).")
     sequences_per_step: int = Field(1, ge=1, description="Training sequences (opponent, seed) per step.")
     steps: int = Field(30, ge=1, description="Optimiser steps.")
