@@ -7,6 +7,7 @@ Where two paths must compute the same function, the test runs the model in float
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -200,6 +201,11 @@ def test_lora_trains_only_the_adapters(tuned: HFPolicy) -> None:
 
 def test_adapter_round_trip_gives_identical_logprobs(tuned: HFPolicy, tmp_path) -> None:
     tuned.save_adapter(tmp_path)
+    # 460,800 float32 weights: three shards, each a file a repository keeps (under 1 MB)
+    shards = sorted(p.name for p in tmp_path.glob("adapter_model-*.safetensors"))
+    assert shards == [f"adapter_model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
+    assert not (tmp_path / "adapter_model.safetensors").exists()
+    assert max(p.stat().st_size for p in tmp_path.iterdir()) < 1_000_000
     restored = make_llm(f"hf:{tmp_path}")
     assert isinstance(restored, HFPolicy) and restored.lora == tuned.lora and restored.spec == f"hf:{tmp_path}"
     prompt, completion = tuned.encode(LONG), tuned.answer_ids("paper, since rock loses to it")
@@ -210,6 +216,19 @@ def test_adapter_round_trip_gives_identical_logprobs(tuned: HFPolicy, tmp_path) 
             base, _ = restored.sequence_logprobs([prompt], [completion])
     assert torch.allclose(got, expected, atol=1e-6)
     assert not torch.allclose(base, expected, atol=1e-3)  # the adapter is really in use
+
+
+def test_an_adapter_missing_a_shard_or_pointing_outside_is_refused(tuned: HFPolicy, tmp_path) -> None:
+    tuned.save_adapter(tmp_path)
+    index = tmp_path / "adapter_model.safetensors.index.json"
+    (tmp_path / "adapter_model-00002-of-00003.safetensors").unlink()
+    with pytest.raises(ValueError, match="lacks the shard adapter_model-00002-of-00003.*copy the whole directory"):
+        make_llm(f"hf:{tmp_path}")
+    saved = json.loads(index.read_text())
+    saved["weight_map"] = dict.fromkeys(saved["weight_map"], "../elsewhere.safetensors")
+    index.write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="names '../elsewhere.safetensors', not a shard"):
+        make_llm(f"hf:{tmp_path}")
 
 
 def test_one_optimiser_step_moves_only_the_adapters(tuned: HFPolicy) -> None:
