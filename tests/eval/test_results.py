@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ttlearn.eval.metrics import mcnemar_exact
-from ttlearn.eval.results import BEGIN, END, render, replace_table, row_cells
+from ttlearn.eval.results import BEGIN, END, p_cell, render, replace_table, row_cells
 from ttlearn.eval.summary import RunSummary, summarize
 from ttlearn.runs import Run, RunConfig, RunDir
 
@@ -140,3 +140,7 @@ def test_the_table_goes_between_the_markers_only():
     assert replace_table(text, "new") == f"before\n{BEGIN}\nnew\n{END}\nafter\n"
     with pytest.raises(ValueError, match="markers"):
         replace_table("no markers here", "new")
+
+
+def test_a_p_rounded_to_zero_by_a_report_reads_as_below_its_precision():
+    assert [p_cell(p) for p in (0.0, 0.00009, 0.0089, 0.51, 0.999)] == ["< 0.0001", "< 0.0001", "0.0089", "0.51", "1.0"]

@@ -48,6 +48,9 @@ def wilson_cell(rate: float, n: int) -> str:
 
 
 def p_cell(p: float) -> str:
+    """Reports store p at four decimals, so a 0 there is a p below 0.0001 (an exact test's p is never 0)."""
+    if p < 0.0001:
+        return "< 0.0001"
     return "1.0" if p >= 0.995 else f"{p:.2g}"
 
 
