@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ttlearn.envs.rps_bots import MOVES
 from ttlearn.eval.report.sections import DIGITS, RecordedRun, load_runs, paired_section
+from ttlearn.eval.results import p_cell
 from ttlearn.memory.memopilot import FORMS, named_reading
 from ttlearn.runs import Run
 
@@ -76,9 +77,8 @@ def main() -> None:
     groups["**all**"] = runs
     rows = {name: paired_row(group, args.a, args.b) for name, group in groups.items()}
     for name, row in rows.items():
-        p = f"{row['p']:.2g}" if row["p"] else "< 0.0001"  # the report rounds p to 4 decimals
         print(f"| {name} | {row['sequences']} | {row['mean_difference']:+.3f} | {row['a_better']} / {row['b_better']} "
-              f"| {p} |")  # fmt: skip
+              f"| {p_cell(row['p'])} |")  # fmt: skip
 
     report = json.loads((args.arena / "report.json").read_text())
     recorded = next(p for p in report["paired"] if {p["a"], p["b"]} == {args.a, args.b})

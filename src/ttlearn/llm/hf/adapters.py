@@ -95,19 +95,22 @@ def shard_weights(directory: Path, shard_bytes: int = SHARD_BYTES) -> None:
     if not whole.is_file() or whole.stat().st_size <= shard_bytes:
         return
     groups: list[dict[str, Any]] = [{}]
+    filled = total = 0
     for name, tensor in load_file(whole).items():
         size = tensor.numel() * tensor.element_size()
         if size > shard_bytes:
             raise ValueError(f"tensor {name} alone has {size} bytes, more than a shard's {shard_bytes}")
-        if sum(t.numel() * t.element_size() for t in groups[-1].values()) + size > shard_bytes:
+        if filled + size > shard_bytes:
             groups.append({})
+            filled = 0
         groups[-1][name] = tensor
+        filled += size
+        total += size
     weight_map = {}
     for number, group in enumerate(groups, start=1):
         file = f"adapter_model-{number:05d}-of-{len(groups):05d}.safetensors"
         save_file(group, directory / file, metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(group, file))
-    total = sum(t.numel() * t.element_size() for g in groups for t in g.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (directory / SHARD_INDEX).write_text(json.dumps(index, indent=2))
     whole.unlink()
