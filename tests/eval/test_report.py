@@ -285,3 +285,20 @@ def test_names_with_dollars_are_drawn_as_plain_text():
     ]
     for svg in svgs:
         assert "$\\frac{$" in svg and "$x^2$" in svg
+
+
+def test_paired_p_reads_as_the_results_table_writes_it():
+    """Reports keep p at four decimals: a stored 0 is p < 0.0001 (an exact test's p is never 0), as docs/results.md
+    says it, not "0" in the terminal."""
+    from rich.console import Console
+
+    from ttlearn.eval.report.render import paired_table
+
+    row = {"a": "x", "b": "y", "sequences": 297, "mean_difference": 0.77, "a_better": 119, "b_better": 46}
+    report = {"paired": [{**row, "p": 0.0}, {**row, "b": "z", "p": 0.0312}, {**row, "b": "w", "p": None}]}
+    console = Console(width=200, record=True)
+    console.print(paired_table(report))
+    lines = {line.split("│")[2].strip(): line for line in console.export_text().splitlines() if line.count("│") > 3}
+    assert lines["y"].rstrip(" │").endswith("< 0.0001")
+    assert lines["z"].rstrip(" │").endswith("0.031")
+    assert lines["w"].rstrip(" │").endswith("–")

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ttlearn.eval.report.plots import curves_chart, elo_chart, method_styles, slug, success_chart
 from ttlearn.eval.report.sections import build_report
+from ttlearn.eval.results import p_cell
 from ttlearn.runs import REPORT_HTML, REPORT_JSON
 from ttlearn.untrusted import write_atomic
 
@@ -40,6 +41,10 @@ def _fmt(x: float | None, spec: str = "+.2f") -> str:
     return "–" if x is None else format(x, spec)
 
 
+def _p(p: float | None) -> str:
+    return "–" if p is None else p_cell(p)
+
+
 def _charts(report: dict[str, Any]) -> dict[str, Markup | None]:
     """The inline SVG of each plot the report has data for (None for the others); a method keeps its colour and
     marker in every plot."""
@@ -55,7 +60,7 @@ def _charts(report: dict[str, Any]) -> dict[str, Markup | None]:
 def render_html(report: dict[str, Any]) -> str:
     """The self-contained HTML page of a report (no script, no external resource), from template.html."""
     env = Environment(autoescape=True, undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(fmt=_fmt, heat=_heat, slug=lambda parts: slug(*parts))
+    env.filters.update(fmt=_fmt, p=_p, heat=_heat, slug=lambda parts: slug(*parts))
     template = env.from_string(files(__package__).joinpath("template.html").read_text(encoding="utf-8"))
     scores = {(r["method"], r["opponent"]): r for r in report["scores"]}
     runs_by_cell: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -106,6 +111,6 @@ def paired_table(report: dict[str, Any]) -> Table:
             _fmt(row["mean_difference"]),
             str(row["a_better"]),
             str(row["b_better"]),
-            _fmt(row["p"], ".3g"),
+            _p(row["p"]),
         )
     return table
