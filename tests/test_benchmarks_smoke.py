@@ -77,6 +77,7 @@ SMOKE = {
         True,
         "true-sequence",
     ),
+    "memopilot_curve_reads.py": (["docs/memopilot-powered-run"], [], False, "| 9 | +0.245 | 36 | 36 | 22 |"),
     "memopilot_heldout.py": (["results/arena-memopilot-favourite"], [], False, "| memopilot-trained | 36 | 25 | 3 |"),
     "memopilot_power.py": (["docs/memopilot-dev-attempts/mp-dev6", "--effect", "0.33"], [], False, "0.8 power"),
     "memopilot_writer_probe.py": (
