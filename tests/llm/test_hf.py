@@ -191,6 +191,29 @@ def test_choices_are_scored_by_loglikelihood(plain64: HFPolicy, summation_order)
     assert plain64.answer_ids("paper")[-1] == plain64.tokenizer.eos_token_id
 
 
+def test_sampling_among_choices_draws_whole_answers_by_their_scores(plain: HFPolicy) -> None:
+    """`sample_choices`: every row one whole answer; greedy = the best-scored one; sampled rows follow the seed;
+    each sample's log-probs are its answer's tokens, summing to the answer's score at T = 1."""
+    moves = [" rock", " paper", " scissors"]
+    prompts = [LONG] * 6 + [SHORT] * 2
+    greedy = plain.sample_choices(prompts, moves, temperature=0, seed=0)
+    best = {
+        key: max(scores, key=scores.get)
+        for key, scores in (("long", plain.score_choices(plain.encode(LONG), moves)),
+                            ("short", plain.score_choices(plain.encode(SHORT), moves)))
+    }  # fmt: skip
+    assert [s.text for s in greedy] == [best["long"]] * 6 + [best["short"]] * 2
+    drawn = plain.sample_choices(prompts, moves, temperature=1.0, seed=3)
+    assert drawn == plain.sample_choices(prompts, moves, temperature=1.0, seed=3)
+    scores = plain.score_choices(plain.encode(LONG), moves)
+    for sample in drawn:
+        assert sample.finished and sample.text in moves
+        assert list(sample.completion_ids) == plain.answer_ids(sample.text)
+    assert sum(drawn[0].logprobs) == pytest.approx(scores[drawn[0].text], abs=1e-4)
+    with pytest.raises(ValueError, match="at least one choice"):
+        plain.sample_choices(prompts, [], temperature=1.0, seed=0)
+
+
 def test_lora_trains_only_the_adapters(tuned: HFPolicy) -> None:
     trainable = {n: p for n, p in tuned.model.named_parameters() if p.requires_grad}
     assert all("lora_A" in n or "lora_B" in n for n in trainable)

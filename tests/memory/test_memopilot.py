@@ -11,6 +11,7 @@ from ttlearn.memory.memopilot import (
     MemoPilotMemory,
     named_reading,
     note_source,
+    reading_choices,
     writer_messages,
     writer_stop,
 )
@@ -45,7 +46,7 @@ def test_a_reply_becomes_the_note_its_form_says() -> None:
         "The opponent plays mostly rock, so play paper."
     )
     assert note_source("notes", "Opponent: rock.\nPlay paper.") == "Opponent: rock.\nPlay paper."
-    assert set(FORMS) == {"notes", "counter", "favourite", "style"}
+    assert set(FORMS) == {"notes", "counter", "favourite", "style", "style-choice"}
 
 
 def test_the_memory_writes_and_bounds_a_counter_note() -> None:
@@ -119,3 +120,35 @@ def test_the_memory_completes_a_favourite_note_from_its_games_rules() -> None:
     memory.observe(first_game())
     assert memory.context("") == "The opponent plays mostly paper, so play scissors."
     assert "in one word" in writer.calls[0]["messages"][1]["content"]
+
+
+def holdem_game():
+    env = make_env("holdem", opponent="tight-passive", hands=2, seed=0)
+    return play_sequence_game(env, make_player("scripted:random", None, 0.0, env)[0], lambda task: "", 3, 1)
+
+
+def test_the_choice_form_offers_the_readings_as_answers_after_the_prefill() -> None:
+    advice = holdem_game().info["advice"]
+    assert reading_choices("style", advice) is None  # a form that writes freely
+    assert reading_choices("style-choice", advice) == [f" {r}" for r in advice]
+    assert writer_messages("rules", "", holdem_game(), 15, "style-choice") == writer_messages(
+        "rules", "", holdem_game(), 15, "style"
+    )  # the same question; only the answers it may take differ
+    with pytest.raises(ValueError, match="has none"):
+        reading_choices("style-choice", {})
+    with pytest.raises(ValueError, match="answers choices"):
+        MemoPilotMemory(FakeLLM(["tight"]), form="style-choice").observe(holdem_game())
+
+
+@pytest.mark.model
+def test_the_choice_form_always_writes_a_reading_and_its_advice() -> None:
+    """The real writer (SmolLM2 through `hf:`), which by itself rarely writes a style (docs/memopilot-holdem-run)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from ttlearn.llm import make_llm
+
+    episode = holdem_game()
+    memory = MemoPilotMemory(make_llm("hf:smollm2"), form="style-choice", max_tokens=8, max_chars=120)
+    memory.observe(episode)
+    notes = {note_source("style", f" {r}", episode.info["advice"]) for r in episode.info["advice"]}
+    assert memory.context("") in notes

@@ -317,3 +317,36 @@ def test_a_favourite_note_is_completed_with_the_counter_before_the_player_reads_
     for note, move in zip(written, named):
         if move in counters:
             assert note == f"The opponent plays mostly {move}, so play {counters[move]}."
+
+
+@pytest.mark.model
+def test_a_choice_writer_names_a_reading_in_every_note_and_learns_which(tmp_path) -> None:
+    """`writer_form=style-choice` on hold'em: each write is one of the readings (scored by the writer), completed
+    with its advice; the write's log-probs are what the update recomputes, and an update that rewards the rarer
+    reading raises its share among the readings (the restriction's normaliser adds nothing to the gradient)."""
+    config = tiny(tmp_path, env="holdem", opponents=["tight-passive"], writer_form="style-choice", group=4)
+    trainer = MemoPilotTrainer(config, player=NoteHashPlayer())
+    (played,) = trainer.play_rollouts([(0, "tight-passive", 11)], [0, 1, 2, 3], 1.0, sample_seed=6)
+    readings = trainer.make_env(config, "tight-passive", 11).readings
+    notes = [note for row in played.notes for note in row]
+    assert all(re.fullmatch(rf"The opponent plays ({'|'.join(readings)}), so .+\.", note) for note in notes)
+    samples = [w.sample for w in played.writes]
+    with torch.no_grad():
+        recomputed, _ = trainer.policy.sequence_logprobs(
+            [s.prompt_ids for s in samples], [s.completion_ids for s in samples], 1.0
+        )
+    for sample, row in zip(samples, recomputed):
+        assert list(sample.logprobs) == pytest.approx(row[: len(sample.logprobs)].tolist(), abs=1e-5)
+
+    texts = [s.text for s in samples]  # seeded: three tight-passive, one loose-passive
+    assert sorted(texts) == [" loose-passive"] + [" tight-passive"] * 3
+    choices = [f" {r}" for r in readings]
+
+    def share() -> float:
+        scores = trainer.policy.score_choices(list(samples[0].prompt_ids), choices)
+        return float(torch.softmax(torch.tensor(list(scores.values())), 0)[choices.index(" loose-passive")])
+
+    before = share()
+    advantages = np.array([1.0 if t == " loose-passive" else -1 / 3 for t in texts])
+    policy_update(trainer.policy, trainer.optimizer, samples, advantages, settings(trainer))
+    assert share() > before

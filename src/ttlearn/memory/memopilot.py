@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ttlearn.llm.base import LLM, Message
@@ -31,7 +31,20 @@ class WriterForm:
     """The writer names one reading of the opponent (`Env.readings`: RPS its favourite move, hold'em its style; the
     prompt's field `readings` lists them) and the note is completed with the environment's advice for it
     (`Env.advice`: the move that beats the favourite), so the reward of the next game credits the reading itself."""
+    choice: bool = False
+    """The writer's answer is drawn among the readings alone, each scored by the writer as a whole answer
+    (`reading_choices`, `LLM.complete(choices=…)`; in training `HFPolicy.sample_choices`): every note names a
+    reading, so the notes of a group differ only in which one, and a writer that rarely writes a reading by itself
+    (SmolLM2 on hold'em's styles, docs/memopilot-holdem-run) still gets a reward spread to learn from."""
 
+
+STYLE = WriterForm(
+    "You keep the notes a player reads before each game against this opponent. After every game you name the "
+    "opponent's style in it, one of: {readings}.\n\nCurrent notes: {memory}\n\nThe game just played: {log}",
+    prefill="The opponent plays",
+    one_line=True,
+    completes_advice=True,
+)
 
 FORMS = {
     "notes": WriterForm(
@@ -55,13 +68,8 @@ FORMS = {
         one_line=True,
         completes_advice=True,
     ),
-    "style": WriterForm(
-        "You keep the notes a player reads before each game against this opponent. After every game you name the "
-        "opponent's style in it, one of: {readings}.\n\nCurrent notes: {memory}\n\nThe game just played: {log}",
-        prefill="The opponent plays",
-        one_line=True,
-        completes_advice=True,
-    ),
+    "style": STYLE,
+    "style-choice": replace(STYLE, choice=True),
 }
 """`notes` asks for free notes (every recorded run before issue 40); `counter` asks for one line naming the
 opponent's most frequent move and its counter, the writer's answer opened with the line's first words: the form
@@ -70,8 +78,8 @@ chosen on development data (docs/memopilot.md) so that SmolLM2-135M, untrained, 
 line with the environment's advice for it (its counter): under `counter` the reward credited only the suggested move,
 never the reading that should pick it, and the named favourite decayed (docs/memopilot.md, mp-dev5). `style` is the
 same for an opponent read by its style (hold'em: tight / loose, passive / aggressive), the readings listed in the
-prompt. The instructions come before the game's log, so the prompts of one batch share their head (`HFPolicy`
-evaluates it once)."""
+prompt; `style-choice` asks the same and lets the writer answer only with one of them. The instructions come before
+the game's log, so the prompts of one batch share their head (`HFPolicy` evaluates it once)."""
 
 
 def advice_of(episode: Episode) -> Mapping[str, str]:
@@ -109,6 +117,16 @@ def note_source(form: str, reply: str, advice: Mapping[str, str] | None = None) 
         reading = named_reading(text, list(advice))
         text = f"{reading}, so {advice[reading]}." if reading else text
     return f"{shape.prefill} {text}" if shape.prefill else text
+
+
+def reading_choices(form: str, advice: Mapping[str, str]) -> list[str] | None:
+    """The answers a `choice` form lets the writer give: each reading as written after the prefill (a space first),
+    or None for a form that writes freely."""
+    if not FORMS[form].choice:
+        return None
+    if not advice:
+        raise ValueError(f"the writer form {form!r} picks one of the environment's readings, and this one has none")
+    return [f" {reading}" for reading in advice]
 
 
 def writer_stop(form: str) -> tuple[str, ...]:
@@ -162,12 +180,16 @@ class MemoPilotMemory(Memory):
         assert self.llm is not None
         rules = episode.info.get("rules", episode.task)
         messages = writer_messages(rules, self.text, episode, self.words, self.form)
+        choices = reading_choices(self.form, advice_of(episode))
+        if choices and not self.llm.supports_choices:
+            raise ValueError(f"the writer form {self.form!r} needs a writer that answers choices (hf:…, llama.cpp)")
         reply = self.llm.complete(
             messages,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             seed=episode.seed,
             stop=writer_stop(self.form),
+            choices=choices,
         )
         self.text = bound_memory(note_source(self.form, reply.text, advice_of(episode)), self.max_chars)
 

@@ -38,7 +38,15 @@ from pydantic import Field, model_validator
 from ttlearn.envs.base import ENVS, Env, make_env
 from ttlearn.eval.metrics import mean_ci, paired_sign_flip_p
 from ttlearn.llm.base import make_llm
-from ttlearn.memory.memopilot import FORMS, advice_of, note_source, seen_token_count, writer_messages, writer_stop
+from ttlearn.memory.memopilot import (
+    FORMS,
+    advice_of,
+    note_source,
+    reading_choices,
+    seen_token_count,
+    writer_messages,
+    writer_stop,
+)
 from ttlearn.memory.text import bound_memory
 from ttlearn.players.base import Player
 from ttlearn.players.llm import suggested_action
@@ -330,13 +338,19 @@ class MemoPilotTrainer(Trainer):
                 for row_e, row_m in zip(episodes, memories)
                 for e, m in zip(row_e, row_m)
             ]
-            samples = self.policy.sample(
-                prompts,
-                max_new_tokens=cfg.max_completion_length,
-                temperature=temperature,
-                seed=derive_seed(sample_seed, turn),
-                stop=writer_stop(cfg.writer_form),
-            )
+            choices = reading_choices(cfg.writer_form, advice_of(episodes[0][0]))
+            if choices:
+                samples = self.policy.sample_choices(
+                    prompts, choices, temperature=temperature, seed=derive_seed(sample_seed, turn)
+                )
+            else:
+                samples = self.policy.sample(
+                    prompts,
+                    max_new_tokens=cfg.max_completion_length,
+                    temperature=temperature,
+                    seed=derive_seed(sample_seed, turn),
+                    stop=writer_stop(cfg.writer_form),
+                )
             memories = [
                 [
                     bound_memory(note_source(cfg.writer_form, s.text, advice_of(e)), cfg.memory_chars)

@@ -271,6 +271,40 @@ class HFPolicy(LLM):
                 cache, logits, positions = out[self.cache_arg], widened(out.logits[:, -1]), positions + 1
         return [self._make_sample(prompt_ids[i], drawn[i], logps[i], ended[i], stop) for i in range(len(prompt_ids))]
 
+    def sample_choices(
+        self, prompts: Sequence[Sequence[Message]], choices: Sequence[str], *, temperature: float, seed: int
+    ) -> list[Sample]:
+        """`sample` restricted to whole answers from `choices`: each row draws choice k with probability
+        softmax(score / T)_k, score(k) = log p(choice k + end of turn | prompt) (`choice_scores`; T = 0: argmax,
+        the first listed on a tie), from a generator seeded by `seed` in batch order. Each sample's log-probs are the
+        chosen answer's tokens under the whole vocabulary (`sequence_logprobs`), as the trainer recomputes them:
+        within a group that shares a prompt the restriction's normaliser is the same for every row, so with
+        advantages that sum to zero over the group it adds nothing to the policy gradient."""
+        import torch
+
+        if not choices:
+            raise ValueError("sample_choices needs at least one choice")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        prompt_ids = [self.encode(m) for m in prompts]
+        answers = [self.answer_ids(c) for c in choices]
+        generator = self.generator(seed)
+        with torch.no_grad(), self._evaluating():
+            scores = {p: self.choice_scores(p, answers) for p in dict.fromkeys(map(tuple, prompt_ids))}
+            picks = []
+            for prompt in prompt_ids:
+                score = scores[tuple(prompt)]
+                if temperature == 0:
+                    picks.append(int(score.argmax()))
+                else:
+                    probs = torch.softmax(score / temperature, dim=-1)
+                    picks.append(int(torch.multinomial(probs, 1, generator=generator)))
+            logps, _ = self.sequence_logprobs(prompt_ids, [answers[k] for k in picks], temperature or 1.0)
+        return [
+            Sample(tuple(p), tuple(answers[k]), tuple(logps[i, : len(answers[k])].tolist()), choices[k], True)
+            for i, (p, k) in enumerate(zip(prompt_ids, picks))
+        ]
+
     def _prefill(self, prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """(logits of each row's next token [B, V] in float32, the KV cache of the prompts [B rows], the prompts'
         attention mask [B, P]), each prompt evaluated as if alone, with no work done twice:
