@@ -6,7 +6,7 @@ The trainer's development evaluation plays every training opponent × `eval_seed
 its games (`episodes.jsonl`, type "evaluation": every sequence's game 1, then every game 2, …, the sequences in the
 order opponent by opponent, seed by seed; each game's `info.context` is the note its player was shown). Per
 evaluation this prints the score the curve plots (`metrics.jsonl`), how many notes name a move at all and how many
-name the opponent's favourite of the game before (ties count; `memopilot_heldout.reads_favourite`), and the moves
+name the opponent's favourite of the game before (ties count), and the moves
 each opponent's notes name. The order is checked against the notes `metrics.jsonl` keeps for each opponent's first
 seed.
 """
@@ -19,7 +19,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from memopilot_heldout import favourites, reads_favourite
+from memopilot_heldout import favourites
+from memopilot_power import evaluations
 
 from ttlearn.envs.rps_bots import MOVES
 from ttlearn.memory.memopilot import FORMS, named_reading
@@ -39,12 +40,6 @@ def main() -> None:
     config = json.loads((args.run / "train.json").read_text())
     form, games = config["writer_form"], config["games"]
     sequences = [(o, s) for o in config["opponents"] for s in config["eval_seeds"]]
-    evaluations = {}
-    for line in (args.run / "metrics.jsonl").read_text().splitlines():
-        metrics = json.loads(line)
-        for key in ("eval_start", "eval"):
-            if key in metrics:
-                evaluations[metrics[key]["after_step"]] = metrics[key]
     played: dict[int, list[dict]] = {}
     for record in records(args.run):
         if record["type"] == "evaluation" and record["memory"] == "writer":
@@ -52,7 +47,7 @@ def main() -> None:
 
     print("| after step | score a round (games 2..T) | notes | name a move | name the previous game's favourite |"
           " the moves named, by opponent |\n|---|---|---|---|---|---|")  # fmt: skip
-    for step, evaluation in sorted(evaluations.items()):
+    for step, evaluation in sorted(evaluations(args.run).items()):
         episodes = played.get(step, [])
         if len(episodes) != len(sequences) * games:
             raise SystemExit(f"after step {step}: {len(episodes)} evaluation games, expected {len(sequences) * games}")
@@ -68,7 +63,7 @@ def main() -> None:
                 reading = named_reading(note.removeprefix(FORMS[form].prefill).strip(), MOVES)
                 notes += 1
                 named += reading is not None
-                hits += reads_favourite(note, form, moves)
+                hits += reading in moves
                 by_opponent.setdefault(opponent, Counter())[reading or "none"] += 1
         named_by = ", ".join(f"{o} {'/'.join(sorted(c))}" for o, c in by_opponent.items())
         print(f"| {step} | {evaluation['reward'][0]:+.3f} | {notes} | {named} | {hits} | {named_by} |")

@@ -22,14 +22,15 @@ from pathlib import Path
 from ttlearn.eval.metrics import paired_sample_size
 
 
-def evaluations(run: Path) -> dict[int, list[float]]:
-    """Per-sequence rewards (a round) of every development evaluation, by the step it followed (0: before any)."""
-    found: dict[int, list[float]] = {}
+def evaluations(run: Path) -> dict[int, dict]:
+    """Every development evaluation's record (per-sequence `rewards` a round, `notes`, …), by the step it followed
+    (0: before any)."""
+    found: dict[int, dict] = {}
     for line in (run / "metrics.jsonl").read_text().splitlines():
         metrics = json.loads(line)
         for key in ("eval_start", "eval"):
             if key in metrics:
-                found[metrics[key]["after_step"]] = metrics[key]["rewards"]
+                found[metrics[key]["after_step"]] = metrics[key]
     return found
 
 
@@ -42,7 +43,7 @@ def main() -> None:
     parser.add_argument("--opponents", type=int, default=9, help="sequences a held-out seed adds (default 9)")
     args = parser.parse_args()
     rounds = json.loads((args.run / "train.json").read_text())["rounds"]
-    found = evaluations(args.run)
+    found = {step: record["rewards"] for step, record in evaluations(args.run).items()}
     if 0 not in found or len(found) < 2:
         raise SystemExit(f"{args.run} has no evaluation before its first step and after one: nothing to compare")
     step = args.step if args.step is not None else max((s for s in found if s), key=lambda s: statistics.mean(found[s]))

@@ -275,11 +275,12 @@ class HFPolicy(LLM):
         self, prompts: Sequence[Sequence[Message]], choices: Sequence[str], *, temperature: float, seed: int
     ) -> list[Sample]:
         """`sample` restricted to whole answers from `choices`: each row draws choice k with probability
-        softmax(score / T)_k, score(k) = log p(choice k + end of turn | prompt) (`choice_scores`; T = 0: argmax,
+        softmax(score / T)_k, score(k) = log p(choice k + end of turn | prompt) (as `choice_scores`; T = 0: argmax,
         the first listed on a tie), from a generator seeded by `seed` in batch order. Each sample's log-probs are the
         chosen answer's tokens under the whole vocabulary (`sequence_logprobs`), as the trainer recomputes them:
         within a group that shares a prompt the restriction's normaliser is the same for every row, so with
-        advantages that sum to zero over the group it adds nothing to the policy gradient."""
+        advantages that sum to zero over the group it adds nothing to the policy gradient. Every answer is scored
+        once per distinct prompt, in one batch whose prompts `_prefill` evaluates once each."""
         import torch
 
         if not choices:
@@ -288,21 +289,26 @@ class HFPolicy(LLM):
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         prompt_ids = [self.encode(m) for m in prompts]
         answers = [self.answer_ids(c) for c in choices]
+        distinct = {p: n for n, p in enumerate(dict.fromkeys(map(tuple, prompt_ids)))}
         generator = self.generator(seed)
         with torch.no_grad(), self._evaluating():
-            scores = {p: self.choice_scores(p, answers) for p in dict.fromkeys(map(tuple, prompt_ids))}
-            picks = []
+            pairs = [(p, a) for p in distinct for a in answers]
+            token_logps, _ = self.sequence_logprobs([p for p, _ in pairs], [a for _, a in pairs], 1.0)
+            scores = token_logps.sum(dim=1).view(len(distinct), len(answers))
+            rows = []
             for prompt in prompt_ids:
-                score = scores[tuple(prompt)]
+                score = scores[distinct[tuple(prompt)]]
                 if temperature == 0:
-                    picks.append(int(score.argmax()))
+                    pick = int(score.argmax())
                 else:
-                    probs = torch.softmax(score / temperature, dim=-1)
-                    picks.append(int(torch.multinomial(probs, 1, generator=generator)))
-            logps, _ = self.sequence_logprobs(prompt_ids, [answers[k] for k in picks], temperature or 1.0)
+                    pick = int(torch.multinomial(torch.softmax(score / temperature, dim=-1), 1, generator=generator))
+                rows.append((prompt, pick, distinct[tuple(prompt)] * len(answers) + pick))
+            if temperature not in (0, 1):  # the samples' log-probs are at the sampling temperature
+                token_logps, _ = self.sequence_logprobs(prompt_ids, [answers[k] for _, k, _ in rows], temperature)
+                rows = [(p, k, i) for i, (p, k, _) in enumerate(rows)]
         return [
-            Sample(tuple(p), tuple(answers[k]), tuple(logps[i, : len(answers[k])].tolist()), choices[k], True)
-            for i, (p, k) in enumerate(zip(prompt_ids, picks))
+            Sample(tuple(p), tuple(answers[k]), tuple(token_logps[i, : len(answers[k])].tolist()), choices[k], True)
+            for p, k, i in rows
         ]
 
     def _prefill(self, prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, Any, torch.Tensor]:
