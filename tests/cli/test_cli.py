@@ -182,7 +182,18 @@ def test_show_reads_a_trial_run_with_its_confidence_intervals(tmp_path):
     assert invoke(*args, "--out", str(epochs)).exit_code == 0
     assert "paired on 6 shared tasks" in invoke("show", str(epochs), "--against", str(epochs)).output
     assert "paired on 3 shared tasks" in invoke("show", str(epochs), "--against", str(epochs), "--epoch", "2").output
-    assert "--epoch goes with --against" in invoke("show", str(epochs), "--epoch", "2").output
+    second = invoke("show", str(epochs), "--epoch", "2")
+    assert second.exit_code == 0 and "the summary of 3 of the run's 6 finished units: epoch 2" in second.output
+    assert "epoch 2 vs epoch 1 on the same 3 tasks" in invoke("show", str(epochs)).output
+    assert "is left" in invoke("show", str(epochs), "--not-in", str(out)).output  # the same three instances
+    reseeded = tmp_path / "r"  # another run seed: the same instance seeds name other boards
+    assert (
+        invoke(
+            "run", "minesweeper", "--tasks", "1", "--seed", "1", "--llm", "scripted:random", "--out", str(reseeded)
+        ).exit_code
+        == 0
+    )
+    assert "other instances" in invoke("show", str(epochs), "--not-in", str(reseeded)).output
 
 
 def test_train_commands_come_from_the_trainer_registry(tmp_path):

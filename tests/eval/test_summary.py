@@ -1,5 +1,5 @@
 """The summary maths, by hand: success@k, pass@k, trajectory entropy, instance ceilings, the memory's gain against
-the greedy control, success by skill — and one summary, read everywhere."""
+the greedy control, the last epoch against the first, success by skill and kind — and one summary, read everywhere."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_success_by_skill_is_a_section_of_the_last_epoch_with_its_control_by_han
     records = []
     for index, (skills, solved, control) in enumerate([(["select"], 1, None), (["select", "insert"], None, None),
                                                       (["insert"], 2, 1)], start=1):  # fmt: skip
-        record = _record([(["up"], solved is not None)], {"skills": skills})
+        record = _record([(["up"], solved is not None)], {"skills": skills, "kind": skills[-1]})
         records.append({**record, "index": index, "first_success": solved, "control_first_success": control,
                         "control_steps": 1, "control_invalid_steps": 0})  # fmt: skip
     config = RunConfig(env="sokoban", memory="history", player="scripted:random", units=3, attempts=2, control=True)
@@ -136,4 +136,29 @@ def test_success_by_skill_is_a_section_of_the_last_epoch_with_its_control_by_han
         "  insert     2  0.500 / 0.500",
         "  select     2  0.500 / 0.000",
     ]
+    assert summary.by_kind.rows == {  # one kind a unit: the second unit counts as an insert only
+        "insert": SkillRow(tasks=2, solved=1, success=0.5, control=0.5),
+        "select": SkillRow(tasks=1, solved=1, success=1.0, control=0.0),
+    }
+    assert RunSummary.from_json(json.loads(json.dumps(summary.to_json())), config) == summary
+
+
+def test_the_last_epoch_against_the_first_is_paired_by_task_by_hand() -> None:
+    """Four tasks over three epochs; epoch 1 solves tasks 1 and 2, epoch 3 solves 2, 3 and 4 (task 4 at attempt 2):
+    at k = 1 only epoch 3 solves task 3 and only epoch 1 task 1 (p = 1); at k = 2 epoch 3 adds task 4 (2 vs 1)."""
+    firsts = {1: [1, 1, None, None], 2: [None, None, None, None], 3: [None, 1, 1, 2]}
+    records = [
+        {**_record([(["up"], False)], {}), "index": 4 * (epoch - 1) + task, "epoch": epoch, "task": task,
+         "first_success": first}
+        for epoch, row in firsts.items() for task, first in enumerate(row, start=1)
+    ]  # fmt: skip
+    config = RunConfig(env="sokoban", memory="history", player="scripted:random", units=4, epochs=3, attempts=2)
+    learning = summarize_units(records, config).learning
+    assert (learning.tasks, learning.first, learning.last) == (4, 1, 3)
+    assert [(r.k, r.a, r.b, r.only_a, r.only_b, r.p_value) for r in learning.rows] == [
+        (1, 0.5, 0.5, 1, 1, 1.0),
+        (2, 0.75, 0.5, 2, 1, 1.0),
+    ]
+    assert summarize_units([r for r in records if r["epoch"] == 2], config).learning is None
+    summary = summarize_units(records, config)
     assert RunSummary.from_json(json.loads(json.dumps(summary.to_json())), config) == summary

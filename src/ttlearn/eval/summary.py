@@ -4,9 +4,9 @@
 What every run has — each unit's row (score, cumulative performance, steps, invalid steps, cost), success@k with
 Wilson intervals, trajectory entropy, invalid steps by cause (unparseable replies, commands the simulator rejected,
 prompts over the context), tokens and LLM time — then the sections its records call for (`SECTIONS`): MemRL's
-protocol metrics, the paired control, the memory's gain against the greedy control, success by skill. A new section
-is one pure function of the records and its field of `RunSummary` (with its `lines` for `show`). Two runs compared:
-`eval.paired`.
+protocol metrics, the paired control, the last epoch against the first, the memory's gain against the greedy control,
+success by skill and by kind of task. A new section is one pure function of the records and its field of
+`RunSummary` (with its `lines` for `show`). Two runs compared: `eval.paired`.
 """
 
 from __future__ import annotations
@@ -137,6 +137,25 @@ class Control:
 
 
 @dataclass(frozen=True)
+class Learning:
+    """The last epoch against the first on the tasks both played, paired by task: whether the memory's later epochs
+    solve what the first did not (MemRL's runtime learning, in distribution by design)."""
+
+    tasks: int
+    rows: list[PairedRow]
+    first: int
+    last: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Learning:
+        return cls(data["tasks"], [PairedRow(**row) for row in data["rows"]], data["first"], data["last"])
+
+    def lines(self, summary: RunSummary) -> list[str]:
+        last, first = f"epoch {self.last}", f"epoch {self.first}"
+        return [f"{last} vs {first} on the same {self.tasks} tasks:", success_table(self.rows, last, first)]
+
+
+@dataclass(frozen=True)
 class MemoryGain:
     """success@N with memory against the greedy no-memory control, which is attempt 1 repeated (`memory_gain`)."""
 
@@ -167,8 +186,8 @@ class SkillRow:
 
 @dataclass(frozen=True)
 class SkillTable:
-    """Success by skill (LifelongAgentBench's per-skill metric): one row per skill tag the units' instances carry
-    (`instance["skills"]`), in one epoch."""
+    """Success by tag, in one epoch: one row per tag the units' instances carry — their skills (LifelongAgentBench's
+    per-skill metric) or their kind of task."""
 
     rows: dict[str, SkillRow]
     title: str = "success by skill"
@@ -178,7 +197,7 @@ class SkillTable:
         return cls({skill: SkillRow(**row) for skill, row in data["rows"].items()}, data["title"])
 
     def lines(self, summary: RunSummary) -> list[str]:
-        """One line per skill: its tasks, success (and the control's), most common skills first."""
+        """One line per tag: its tasks, success (and the control's), most common skills first."""
         controlled = all(row.control is not None for row in self.rows.values())
         width = max(len(skill) for skill in self.rows)
         ordered = sorted(self.rows.items(), key=lambda item: (-item[1].tasks, item[0]))
@@ -217,7 +236,9 @@ class RunSummary:
     protocol: Protocol | None = None
     control: Control | None = None
     memory_gain: MemoryGain | None = None
+    learning: Learning | None = None
     by_skill: SkillTable | None = None
+    by_kind: SkillTable | None = None
     validation_by_skill: SkillTable | None = None
     rejudged: str | None = None
     """The metrics the verdicts were judged again by (`ttlearn rejudge`), or None."""
@@ -419,6 +440,19 @@ def control_section(tasks: list[Record], held_out: list[Record], config: RunConf
     return Control(comparison.tasks, comparison.rows, epoch, memory, control)
 
 
+def learning_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> Learning | None:
+    """The last epoch played against the first, paired by task, for runs of several epochs."""
+    epochs = sorted({r["epoch"] for r in tasks})
+    if len(epochs) < 2:
+        return None
+    first = {r["task"]: r["first_success"] for r in tasks if r["epoch"] == epochs[0]}
+    pairs = [(r["first_success"], first[r["task"]]) for r in tasks if r["epoch"] == epochs[-1] and r["task"] in first]
+    if not pairs:
+        return None
+    comparison = paired_success(pairs, int(config.attempts))
+    return Learning(comparison.tasks, comparison.rows, epochs[0], epochs[-1])
+
+
 def memory_gain_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> MemoryGain | None:
     """The memory's gain against the greedy control, where that control is attempt 1 itself and no control arm was
     played."""
@@ -440,31 +474,50 @@ def success_by_skill(units: list[tuple[list[str], bool]]) -> dict[str, dict[str,
     return {skill: {**row, "success": row["solved"] / row["tasks"]} for skill, row in sorted(table.items())}
 
 
-def skill_table(records: list[Record], title: str) -> SkillTable | None:
-    """`success_by_skill` of the last epoch's unit records whose instance names its skills, with the paired
-    control's success beside it where the records hold one; None where no instance names skills."""
-    skilled = [r for r in records if "skills" in r["instance"] and r["epoch"] == records[-1]["epoch"]]
-    if not skilled:
+def tag_table(
+    records: list[Record], tags: Callable[[dict[str, Any]], list[str] | None], title: str
+) -> SkillTable | None:
+    """`success_by_skill` of the last epoch's unit records by the tags `tags` reads from each instance (None: the
+    instance has none), with the paired control's success beside it where the records hold one; None where no
+    instance has tags."""
+    tagged = [(r, tags(r["instance"])) for r in records if r["epoch"] == records[-1]["epoch"]]
+    tagged = [(r, names) for r, names in tagged if names is not None]
+    if not tagged:
         return None
-    table = success_by_skill([(r["instance"]["skills"], r["first_success"] is not None) for r in skilled])
+    table = success_by_skill([(names, r["first_success"] is not None) for r, names in tagged])
     control = {}
-    if all("control_first_success" in r for r in skilled):
-        control = success_by_skill([(r["instance"]["skills"], r["control_first_success"] is not None) for r in skilled])
+    if all("control_first_success" in r for r, _ in tagged):
+        control = success_by_skill([(names, r["control_first_success"] is not None) for r, names in tagged])
     rows = {
-        skill: SkillRow(int(row["tasks"]), int(row["solved"]), row["success"], control.get(skill, {}).get("success"))
-        for skill, row in table.items()
+        tag: SkillRow(int(row["tasks"]), int(row["solved"]), row["success"], control.get(tag, {}).get("success"))
+        for tag, row in table.items()
     }
     return SkillTable(rows, title)
 
 
+def skill_tags(instance: dict[str, Any]) -> list[str] | None:
+    """The skills an instance exercises (`db_bench`: LifelongAgentBench's tags), or None."""
+    return instance.get("skills")
+
+
+def kind_tag(instance: dict[str, Any]) -> list[str] | None:
+    """The kind of task an instance is (`db_bench`: select, insert, update, delete), or None."""
+    return [instance["kind"]] if "kind" in instance else None
+
+
 def by_skill_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> SkillTable | None:
     """Success by skill of the last epoch's units (their instances name skills: `db_bench`)."""
-    return skill_table(tasks, "success by skill")
+    return tag_table(tasks, skill_tags, "success by skill")
+
+
+def by_kind_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> SkillTable | None:
+    """Success by kind of task of the last epoch's units (their instances name one: `db_bench`)."""
+    return tag_table(tasks, kind_tag, "success by kind")
 
 
 def validation_by_skill_section(tasks: list[Record], held_out: list[Record], config: RunConfig) -> SkillTable | None:
     """Success by skill of the last epoch's held-out units."""
-    return skill_table(held_out, "held-out success by skill") if held_out else None
+    return tag_table(held_out, skill_tags, "held-out success by skill") if held_out else None
 
 
 Section = Callable[[list[Record], list[Record], RunConfig], Any]
@@ -472,7 +525,9 @@ SECTIONS: dict[str, Section] = {
     "memory_gain": memory_gain_section,
     "control": control_section,
     "protocol": protocol_section,
+    "learning": learning_section,
     "by_skill": by_skill_section,
+    "by_kind": by_kind_section,
     "validation_by_skill": validation_by_skill_section,
 }
 """The sections a run's records may call for, by their `RunSummary` field, each a pure function of the task units,
