@@ -197,7 +197,7 @@ class SkillTable:
         return cls({skill: SkillRow(**row) for skill, row in data["rows"].items()}, data["title"])
 
     def lines(self, summary: RunSummary) -> list[str]:
-        """One line per tag: its tasks, success (and the control's), most common skills first."""
+        """One line per tag: its tasks, success (and the control's), the most common first."""
         controlled = all(row.control is not None for row in self.rows.values())
         width = max(len(skill) for skill in self.rows)
         ordered = sorted(self.rows.items(), key=lambda item: (-item[1].tasks, item[0]))
