@@ -6,9 +6,8 @@ The trainer's development evaluation plays every training opponent × `eval_seed
 its games (`episodes.jsonl`, type "evaluation": every sequence's game 1, then every game 2, …, the sequences in the
 order opponent by opponent, seed by seed; each game's `info.context` is the note its player was shown). Per
 evaluation this prints the score the curve plots (`metrics.jsonl`), how many notes name a move at all and how many
-name the opponent's favourite of the game before (ties count), and the moves
-each opponent's notes name. The order is checked against the notes `metrics.jsonl` keeps for each opponent's first
-seed.
+name the opponent's favourite of the game before (ties count), and the moves each opponent's notes name. The order
+is checked against the notes `metrics.jsonl` keeps for each opponent's first seed.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def show(
         console.print(format_unit(run.records[unit - 1]), markup=False, highlight=False)
         for call in run.calls(unit):
             print_call(call, prompts)
-    elif records is run.records:
+    elif epoch is None and not_in is None:
         print_summary(summarize(run))
     else:
         head = RunSummary(str(run.path), run.config, run.done, run.total)
