@@ -5,7 +5,7 @@ engine would have judged the same replies the same way.
     python benchmarks/db_bench_replies.py RUN_DIR --replay mariadb          # the same replies judged on MariaDB
     python benchmarks/db_bench_replies.py RUN_DIR --tasks                   # one line per task
 
-A run directory (or a results folder with `units.jsonl.gz`) of `ttlearn run db_bench`. Each task's replies are
+A run directory (or a results folder with its records compressed) of `ttlearn run db_bench`. Each task's replies are
 replayed on an engine (the run's own, or `--replay`'s) through the environment, step by step, with the table's hash
 read after every operation, so this script sees what the records alone do not: whether an operation changed the
 table. From that it counts the tasks where the model sent **the same operation as its previous reply on a table that
@@ -16,7 +16,6 @@ reply left unchanged** (its answer can only be the same again), and what the sto
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import statistics
 from collections import Counter
@@ -26,15 +25,18 @@ from typing import Any
 
 from ttlearn.envs import make_env
 from ttlearn.envs._db_bench_reply import read_reply
+from ttlearn.runs import RunDir
+from ttlearn.runs.durable import read_durable
 
 ENDS = ("answer", "unreadable", "round limit", "repeat", "no reply")
 
 
 def unit_records(folder: Path) -> list[dict[str, Any]]:
-    """A run's unit records: `units.jsonl`, or compressed as `units.jsonl.gz`."""
-    plain, packed = folder / "units.jsonl", folder / "units.jsonl.gz"
-    text = plain.read_text() if plain.exists() else gzip.decompress(packed.read_bytes()).decode()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """A run's unit records: `units.jsonl`, or compressed (a committed result)."""
+    found = RunDir(folder).records_file(RunDir.UNITS)
+    if found is None:
+        raise SystemExit(f"{folder} holds no unit records")
+    return read_durable(found, repair=False)
 
 
 def run_config(folder: Path) -> dict[str, Any]:

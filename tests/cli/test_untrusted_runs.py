@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import lzma
 import os
 import re
 import shutil
@@ -433,7 +434,9 @@ def inflating_gzip(path: Path, inflated: int) -> None:
         fh.write(packer.flush())
 
 
-@pytest.mark.parametrize("case", ["/dev/zero", "a FIFO", "a link outside", "a 1 MB gzip of 1 GiB", "a deep line"])
+@pytest.mark.parametrize(
+    "case", ["/dev/zero", "a FIFO", "a link outside", "a 1 MB gzip of 1 GiB", "an xz of 128 MiB", "a deep line"]
+)
 def test_results_reads_committed_records_under_the_file_rules(real_run, tmp_path, case):
     """`ttlearn results` of a row comparing two runs' records (kind `scores`): units.jsonl as a link to /dev/zero read
     2.7 GB, a FIFO hung, a 1 MB units.jsonl.gz inflated to gigabytes. Each is now one error line at once."""
@@ -454,6 +457,8 @@ def test_results_reads_committed_records_under_the_file_rules(real_run, tmp_path
     elif case == "a deep line":
         with gzip.open(f"{records}.gz", "wt") as fh:
             fh.write('{"x": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    elif case == "an xz of 128 MiB":  # twice what a compressed records file may inflate to
+        Path(f"{records}.xz").write_bytes(lzma.compress(b" " * (128 << 20), preset=0))
     else:
         inflating_gzip(Path(f"{records}.gz"), 1 << 30)
         assert Path(f"{records}.gz").stat().st_size < 1_200_000

@@ -40,7 +40,8 @@ RECORDED = sorted(
         p.parent
         for name in ("tasks", "units")
         for at in ("*", "*/*")
-        for p in (ROOT / "results").glob(f"{at}/{name}.jsonl.gz")
+        for suffix in RunDir.PACKED
+        for p in (ROOT / "results").glob(f"{at}/{name}.jsonl{suffix}")
     }
 )
 VARIES = {"run_dir", "config", "done", "total", "wall_s", "wall_s_per_unit"}
@@ -122,7 +123,7 @@ def test_row_cells_by_hand(tmp_path):
             RunDir(tmp_path / name).units.write_bytes(lines)
         else:
             RunDir(tmp_path / name).units.unlink()
-            (tmp_path / name / (RunDir.UNITS + RunDir.PACKED)).write_bytes(gzip.compress(lines))
+            (tmp_path / name / (RunDir.UNITS + ".gz")).write_bytes(gzip.compress(lines))
     scores = row_cells({"kind": "scores", "result": "m", "against": "n"}, tmp_path)
     assert scores == ["3", "score +1.00 (attempt 2)", "score +0.00", "2 / 0 higher", "0.5"]
     assert row_cells({"kind": "scores", "result": "m", "against": "n", "attempt": 1}, tmp_path)[3:] == [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import lzma
 import shutil
 import time
 from pathlib import Path
@@ -99,11 +100,13 @@ def test_two_concurrent_resumes_never_duplicate_a_unit(tmp_path):
     assert unit_indices(out) == list(range(1, 13))
 
 
-def test_records_committed_compressed_are_read_like_any_others(tmp_path):
+@pytest.mark.parametrize("suffix,compress", [(".gz", gzip.compress), (".xz", lzma.compress)])
+def test_records_committed_compressed_are_read_like_any_others(tmp_path, suffix, compress):
+    assert suffix in RunDir.PACKED
     play_run(tmp_path / "plain", scripted_config(units=2))
     packed = tmp_path / "packed"
     shutil.copytree(tmp_path / "plain", packed)
     units = RunDir(packed).units
-    units.with_name(units.name + RunDir.PACKED).write_bytes(gzip.compress(units.read_bytes()))
+    units.with_name(units.name + suffix).write_bytes(compress(units.read_bytes()))
     units.unlink()
     assert Run.open(packed).records == Run.open(tmp_path / "plain").records

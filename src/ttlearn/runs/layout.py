@@ -3,7 +3,7 @@
     RUN_DIR/
       run.json             the RunConfig
       units.jsonl          one record per finished unit (`Run.finish`), its LLM calls inside it; a committed result
-                           may hold it compressed as units.jsonl.gz (read only)
+                           may hold it compressed as units.jsonl.gz or .xz (read only)
       snapshots.jsonl      the memory and player state after each unit, stored once by content (`SnapshotStore`)
       summary.json         written when the run finishes
       memrl.sqlite         MemRL's store, for memories that keep files of their own
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar, Sequence
 
-from ttlearn.runs.durable import SnapshotStore, append_durable
+from ttlearn.runs.durable import PACKERS, SnapshotStore, append_durable
 from ttlearn.types import Episode
 from ttlearn.untrusted import open_descriptor, read_json, write_atomic
 
@@ -57,8 +57,8 @@ class RunDir:
     path: Path
     CONFIG: ClassVar[str] = "run.json"
     UNITS: ClassVar[str] = "units.jsonl"
-    PACKED: ClassVar[str] = ".gz"
-    """The suffix of a records file committed compressed (read only)."""
+    PACKED: ClassVar[tuple[str, ...]] = tuple(PACKERS)
+    """The suffixes of a records file committed compressed (read only)."""
     SNAPSHOTS: ClassVar[str] = "snapshots.jsonl"
     SUMMARY: ClassVar[str] = "summary.json"
     FORK: ClassVar[str] = "fork.json"
@@ -95,7 +95,7 @@ class RunDir:
     def records_file(self, name: str) -> Path | None:
         """The records file `name` of this directory, or its compressed copy (a committed result), whichever it
         holds; None for neither. Whatever stands at a name counts (a link, a FIFO): its reader refuses it."""
-        for path in (self.path / name, self.path / (name + self.PACKED)):
+        for path in (self.path / name, *(self.path / (name + suffix) for suffix in self.PACKED)):
             if path.exists() or path.is_symlink():
                 return path
         return None
