@@ -23,8 +23,8 @@ MAX_LINE_BYTES = 64 << 20
 MAX_DOCUMENT_BYTES = 64 << 20
 """The largest whole-file JSON document read (configs, summaries, forks, old per-game snapshots)."""
 MAX_INFLATED_BYTES = MAX_DOCUMENT_BYTES
-"""The most a compressed record file (`units.jsonl.gz` or `.xz`, committed where large) may inflate to: the largest committed
-one inflates to 1.4 MB, and a 1 MB file could otherwise inflate to a gigabyte."""
+"""The most a compressed record file (`units.jsonl.gz` or `.xz`, committed where large) may inflate to: an LLM run of a
+few hundred tasks inflates to about 12 MB, and a 1 MB file could otherwise inflate to a gigabyte."""
 MAX_DEPTH = 100
 """The deepest nesting of lists and objects accepted in a record (real records nest fewer than 20 levels)."""
 
