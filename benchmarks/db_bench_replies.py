@@ -62,9 +62,10 @@ class Played:
     arm: str = "memory"
 
 
-def replay(env: Any, played: Played) -> None:
-    """Play `played.replies` again on `env` (pinned to the task): its end, verdict and repeats there."""
-    env.reset(0)
+def replay(env: Any, played: Played, place: int) -> None:
+    """Play `played.replies` again on `env`'s task number `place` (the played task): its end, verdict and repeats
+    there."""
+    env.reset(place)
     previous: tuple[str, ...] | None = None
     previous_changed = True
     for number, reply in enumerate(played.replies, 1):
@@ -181,21 +182,20 @@ def main() -> None:
         engine = args.replay or config["env_options"].get("engine", "sqlite")
         options = {k: v for k, v in config["env_options"].items() if k not in ("engine", "split", "task")}
         plays = attempts_of(folder)
-        envs: dict[int, Any] = {}
+        # One environment over every task the engine plays, so one server serves the whole run (a run of hundreds of
+        # tasks with a server each ran this machine out of memory); a task is reached by its place in that list.
+        env = make_env("db_bench", **options, engine=engine, split="all")
+        place = {task.id: number for number, task in enumerate(env.tasks)}
         kept = []
-        for played in plays:
-            if played.task_id not in envs:
-                try:
-                    envs[played.task_id] = make_env("db_bench", **options, engine=engine, task=played.task_id)
-                except ValueError as exc:  # left out on this engine
-                    print(f"  task {played.task_id} skipped: {exc}")
-                    envs[played.task_id] = None
-            if envs[played.task_id] is not None:
-                replay(envs[played.task_id], played)
+        try:
+            for played in plays:
+                if played.task_id not in place:
+                    print(f"  task {played.task_id} skipped: left out on {engine}")
+                    continue
+                replay(env, played, place[played.task_id])
                 kept.append(played)
-        for env in envs.values():
-            if env is not None:
-                env.close()
+        finally:
+            env.close()
         for arm in ("memory", "control"):
             some = [p for p in kept if p.arm == arm]
             if some:
