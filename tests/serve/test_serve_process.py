@@ -455,7 +455,9 @@ def test_exports_that_clients_never_read_hold_memory_within_one_budget(tmp_path:
     exports were built side by side. Scaled down: 30 connections × 4 exports of a 4 MB namespace against
     `--max-unsent 8000000`. Exports are built one at a time, a connection gets no answer made while it leaves the
     previous one unread, and the unsent bytes of every connection stay within the budget (an answer past it drops
-    its own connection): the server's peak memory grows by less than 80 MB, and health checks answer throughout."""
+    its own connection): the server's peak memory grows by less than 50 MB, and health checks answer throughout. It
+    grew by 42-155 MB, with the machine's number of malloc heaps, until freed answers went back to the system
+    (`release_large_blocks`)."""
     server = Server(tmp_path / "exports.sqlite", "--rate", "0", "--max-unsent", "8000000")
     readers: list[socket.socket | None] = []
     try:
@@ -476,7 +478,7 @@ def test_exports_that_clients_never_read_hold_memory_within_one_budget(tmp_path:
             latencies.append(time.monotonic() - start)
             time.sleep(0.5)
         grown = peak_memory(server.proc.pid) - before
-        assert grown < 80_000_000, f"peak memory grew by {grown / 1e6:.0f} MB"  # 230 MB before, 42 MB now
+        assert grown < 50_000_000, f"peak memory grew by {grown / 1e6:.0f} MB"  # 230 MB before, 14-26 MB now
         assert sorted(latencies)[2] < 2.0, latencies
     finally:
         for sock in readers:

@@ -64,7 +64,7 @@ from ttlearn.serve import (
 from ttlearn.serve.auth import NAME_PATTERN, AdminKey, KeyRing, NewKey
 from ttlearn.serve.bodies import ThreadedBodyRoute, short_validation_error
 from ttlearn.serve.connections import ACCEPT_BATCH, guarded_h11
-from ttlearn.serve.limits import BodyLimit, LogRateLimit, RateLimiter
+from ttlearn.serve.limits import BodyLimit, LogRateLimit, RateLimiter, release_large_blocks
 from ttlearn.version import __version__
 
 _RETRIEVAL = RetrievalConfig()
@@ -703,6 +703,7 @@ def serve(
     """
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _exit_cleanly)
+    release_large_blocks()
     app = (make_app or create_app)(store, admin_key=admin_key, **limits)  # max_body, rate, burst, quota, auth_…
     http = guarded_h11(read_timeout_s, per_client, max_waiting, write_timeout_s, max_pipelined, max_unsent)
     proxy = {"proxy_headers": trusted_proxy is not None, "forwarded_allow_ips": trusted_proxy or ""}

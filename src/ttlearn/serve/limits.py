@@ -3,6 +3,8 @@ address, bytes per request body, and lines in the service's own error log."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import logging
 import threading
@@ -16,6 +18,25 @@ Scope = dict[str, Any]
 Message = dict[str, Any]
 Receive = Callable[[], Any]
 Send = Callable[[Message], Any]
+
+
+M_MMAP_THRESHOLD = -3
+"""glibc's `mallopt` parameter: blocks of at least this many bytes get a mapping of their own."""
+LARGE_BLOCK = 128 * 1024
+"""glibc's own starting value of that threshold."""
+
+
+def release_large_blocks(threshold: int = LARGE_BLOCK) -> bool:
+    """Make glibc's malloc keep every block of `threshold` bytes or more in a mapping of its own, returned to the
+    system as soon as it is freed. glibc raises the threshold to the largest such block freed so far (up to 32 MB):
+    past that, megabyte answers (exports, forwarded bodies) are carved from the heap of whichever thread built them
+    and stay resident once freed, so peak memory grew with the threads that ever built one (up to 8 heaps a core),
+    not with the bytes alive at once. False where malloc is not glibc's (nothing changes)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.mallopt(M_MMAP_THRESHOLD, threshold) == 1
+    except (OSError, AttributeError):
+        return False
 
 
 def take_token(tokens: float, elapsed_s: float, rate: float, burst: float) -> tuple[float, float]:
