@@ -97,6 +97,14 @@ def test_row_cells_by_hand(tmp_path):
     )
     cells = row_cells({"kind": "control", "result": "paired"}, tmp_path)
     assert cells == ["43", "0.395 (0.26–0.54)", "0.442 (0.30–0.59)", "5 / 7", "0.77"]
+    # the last epoch 20 of 30, the first 15 of 30: Wilson (0.4878, 0.8077) and (0.3315, 0.6685); discordant 7 / 2,
+    # exact McNemar 2 · (1 + 9 + 36) / 2⁹ = 0.1797
+    learning = {"tasks": 30, "rows": [{"k": 1, "a": 2 / 3, "b": 0.5, "only_a": 7, "only_b": 2, "p_value": 0.1797}]}
+    _trial_result(tmp_path, "learned", {"tasks": 90, "learning": {**learning, "first": 1, "last": 3}})
+    cells = row_cells({"kind": "learning", "result": "learned"}, tmp_path)
+    assert cells == ["30", "0.667 (0.49–0.81)", "0.500 (0.33–0.67)", "7 / 2", "0.18"]
+    with pytest.raises(ValueError, match="no learning section"):
+        row_cells({"kind": "learning", "result": "paired"}, tmp_path)
     # two runs of 50 tasks at k = 3, discordant 2 / 3 from the row: p = mcnemar_exact(2, 3) = 1
     for name, rate in (("a", 0.28), ("b", 0.30)):
         summary = {"tasks": 50, "success_at_k": [0.1, 0.2, rate], "success_at_k_ci95": [[0, 1]] * 3}

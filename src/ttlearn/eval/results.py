@@ -70,7 +70,7 @@ def _unit_records(folder: Path) -> list[dict[str, Any]]:
 
 
 def _section(summary: RunSummary, name: str, result: str) -> Any:
-    """The summary's section `name` (control, memory_gain), which the row's kind needs."""
+    """The summary's section `name` (control, learning, memory_gain), which the row's kind needs."""
     section = getattr(summary, name)
     if section is None:
         raise ValueError(f"results/{result} has no {name} section, which its row in results/{TABLE} reads")
@@ -114,9 +114,9 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
         return [str(n), *cells, p_cell(mcnemar_exact(only_a, only_b))]
     summary = _summary(root, spec["result"])
     n = summary.tasks
-    if kind == "control":
-        control = _section(summary, "control", spec["result"])
-        paired, n = control.rows[0], control.tasks
+    if kind in ("control", "learning"):  # learning: the last epoch in the "with memory" column, the first as "control"
+        section = _section(summary, kind, spec["result"])
+        paired, n = section.rows[0], section.tasks
         cells = [wilson_cell(paired.a, n), wilson_cell(paired.b, n), f"{paired.only_a} / {paired.only_b}"]
         return [str(n), *cells, p_cell(paired.p_value)]
     if kind == "memory_gain":
@@ -139,7 +139,8 @@ def row_cells(spec: dict[str, Any], root: Path) -> list[str]:
         cells = [f"score {row.a:+.2f} (attempt {row.k})", f"score {row.b:+.2f}"]
         return [str(comparison.tasks), *cells, f"{row.a_higher} / {row.b_higher} higher", p_cell(row.p_value)]
     raise ValueError(
-        f"unknown row kind {kind!r} in results/{TABLE}; use control, pooled, memory_gain, runs, scores or arena"
+        f"unknown row kind {kind!r} in results/{TABLE}; use control, learning, pooled, memory_gain, runs, scores"
+        " or arena"
     )
 
 
