@@ -45,6 +45,12 @@ SMOKE = {
         "ratio",
     ),
     "first_run.py": (["--tasks", "1", "--epochs", "1"], ["llama_cpp", "usearch"], True, "records identical"),
+    "large_blocks.py": (
+        ["--mb", "1", "--renders", "2", "--threads", "2", "--repeats", "1"],
+        ["fastapi"],
+        False,
+        "ratio",
+    ),
     "llamacpp_batch.py": (
         ["--llm", "smollm2", "--sizes", "2", "--threads", "1", "--steps", "4"],
         ["llama_cpp"],
