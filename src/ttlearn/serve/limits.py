@@ -1,5 +1,5 @@
 """What one caller may cost the memory service: requests per second per key, failed authentications per second per
-address, bytes per request body, and lines in the service's own error log."""
+address, bytes per request body, lines in the service's own error log, and the memory its freed answers keep."""
 
 from __future__ import annotations
 
